@@ -1,0 +1,50 @@
+"""Environments: `make_env(cfg)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations are
+float32 state vectors (`encoder.type: state`) or uint8 frame stacks (T, 3, H, W) (`encoder.type: video`)."""
+
+from envs import headless
+
+headless.configure()  # before anything imports mujoco's GL backends: see envs/headless.py
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleAction, TimeLimit  # noqa: E402
+
+from envs.action_repeat import ActionRepeat  # noqa: E402
+from envs.pixels import PixelObservation  # noqa: E402
+from trainer.errors import UserError  # noqa: E402
+
+
+def make_env(cfg) -> gym.Env:
+    env = make_task(cfg.env.id)
+    env = RescaleAction(env, -1.0, 1.0)
+    if cfg.env.action_repeat > 1:
+        env = ActionRepeat(env, cfg.env.action_repeat)
+    if cfg.env.max_episode_steps:
+        env = TimeLimit(env, cfg.env.max_episode_steps)
+    if cfg.encoder.type == "video":
+        return PixelObservation(
+            env,
+            size=cfg.env.image_size,
+            camera=cfg.env.camera,
+            frame_stack=cfg.env.frame_stack,
+            shadow_size=cfg.env.render_shadow_size,
+            offsamples=cfg.env.render_offsamples,
+        )
+    if isinstance(env.observation_space, gym.spaces.Dict):
+        env = FlattenObservation(env)
+    return DtypeObservation(env, np.float32)
+
+
+def make_task(env_id: str) -> gym.Env:
+    """The bare task: a Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it
+    (`dm_control/cartpole-swingup-v0`)."""
+    if env_id.startswith("dm_control/"):
+        import shimmy  # noqa: F401  (registers the dm_control/* ids)
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as err:
+        reason = str(err).splitlines()[0]
+        raise UserError(
+            f"unknown env.id '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
+            "or dm_control/<domain>-<task>-v0, e.g. dm_control/cartpole-swingup-v0"
+        ) from None

@@ -1,0 +1,33 @@
+"""Process-wide set-up that must happen before MuJoCo creates its first OpenGL context.
+
+Two facts of this torch build and headless Mesa drive it:
+- torch imports triton lazily (torch._dynamo, e.g. inside the first torch.optim.Adam). Loading triton's LLVM
+  after Mesa's EGL/OSMesa context exists segfaults the process (two LLVMs in one process); importing
+  torch._dynamo first avoids it.
+- MuJoCo picks its GL backend from MUJOCO_GL when it is imported; without a display it must be egl or osmesa.
+"""
+
+import ctypes.util
+import os
+
+from trainer.errors import UserError
+
+_BACKEND_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}
+
+
+def configure() -> str:
+    """Import torch._dynamo, choose MUJOCO_GL if unset, and return the backend in use."""
+    import torch._dynamo  # noqa: F401  (must precede any GL context: see the module docstring)
+
+    backend = os.environ.get("MUJOCO_GL")
+    if not backend:
+        backend = next((name for name, lib in _BACKEND_LIBRARIES.items() if ctypes.util.find_library(lib)), None)
+        if backend is None:
+            raise UserError(
+                "no headless OpenGL found for MuJoCo rendering; install it with "
+                "'apt-get install libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri' (or libosmesa6), or run 'make setup'"
+            )
+        os.environ["MUJOCO_GL"] = backend
+    if backend in _BACKEND_LIBRARIES:
+        os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+    return backend

@@ -1,0 +1,83 @@
+"""Camera observations for any MuJoCo-backed Gymnasium task (Gymnasium's own MuJoCo envs, dm_control through
+Shimmy, and this project's tasks).
+
+Rendering goes through one `mujoco.Renderer` per env at the target size, into a preallocated buffer, with the
+render-quality settings applied before the GL context exists (shadow map size and multisampling dominate software
+rendering time). Observation: uint8 (T, 3, H, W), the last T frames, oldest first; at reset the first frame fills
+the stack.
+"""
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from trainer.errors import UserError
+
+
+def mujoco_handles(env: gym.Env):
+    """(model, data getter, default free-camera settings or None) of the MuJoCo simulation behind `env`."""
+    base = env.unwrapped
+    physics = getattr(getattr(base, "_env", None), "physics", None)
+    if physics is not None:  # dm_control task wrapped by Shimmy
+        return physics.model.ptr, lambda: physics.data.ptr, None
+    if isinstance(getattr(base, "model", None), mujoco.MjModel):
+        renderer = getattr(base, "mujoco_renderer", None)
+        return base.model, lambda: base.data, getattr(renderer, "default_cam_config", None)
+    raise UserError(f"env '{env.spec.id if env.spec else base}' is not a MuJoCo task; video mode renders MuJoCo scenes only")
+
+
+def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
+    """A camera for `Renderer.update_scene`: a fixed camera id, or a free camera set up like Gymnasium's viewer."""
+    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+    if isinstance(camera, str):
+        if camera not in names:
+            raise UserError(f"unknown env.camera '{camera}'; this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
+        return names.index(camera)
+    if isinstance(camera, int):
+        if not -1 <= camera < model.ncam:
+            raise UserError(f"env.camera {camera} is out of range; this task has cameras 0..{model.ncam - 1} ({', '.join(map(str, names))}) and -1 (free)")
+        return camera
+    if free_config is None:
+        return 0 if model.ncam else -1
+    free = mujoco.MjvCamera()
+    mujoco.mjv_defaultFreeCamera(model, free)
+    for key, value in free_config.items():
+        if isinstance(value, np.ndarray):
+            getattr(free, key)[:] = value
+        else:
+            setattr(free, key, value)
+    return free
+
+
+class PixelObservation(gym.Wrapper):
+    def __init__(self, env: gym.Env, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
+        super().__init__(env)
+        self.model, self._data, free_config = mujoco_handles(env)
+        self.camera = resolve_camera(self.model, camera, free_config)
+        self.model.vis.quality.shadowsize = shadow_size
+        self.model.vis.quality.offsamples = offsamples
+        self.renderer = mujoco.Renderer(self.model, size, size)
+        self._frame = np.empty((size, size, 3), dtype=np.uint8)
+        self._stack = np.empty((frame_stack, 3, size, size), dtype=np.uint8)
+        self.observation_space = gym.spaces.Box(0, 255, self._stack.shape, np.uint8)
+
+    def render_frame(self) -> np.ndarray:
+        """Render the current scene; returns the preallocated (H, W, 3) buffer, valid until the next call."""
+        self.renderer.update_scene(self._data(), camera=self.camera)
+        self.renderer.render(out=self._frame)
+        return self._frame
+
+    def reset(self, **kwargs):
+        _, info = self.env.reset(**kwargs)
+        self._stack[:] = self.render_frame().transpose(2, 0, 1)
+        return self._stack.copy(), info
+
+    def step(self, action):
+        _, reward, terminated, truncated, info = self.env.step(action)
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = self.render_frame().transpose(2, 0, 1)
+        return self._stack.copy(), reward, terminated, truncated, info
+
+    def close(self):
+        self.renderer.close()
+        super().close()

@@ -1,0 +1,172 @@
+"""Soft Actor-Critic for pixels, done the way DrQ (Kostrikov et al., 2020) and DrQ-v2 obtained their results:
+random-shift augmentation inside the update, the encoder trained by the critic loss only, the actor on detached
+features, a target critic holding its own encoder copy, clipped double Q and a learned temperature.
+
+Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
+separate encoders (twice the encoder passes) and have no augmentation inside the update.
+
+Shapes: `update` takes the replay batch (see sac/replay.py); `act` takes one observation as the env returns it.
+"""
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+from sac.augment import random_shift
+
+
+def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int) -> nn.Sequential:
+    layers, dim = [], in_dim
+    for _ in range(depth):
+        layers += [nn.Linear(dim, hidden_dim), nn.ReLU()]
+        dim = hidden_dim
+    layers.append(nn.Linear(dim, out_dim))
+    net = nn.Sequential(*layers)
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            nn.init.orthogonal_(layer.weight)
+            nn.init.zeros_(layer.bias)
+    return net
+
+
+def trunk(repr_dim: int, feature_dim: int, pixels: bool) -> tuple[nn.Module, int]:
+    """Pixel features are wide (tens of thousands of dims): project and normalise them, as DrQ-v2 does."""
+    if not pixels:
+        return nn.Identity(), repr_dim
+    return nn.Sequential(nn.Linear(repr_dim, feature_dim), nn.LayerNorm(feature_dim), nn.Tanh()), feature_dim
+
+
+class Actor(nn.Module):
+    def __init__(self, repr_dim: int, action_dim: int, cfg, pixels: bool):
+        super().__init__()
+        self.trunk, feature_dim = trunk(repr_dim, cfg.feature_dim, pixels)
+        self.policy = mlp(feature_dim, cfg.hidden_dim, 2 * action_dim, cfg.hidden_depth)
+        self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
+
+    def forward(self, features: torch.Tensor) -> TransformedDistribution:
+        mu, log_std = self.policy(self.trunk(features)).chunk(2, dim=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
+        return TransformedDistribution(Normal(mu, log_std.exp()), [TanhTransform(cache_size=1)])
+
+
+class Critic(nn.Module):
+    """Owns the encoder, so the critic loss trains it and the target critic is a full copy, encoder included."""
+
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, pixels: bool):
+        super().__init__()
+        self.encoder = encoder
+        self.trunk, feature_dim = trunk(encoder.repr_dim, cfg.feature_dim, pixels)
+        self.q1 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth)
+        self.q2 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth)
+
+    def forward(self, features: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.cat([self.trunk(features), action], dim=-1)
+        return self.q1(inputs), self.q2(inputs)
+
+
+class SAC:
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool):
+        self.cfg, self.device, self.pixels = cfg, device, pixels
+        self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
+        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
+        self.target_entropy = -float(action_dim)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
+        self.updates = 0
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.exp()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
+        """One observation in, one action in [-1, 1] out: sampled for exploration, the mean for evaluation."""
+        obs = torch.as_tensor(obs, device=self.device).unsqueeze(0)
+        dist = self.actor(self.critic.encoder(obs))
+        action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
+        return action[0].cpu().numpy()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        if self.pixels:
+            obs, next_obs = random_shift(obs, self.cfg.augment_pad), random_shift(next_obs, self.cfg.augment_pad)
+        features = self.critic.encoder(obs)
+        metrics = self.update_critic(features, batch["action"], batch["reward"], batch["discount"], next_obs)
+        if self.updates % self.cfg.actor_update_every == 0:
+            metrics |= self.update_actor(features.detach())
+        if self.updates % self.cfg.target_update_every == 0:
+            self.update_target()
+        self.updates += 1
+        return metrics
+
+    def update_critic(self, features, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_dist = self.actor(self.critic.encoder(next_obs))
+            next_action = next_dist.rsample()
+            next_log_prob = next_dist.log_prob(next_action).sum(-1, keepdim=True)
+            target_q1, target_q2 = self.critic_target(self.critic_target.encoder(next_obs), next_action)
+            target_v = torch.min(target_q1, target_q2) - self.alpha * next_log_prob
+            target_q = reward + discount * self.cfg.discount * target_v
+        q1, q2 = self.critic(features, action)
+        loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        return {"critic_loss": loss.detach(), "q_mean": q1.detach().mean(), "target_q": target_q.mean()}
+
+    def update_actor(self, features) -> dict[str, torch.Tensor]:
+        dist = self.actor(features)
+        action = dist.rsample()
+        log_prob = dist.log_prob(action).sum(-1, keepdim=True)
+        q1, q2 = self.critic(features, action)
+        actor_loss = (self.alpha.detach() * log_prob - torch.min(q1, q2)).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+
+        alpha_loss = (self.alpha * (-log_prob - self.target_entropy).detach()).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        return {
+            "actor_loss": actor_loss.detach(),
+            "alpha_loss": alpha_loss.detach(),
+            "alpha": self.alpha.detach(),
+            "entropy": -log_prob.detach().mean(),
+        }
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        for param, target in zip(self.critic.parameters(), self.critic_target.parameters()):
+            target.lerp_(param, self.cfg.critic_tau)
+
+    def state_dict(self) -> dict:
+        return {
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "actor": self.actor.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor.load_state_dict(state["actor"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.updates = state["updates"]

@@ -1,0 +1,35 @@
+"""Train SAC from MuJoCo camera frames (or states).
+
+    python3 train_sac.py --config configs/cartpole_swingup_video.yaml [--resume PATH|auto] [--set key=value ...]
+"""
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/cartpole_swingup_video.yaml")
+    parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = newest valid one, or a fresh start")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    args = parser.parse_args(argv)
+
+    from trainer.errors import UserError
+
+    try:
+        from trainer.config import load_config
+
+        cfg = load_config(args.config, args.set)
+        from trainer.loop import Trainer
+
+        trainer = Trainer(cfg)
+        if args.resume:
+            trainer.resume(args.resume)
+        return trainer.train()
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

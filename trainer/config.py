@@ -1,0 +1,269 @@
+"""Run configuration: every default lives in the dataclasses below.
+
+Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|gpu>` block <- `--set key=value`.
+Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from trainer.errors import UserError
+
+PROFILES = ("cpu", "gpu")
+ENCODER_TYPES = ("video", "state")
+
+
+@dataclass
+class EnvConfig:
+    id: str = "dm_control/cartpole-swingup-v0"
+    image_size: int = 84
+    camera: str | int | None = None  # name or index; None = the task's default view
+    frame_stack: int = 3
+    action_repeat: int = 1
+    max_episode_steps: int | None = None  # agent steps (after action repeat); None = the task's own limit
+    render_shadow_size: int = 512  # MuJoCo's default 4096 costs ~7x in software rendering
+    render_offsamples: int = 0  # multisample anti-aliasing samples; 0 is fastest
+
+
+@dataclass
+class VideoEncoderConfig:
+    arch: str = "simple2dcnn"
+    pretrained: bool = False
+    num_filters: int = 32
+    num_layers: int = 4
+
+
+@dataclass
+class EncoderConfig:
+    type: str = "video"  # video | state
+    video: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
+
+
+@dataclass
+class SACConfig:
+    batch_size: int = 256
+    buffer_size: int = 100_000
+    lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    alpha_beta: float = 0.5
+    discount: float = 0.99
+    critic_tau: float = 0.01
+    init_temperature: float = 0.1
+    actor_update_every: int = 2
+    target_update_every: int = 2
+    hidden_dim: int = 1024
+    hidden_depth: int = 2
+    feature_dim: int = 50
+    log_std_min: float = -10.0
+    log_std_max: float = 2.0
+    augment_pad: int = 4  # random-shift pixels; 0 disables augmentation
+    updates_per_step: int = 1
+
+
+@dataclass
+class TrainingConfig:
+    episodes: int = 1000
+    max_env_steps: int | None = None  # stop early after this many agent steps; None = episodes only
+    seed: int = 1
+    seed_steps: int = 1000  # uniform random actions before the policy acts and updates start
+    eval_every_episodes: int = 10
+    eval_episodes: int = 5
+    device: str = "auto"  # auto | cpu | cuda
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = "checkpoints"
+    name: str | None = None  # file prefix; None = sac_<encoder.type>
+    every_episodes: int = 100
+    keep_replays: int = 1  # replay sidecars kept (newest first); each is the size of the buffer
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    tensorboard_dir: str = "runs"
+    log_every_updates: int = 100  # losses are read back from the device only this often
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    profile: str = "auto"  # auto | cpu | gpu; auto = gpu when CUDA is available
+    profiles: dict = field(default_factory=dict)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def run_name(self) -> str:
+        return self.checkpoint.name or f"sac_{self.encoder.type}"
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
+    raw = _read_yaml(path)
+    sets = [_parse_set(item) for item in overrides]
+    profiles = raw.get("profiles") or {}
+    _check_profiles(profiles)
+
+    cfg = Config()
+    _apply(cfg, raw)
+    for override in sets:
+        _apply(cfg, override)
+    cfg.profile = _choose_profile(cfg.profile)
+    _apply(cfg, profiles.get(cfg.profile, {}))
+    for override in sets:  # --set always has the last word
+        _apply(cfg, override)
+    cfg.profile = _choose_profile(cfg.profile)
+    _validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict) -> Config:
+    """Rebuild a resolved config (as saved in a checkpoint) without re-applying profiles."""
+    cfg = Config()
+    _apply(cfg, data)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def _read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"cannot parse {path}{where}: {getattr(err, 'problem', err)}; fix the YAML syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must hold a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def _parse_set(item: str) -> dict:
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise UserError(f"--set expects key=value (e.g. --set sac.batch_size=128), got '{item}'")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    nested: dict = {}
+    node = nested
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return nested
+
+
+def _check_profiles(profiles) -> None:
+    if not isinstance(profiles, dict):
+        raise UserError("profiles must be a mapping with keys cpu and/or gpu")
+    for name, block in profiles.items():
+        if name not in PROFILES:
+            raise UserError(f"unknown profile 'profiles.{name}'; allowed: {', '.join(PROFILES)}")
+        if not isinstance(block, dict):
+            raise UserError(f"profiles.{name} must be a mapping of config keys")
+        if "profile" in block or "profiles" in block:
+            raise UserError(f"profiles.{name} cannot set profile or profiles")
+        _apply(Config(), block, prefix=f"profiles.{name}.")  # validate now, even if this profile is not chosen
+
+
+def _choose_profile(profile: str) -> str:
+    if profile == "auto":
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    if profile not in PROFILES:
+        raise UserError(f"profile must be one of auto, {', '.join(PROFILES)}; got '{profile}'")
+    return profile
+
+
+def _apply(target, data: dict, prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(target))
+    names = [f.name for f in dataclasses.fields(target)]
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in names:
+            raise UserError(f"unknown config key '{path}'; allowed under '{prefix or '<top>'}': {', '.join(names)}")
+        current = getattr(target, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise UserError(f"config key '{path}' must be a mapping (sub-keys: {', '.join(f.name for f in dataclasses.fields(current))})")
+            _apply(current, value, prefix=f"{path}.")
+        else:
+            setattr(target, key, _coerce(path, value, hints[key]))
+
+
+def _coerce(path: str, value, hint):
+    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    for kind in allowed:
+        if kind is type(None) and value is None:
+            return None
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if kind in (str, dict) and isinstance(value, kind):
+            return value
+    names = " or ".join("null" if k is type(None) else k.__name__ for k in allowed)
+    raise UserError(f"config key '{path}' must be {names}, got {value!r} ({type(value).__name__})")
+
+
+def _validate(cfg: Config) -> None:
+    from encoders import ARCHS
+
+    if cfg.encoder.type not in ENCODER_TYPES:
+        raise UserError(f"encoder.type must be one of {', '.join(ENCODER_TYPES)}; got '{cfg.encoder.type}'")
+    if cfg.encoder.video.arch not in ARCHS:
+        raise UserError(f"unknown encoder.video.arch '{cfg.encoder.video.arch}'; allowed: {', '.join(ARCHS)}")
+    if cfg.training.device not in ("auto", "cpu", "cuda"):
+        raise UserError(f"training.device must be auto, cpu or cuda; got '{cfg.training.device}'")
+    positive = {
+        "env.image_size": cfg.env.image_size,
+        "env.frame_stack": cfg.env.frame_stack,
+        "env.action_repeat": cfg.env.action_repeat,
+        "sac.batch_size": cfg.sac.batch_size,
+        "sac.hidden_dim": cfg.sac.hidden_dim,
+        "sac.feature_dim": cfg.sac.feature_dim,
+        "sac.actor_update_every": cfg.sac.actor_update_every,
+        "sac.target_update_every": cfg.sac.target_update_every,
+        "training.episodes": cfg.training.episodes,
+        "checkpoint.every_episodes": cfg.checkpoint.every_episodes,
+        "checkpoint.keep_replays": cfg.checkpoint.keep_replays,
+        "logging.log_every_updates": cfg.logging.log_every_updates,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise UserError(f"config key '{key}' must be >= 1, got {value}")
+    if cfg.env.image_size < 32:
+        raise UserError(f"env.image_size must be >= 32 (84 default, 64 for speed), got {cfg.env.image_size}")
+    if cfg.sac.buffer_size <= cfg.env.frame_stack + 1:
+        raise UserError(f"sac.buffer_size must exceed env.frame_stack + 1, got {cfg.sac.buffer_size}")
+    if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
+        raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
