@@ -61,7 +61,7 @@ class ReplayBuffer:
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
         """One env step: the action taken, its outcome, and the observation it led to."""
         assert self.count > 0, "add_first must start every episode"
-        previous = self.pos[(self.count - 1) % self.capacity]
+        previous = int(self.pos[(self.count - 1) % self.capacity])
         self._write(next_obs, action, reward, terminated, pos=previous + 1)
 
     def _write(self, obs, action, reward, terminated, pos) -> None:
@@ -73,7 +73,7 @@ class ReplayBuffer:
         self.rewards[slot] = reward
         self.terminated[slot] = terminated
         self.pos[slot] = pos
-        self.num_transitions += pos > 0
+        self.num_transitions += int(pos > 0)
         self.count += 1
 
     def sample(self, batch_size: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:

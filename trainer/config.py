@@ -7,6 +7,7 @@ Every key and type is checked against the dataclasses, so a typo is an error, ne
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +19,15 @@ from trainer.errors import UserError
 
 PROFILES = ("cpu", "gpu")
 ENCODER_TYPES = ("video", "state")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789.")
+)
 
 
 @dataclass
@@ -150,7 +160,7 @@ def _read_yaml(path: str | Path) -> dict:
     if not path.is_file():
         raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -167,7 +177,7 @@ def _parse_set(item: str) -> dict:
     if not sep or not key:
         raise UserError(f"--set expects key=value (e.g. --set sac.batch_size=128), got '{item}'")
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         value = text
     nested: dict = {}

@@ -1,0 +1,78 @@
+"""Learning benchmark: train one config for several seeds and report evaluation return against agent steps.
+
+    python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
+
+Each seed is a separate `train_sac.py` process (`--parallel` at a time, one torch thread each). Writes
+<out>/learn.csv with columns frames,seed,return (plus env_step) and prints one JSON line per seed and a summary.
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--target", type=float, help="report the first agent step whose eval return reaches this")
+    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", default="runs/bench_learn")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pending, running, results = list(args.seeds), {}, []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    while pending or running:
+        while pending and len(running) < args.parallel:
+            seed = pending.pop(0)
+            command = [sys.executable, str(ROOT / "train_sac.py"), "--config", args.config,
+                       "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
+                       "--set", f"checkpoint.dir={out / 'checkpoints'}", "--set", f"logging.tensorboard_dir={out / 'runs'}",
+                       "--set", "logging.progress=false", *sum((["--set", s] for s in args.set), [])]
+            log = open(out / f"seed{seed}.log", "w")
+            running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
+        for seed, (proc, start, log) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[seed]
+            if proc.returncode != 0:
+                sys.exit(f"seed {seed} failed (exit {proc.returncode}); see {out / f'seed{seed}.log'}")
+            results.append(summarise(out, seed, time.time() - start, args.target))
+            print(json.dumps(results[-1]), flush=True)
+        time.sleep(1)
+
+    rows = [row for seed in args.seeds for row in read_eval(out, seed)]
+    with open(out / "learn.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["frames", "seed", "return", "env_step"])
+        writer.writerows((r["frames"], r["seed"], r["return"], r["env_step"]) for r in rows)
+    reached = [r["first_step_at_target"] for r in results if r["first_step_at_target"] is not None]
+    print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target,
+                      "seeds_reaching_target": len(reached), "csv": str(out / "learn.csv")}))
+
+
+def read_eval(out: Path, seed: int) -> list[dict]:
+    with open(out / "runs" / f"seed{seed}" / "eval.csv", newline="") as f:
+        return [{"seed": seed, "env_step": int(r["env_step"]), "frames": int(r["frames"]), "return": float(r["return"])} for r in csv.DictReader(f)]
+
+
+def summarise(out: Path, seed: int, seconds: float, target: float | None) -> dict:
+    rows = read_eval(out, seed)
+    first = next((r["env_step"] for r in rows if target is not None and r["return"] >= target), None)
+    return {"seed": seed, "wall_s": round(seconds, 1), "evals": len(rows), "final_return": rows[-1]["return"] if rows else None,
+            "best_return": max((r["return"] for r in rows), default=None), "first_step_at_target": first}
+
+
+if __name__ == "__main__":
+    main()

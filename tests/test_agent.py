@@ -1,0 +1,84 @@
+"""The pixel-SAC update: critic trains the encoder, the actor never does, the target critic is a separate copy
+that follows by Polyak averaging, and the metrics come back as a dict."""
+
+import numpy as np
+import torch
+
+from encoders import build_encoder
+from sac.agent import SAC
+from trainer.config import EncoderConfig, SACConfig
+
+OBS = (3, 3, 64, 64)
+
+
+def make_agent(**overrides) -> SAC:
+    torch.manual_seed(0)
+    cfg = SACConfig(hidden_dim=64, **overrides)
+    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, torch.device("cpu"), pixels=True)
+
+
+def batch(size: int = 4) -> dict:
+    return {
+        "obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
+        "action": torch.rand(size, 2) * 2 - 1,
+        "reward": torch.randn(size, 1),
+        "discount": torch.ones(size, 1),
+        "next_obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
+    }
+
+
+def snapshot(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def changed(before: list[torch.Tensor], module: torch.nn.Module) -> bool:
+    return any(not torch.equal(a, b) for a, b in zip(before, module.parameters()))
+
+
+def test_update_returns_finite_metrics_for_critic_actor_and_temperature():
+    metrics = make_agent().update(batch())
+    assert {"critic_loss", "q_mean", "actor_loss", "alpha_loss", "alpha", "entropy"} <= metrics.keys()
+    assert all(torch.isfinite(v) for v in metrics.values())
+
+
+def test_encoder_is_trained_by_the_critic_loss_only():
+    agent = make_agent()
+    data = batch()
+    features = agent.critic.encoder(data["obs"])
+    encoder_before, actor_before = snapshot(agent.critic.encoder), snapshot(agent.actor)
+    agent.update_actor(features.detach())
+    assert not changed(encoder_before, agent.critic.encoder), "the actor loss must not move the encoder"
+    assert changed(actor_before, agent.actor)
+    agent.update_critic(agent.critic.encoder(data["obs"]), data["action"], data["reward"], data["discount"], data["next_obs"])
+    assert changed(encoder_before, agent.critic.encoder)
+
+
+def test_target_critic_has_its_own_encoder_and_follows_by_tau():
+    agent = make_agent(critic_tau=0.25, target_update_every=1, actor_update_every=1)
+    assert agent.critic_target.encoder is not agent.critic.encoder
+    online_before, target_before = snapshot(agent.critic), snapshot(agent.critic_target)
+    assert all(torch.equal(a, b) for a, b in zip(online_before, target_before))
+    agent.update(batch())
+    for old, new_online, new_target in zip(target_before, agent.critic.parameters(), agent.critic_target.parameters()):
+        assert torch.allclose(new_target, old + 0.25 * (new_online.detach() - old), atol=1e-6)
+
+
+def test_act_returns_one_action_in_bounds_sampled_or_deterministic():
+    agent = make_agent()
+    obs = np.random.default_rng(0).integers(0, 256, OBS, dtype=np.uint8)
+    sampled, mean, mean_again = agent.act(obs, sample=True), agent.act(obs, sample=False), agent.act(obs, sample=False)
+    assert sampled.shape == (2,) and np.all(np.abs(sampled) <= 1) and np.all(np.abs(mean) <= 1)
+    assert np.array_equal(mean, mean_again)
+
+
+def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
+    agent, other = make_agent(), make_agent(init_temperature=0.5)
+    agent.update(batch())
+    other.load_state_dict(agent.state_dict())
+    assert other.updates == 1 and torch.equal(other.log_alpha, agent.log_alpha)
+    data = batch()
+    torch.manual_seed(3)
+    a = agent.update(data)
+    torch.manual_seed(3)
+    b = other.update(data)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,91 @@
+"""Checkpoint files: atomic replacement, weights-only loading, clear errors for damaged files, newest-good search,
+replay sidecar retention, and refusal of structurally incompatible configs."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer import checkpoint
+from trainer.checkpoint import CheckpointError
+from trainer.config import Config, to_dict
+from trainer.errors import UserError
+
+
+def payload(step: int) -> dict:
+    return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))}, "progress": {"episode": step, "env_step": step}, "rng": {}}
+
+
+def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1) -> Path:
+    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, step, episode, keep_replays)
+
+
+def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_path):
+    latest = save(tmp_path, step=10, episode=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_ep1.pt", "run_latest.pt", "run_step10.replay.pt"]
+    data, replay = checkpoint.load(latest)
+    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
+    assert torch.equal(torch.load(tmp_path / "run_ep1.pt", weights_only=True)["agent"]["w"], torch.full((3,), 10.0))
+
+
+def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path):
+    for step, episode in [(10, 1), (20, 2), (30, 3)]:
+        save(tmp_path, step, episode, keep_replays=2)
+    assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt", "run_step30.replay.pt"]
+    data, replay = checkpoint.load(tmp_path / "run_ep1.pt")
+    assert data["progress"]["episode"] == 10 and replay is None
+
+
+def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
+    latest = save(tmp_path, step=10, episode=1)
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=r"run_latest.pt is unreadable \(truncated or corrupt"):
+        checkpoint.load(latest)
+
+
+def test_a_foreign_file_is_rejected(tmp_path):
+    torch.save({"state_dict": {}}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match="not a checkpoint of this trainer"):
+        checkpoint.load(tmp_path / "model.pt")
+
+
+def test_newest_good_checkpoint_skips_damaged_files(tmp_path, capsys):
+    save(tmp_path, step=10, episode=1, keep_replays=5)
+    save(tmp_path, step=20, episode=2, keep_replays=5)
+    (tmp_path / "run_latest.pt").write_bytes(b"garbage")
+    (tmp_path / "run_ep2.pt").write_bytes(b"")
+    path, data, replay = checkpoint.load_newest(tmp_path, "run")
+    assert path.name == "run_ep1.pt" and data["progress"]["env_step"] == 10
+    assert capsys.readouterr().err.count("trying an older checkpoint") == 2
+    assert checkpoint.load_newest(tmp_path / "empty", "run") is None
+
+
+def test_a_crash_while_writing_leaves_the_previous_file_intact(tmp_path, monkeypatch):
+    latest = save(tmp_path, step=10, episode=None)
+
+    def die_midway(obj, f):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", die_midway)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.atomic_save(payload(20), latest)
+    monkeypatch.undo()
+    assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
+
+
+def test_temporary_files_of_killed_writers_are_cleaned_up(tmp_path):
+    stale = tmp_path / ".run_latest.pt.tmp1"
+    stale.write_bytes(b"partial")
+    save(tmp_path, step=10, episode=None)
+    assert not stale.exists() and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_structural_config_changes_are_refused_with_the_key_named():
+    saved, current = to_dict(Config()), to_dict(Config())
+    current["env"]["frame_stack"] = 4
+    with pytest.raises(UserError, match="trained with env.frame_stack=3 but the config says env.frame_stack=4"):
+        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    current = to_dict(Config())
+    current["training"]["episodes"] = 5000
+    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))

@@ -1,0 +1,95 @@
+"""Config: defaults <- YAML <- profile <- --set, and one-line errors (exit status 2, no traceback) for bad input."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+from trainer.config import Config, load_config, to_dict
+from trainer.errors import UserError
+
+DEFAULT = str(ROOT / "configs" / "default.yaml")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_overrides_defaults_and_set_overrides_yaml(tmp_path):
+    path = write(tmp_path, "sac: {batch_size: 64}\nenv: {id: InvertedPendulum-v5}\n")
+    cfg = load_config(path, ["sac.batch_size=16", "encoder.video.arch=simple2dcnn"])
+    assert cfg.sac.batch_size == 16
+    assert cfg.env.id == "InvertedPendulum-v5"
+    assert cfg.sac.lr == Config().sac.lr
+
+
+def test_profile_block_applies_and_set_still_wins(tmp_path):
+    path = write(tmp_path, "profile: gpu\nprofiles:\n  cpu: {sac: {batch_size: 32}}\n  gpu: {sac: {batch_size: 512, buffer_size: 7777}}\n")
+    cfg = load_config(path, ["sac.buffer_size=5000"])
+    assert (cfg.profile, cfg.sac.batch_size, cfg.sac.buffer_size) == ("gpu", 512, 5000)
+    assert load_config(path, ["profile=cpu"]).sac.batch_size == 32
+
+
+def test_auto_profile_picks_cpu_without_cuda(tmp_path):
+    path = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n")
+    cfg = load_config(path)
+    assert cfg.profile == "cpu" and cfg.sac.batch_size == 32
+
+
+def test_int_is_accepted_for_float_and_null_for_optional(tmp_path):
+    cfg = load_config(write(tmp_path, "sac: {lr: 1, alpha_lr: 3e-4}\nenv: {max_episode_steps: null, camera: track}\n"))
+    assert cfg.sac.lr == 1.0 and isinstance(cfg.sac.lr, float)
+    assert cfg.sac.alpha_lr == 3e-4, "exponent floats without a dot are floats, not YAML 1.1 strings"
+    assert cfg.env.max_episode_steps is None and cfg.env.camera == "track"
+
+
+@pytest.mark.parametrize("config", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")))
+def test_every_shipped_config_resolves(config):
+    cfg = load_config(ROOT / config)
+    assert to_dict(cfg)["env"]["id"]
+
+
+@pytest.mark.parametrize(
+    "text, overrides, expected",
+    [
+        ("sac: {batch_sise: 8}\n", [], "unknown config key 'sac.batch_sise'"),
+        ("", ["sac.batch_size=lots"], "'sac.batch_size' must be int"),
+        ("", ["encoder.video.arch=resnet9000"], "unknown encoder.video.arch 'resnet9000'; allowed: simple2dcnn"),
+        ("", ["encoder.type=audio"], "encoder.type must be one of video, state"),
+        ("profiles: {tpu: {}}\n", [], "unknown profile 'profiles.tpu'"),
+        ("profiles: {gpu: {sac: {bach_size: 1}}}\n", [], "unknown config key 'profiles.gpu.sac.bach_size'"),
+        ("sac: 5\n", [], "'sac' must be a mapping"),
+        ("sac: {lr: fast}\n", [], "'sac.lr' must be float"),
+        ("env: [unclosed\n", [], "cannot parse"),
+        ("", ["sac.batch_size"], "--set expects key=value"),
+    ],
+)
+def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
+    with pytest.raises(UserError, match=expected.replace("(", r"\(").replace("[", r"\[")):
+        load_config(write(tmp_path, text), overrides)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--config", "no/such/file.yaml"], "config file not found: no/such/file.yaml"),
+        (["--config", DEFAULT, "--set", "sac.batch_sise=8"], "unknown config key 'sac.batch_sise'"),
+        (["--config", DEFAULT, "--set", "sac.batch_size=abc"], "'sac.batch_size' must be int"),
+        (["--config", DEFAULT, "--set", "encoder.video.arch=resnet9000"], "unknown encoder.video.arch"),
+        (["--config", DEFAULT, "--set", "env.id=NoSuchTask-v9"], "unknown env.id 'NoSuchTask-v9'"),
+    ],
+)
+def test_cli_reports_bad_input_in_one_line_with_status_2(args, expected):
+    result = run_cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+
+
+def test_cli_reports_unparseable_yaml(tmp_path):
+    result = run_cli("--config", str(write(tmp_path, "env: [unclosed\n")))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "cannot parse" in result.stderr and "line 2" in result.stderr

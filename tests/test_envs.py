@@ -1,0 +1,76 @@
+"""Environments: real MuJoCo tasks (Gymnasium and dm_control) in state and video mode, rendered headless."""
+
+import numpy as np
+import pytest
+
+from envs import make_env
+from envs.action_repeat import ActionRepeat
+from envs import make_task
+from trainer.config import Config
+from trainer.errors import UserError
+
+
+def config(env_id: str, mode: str, **env) -> Config:
+    cfg = Config()
+    cfg.env.id, cfg.encoder.type = env_id, mode
+    for key, value in env.items():
+        setattr(cfg.env, key, value)
+    return cfg
+
+
+@pytest.mark.parametrize("env_id, camera", [("dm_control/cartpole-swingup-v0", None), ("InvertedPendulum-v5", None), ("HalfCheetah-v5", "track")])
+def test_video_observations_are_uint8_frame_stacks_that_show_motion(env_id, camera):
+    env = make_env(config(env_id, "video", image_size=64, camera=camera))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (3, 3, 64, 64) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
+    assert obs.std() > 5, "a rendered scene, not a blank frame"
+    assert np.array_equal(obs[0], obs[-1]), "the reset frame fills the stack"
+    frames = [obs]
+    for _ in range(5):
+        obs, *_ = env.step(np.ones(env.action_space.shape, np.float32))
+        assert np.array_equal(obs[:-1], frames[-1][1:]), "each step shifts the stack by one frame"
+        frames.append(obs)
+    assert not np.array_equal(frames[0][-1], frames[-1][-1]), "the picture changes as the body moves"
+    env.close()
+
+
+def test_render_size_follows_the_config():
+    env = make_env(config("dm_control/cartpole-swingup-v0", "video", image_size=84, frame_stack=2))
+    assert env.reset(seed=0)[0].shape == (2, 3, 84, 84)
+    env.close()
+
+
+@pytest.mark.parametrize("env_id, dim", [("dm_control/cartpole-swingup-v0", 5), ("InvertedPendulum-v5", 4)])
+def test_state_observations_are_flat_float32_vectors(env_id, dim):
+    env = make_env(config(env_id, "state"))
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (dim,) and obs.dtype == np.float32
+    assert env.action_space.low.min() == -1 and env.action_space.high.max() == 1
+
+
+def test_same_seed_gives_the_same_start_and_another_seed_does_not():
+    env = make_env(config("dm_control/cartpole-swingup-v0", "video", image_size=64))
+    first, again, other = env.reset(seed=7)[0], env.reset(seed=7)[0], env.reset(seed=8)[0]
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+
+
+def test_action_repeat_sums_rewards_of_the_repeated_steps():
+    plain, repeated = make_task("InvertedPendulum-v5"), ActionRepeat(make_task("InvertedPendulum-v5"), 3)
+    plain.reset(seed=1)
+    repeated.reset(seed=1)
+    action = np.array([0.1], np.float32)
+    expected = sum(plain.step(action)[1] for _ in range(3))
+    obs, reward, *_ = repeated.step(action)
+    assert reward == pytest.approx(expected) and np.allclose(obs, plain.unwrapped._get_obs())
+
+
+def test_max_episode_steps_truncates_in_agent_steps():
+    env = make_env(config("dm_control/cartpole-swingup-v0", "state", max_episode_steps=7, action_repeat=2))
+    env.reset(seed=0)
+    flags = [env.step(np.zeros(1, np.float32))[3] for _ in range(7)]
+    assert flags == [False] * 6 + [True]
+
+
+def test_unknown_camera_names_the_available_ones():
+    with pytest.raises(UserError, match="unknown env.camera 'top'.*track"):
+        make_env(config("HalfCheetah-v5", "video", camera="top"))
