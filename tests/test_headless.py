@@ -1,0 +1,48 @@
+"""Headless rendering: MUJOCO_GL=egl and osmesa both work, and an unset MUJOCO_GL picks one by itself.
+Each case is a fresh process, since MuJoCo fixes its GL backend at import."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+RENDER = """
+import os, sys, numpy as np
+from envs import make_env
+from trainer.config import Config
+cfg = Config()
+cfg.env.image_size = 64
+obs, _ = make_env(cfg).reset(seed=0)
+np.save(sys.argv[1], obs)
+print(os.environ["MUJOCO_GL"])
+"""
+
+
+def render_with(backend: str | None, path) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    if backend:
+        env["MUJOCO_GL"] = backend
+    result = subprocess.run([sys.executable, "-c", RENDER, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def egl_frame(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gl") / "egl.npy"
+    assert render_with("egl", path) == "egl"
+    return np.load(path)
+
+
+def test_egl_renders_the_scene(egl_frame):
+    assert egl_frame.shape == (3, 3, 64, 64) and egl_frame.std() > 5
+
+
+@pytest.mark.parametrize("backend, chosen", [("osmesa", "osmesa"), (None, "egl")])
+def test_other_backends_render_the_same_pixels(egl_frame, tmp_path, backend, chosen):
+    assert render_with(backend, tmp_path / "frame.npy") == chosen
+    assert np.array_equal(np.load(tmp_path / "frame.npy"), egl_frame)
