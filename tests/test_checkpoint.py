@@ -16,8 +16,8 @@ def payload(step: int) -> dict:
     return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))}, "progress": {"episode": step, "env_step": step}, "rng": {}}
 
 
-def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1) -> Path:
-    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, step, episode, keep_replays)
+def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0) -> Path:
+    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, step, episode, keep_replays, keep_last).latest
 
 
 def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_path):
@@ -34,6 +34,29 @@ def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt", "run_step30.replay.pt"]
     data, replay = checkpoint.load(tmp_path / "run_ep1.pt")
     assert data["progress"]["episode"] == 10 and replay is None
+
+
+def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):
+    for step, episode in [(10, 1), (20, 2), (30, 3)]:
+        saved = checkpoint.save(tmp_path, "run", payload(step), {}, step, episode, keep_replays=1, keep_last=2)
+    assert sorted(p.name for p in tmp_path.glob("run_ep*.pt")) == ["run_ep2.pt", "run_ep3.pt"]
+    assert sorted(saved.deleted) == ["run_ep1.pt", "run_step20.replay.pt"]
+    assert [p.name for p in saved.written] == ["run_step30.replay.pt", "run_ep3.pt", "run_latest.pt"]
+
+
+def test_load_fetches_the_checkpoint_and_its_sidecar_through_the_callback(tmp_path):
+    remote, local = tmp_path / "remote", tmp_path / "local"
+    save(remote, step=10, episode=1)
+    local.mkdir()
+    fetched = []
+
+    def fetch(name):
+        fetched.append(name)
+        (local / name).write_bytes((remote / name).read_bytes())
+
+    path, data, replay = checkpoint.load_newest(local, "run", names=[p.name for p in remote.iterdir()], fetch=fetch)
+    assert path == local / "run_latest.pt" and fetched == ["run_latest.pt", "run_step10.replay.pt"]
+    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
 
 
 def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):

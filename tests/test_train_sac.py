@@ -25,7 +25,8 @@ def smoke_run(tmp_path_factory):
         checkpoint__dir=tmp / "ckpt", checkpoint__every_episodes=1, logging__tensorboard_dir=tmp / "runs",
         logging__progress="false", training__seed_steps=20, training__eval_every_episodes=1, training__eval_episodes=1,
     )
-    result = run_cli("--config", CONFIG, *args, *TINY)
+    extras = sets(checkpoint__every_steps=30, training__auto_shutdown=f"touch {tmp / 'finished'}")
+    result = run_cli("--config", CONFIG, *args, *extras, *TINY)
     assert result.returncode == 0, result.stderr
     return tmp, args, result
 
@@ -39,6 +40,13 @@ def test_smoke_run_writes_episode_and_latest_checkpoints(smoke_run):
     assert data["config"]["sac"]["batch_size"] == 8 and replay["count"] == 102
     assert data["agent"]["updates"] > 0
     assert "resolved config:" in result.stdout and "batch_size: 8" in result.stdout
+
+
+def test_every_steps_saves_latest_mid_episode_and_auto_shutdown_runs_after_completion(smoke_run):
+    tmp, _, result = smoke_run
+    assert "saved sac_video_step30.replay.pt, sac_video_latest.pt (episode 0, step 30)" in result.stdout
+    assert "saved sac_video_step60.replay.pt, sac_video_latest.pt (episode 1, step 60)" in result.stdout
+    assert (tmp / "finished").exists()
 
 
 def test_smoke_run_logs_every_metric_to_tensorboard(smoke_run):
@@ -120,7 +128,7 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stop_signal_saves_a_loadable_latest_and_exits_128_plus_signal(tmp_path, sig):
-    args = run_args(tmp_path, 1000)
+    args = run_args(tmp_path, 1000) + sets(training__auto_shutdown=f"touch {tmp_path / 'finished'}")
     proc = popen_cli("--config", CONFIG, *args)
     wait_for(tmp_path / "ckpt" / "sac_video_ep1.pt", proc)
     time.sleep(0.5)
@@ -130,6 +138,7 @@ def test_stop_signal_saves_a_loadable_latest_and_exits_128_plus_signal(tmp_path,
     data, replay = checkpoint.load(tmp_path / "ckpt" / "sac_video_latest.pt")
     steps = data["progress"]["env_step"]
     assert steps >= 30 and replay["count"] >= steps
+    assert not (tmp_path / "finished").exists(), "auto_shutdown is for completed runs, not for a reclaimed instance"
 
     resumed = run_cli("--config", CONFIG, *args, "--set", f"training.episodes={data['progress']['episode'] + 1}", "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr

@@ -7,11 +7,15 @@ Files in `checkpoint.dir` for a run named <name>:
                               It is the size of the buffer, so it is written once per save rather than into every
                               file; the newest `checkpoint.keep_replays` are kept.
 Every file is written to a temporary name, fsynced and renamed, so a kill leaves the previous good file in place.
+`checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote `checkpoint.dir` (see trainer/remote.py)
+mirrors this folder; `fetch` callbacks below pull files from it on demand.
 """
 
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -29,6 +33,15 @@ class CheckpointError(UserError):
     """A checkpoint file that cannot be read (missing, truncated, corrupt, or from another program)."""
 
 
+@dataclass
+class Saved:
+    """What one save changed in the folder, in the order a mirror must apply it."""
+
+    latest: Path
+    written: list[Path] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
 def atomic_save(obj, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "wb") as f:
@@ -43,37 +56,52 @@ def atomic_save(obj, path: Path) -> None:
         os.close(dir_fd)
 
 
-def save(directory: Path, name: str, payload: dict, replay_state: dict, env_step: int, episode: int | None, keep_replays: int) -> Path:
+def save(directory: Path, name: str, payload: dict, replay_state: dict, env_step: int, episode: int | None,
+         keep_replays: int, keep_last: int) -> Saved:
     """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), then `<name>_latest.pt`."""
     directory.mkdir(parents=True, exist_ok=True)
     replay_file = f"{name}_step{env_step}.replay.pt"
-    atomic_save(replay_state, directory / replay_file)
     payload = {**payload, "format": FORMAT, "replay_file": replay_file}
-    if episode is not None:
-        atomic_save(payload, directory / f"{name}_ep{episode}.pt")
     latest = directory / f"{name}_latest.pt"
-    atomic_save(payload, latest)
-    _prune(directory, name, keep_replays)
-    return latest
+    written = [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
+    atomic_save(replay_state, written[0])
+    for path in written[1:]:
+        atomic_save(payload, path)
+    return Saved(latest, written, _prune(directory, name, keep_replays, keep_last))
 
 
-def _prune(directory: Path, name: str, keep_replays: int) -> None:
-    """Drop old replay sidecars and the temporary files of writers that were killed."""
-    pattern = re.compile(rf"{re.escape(name)}_step(\d+)\.replay\.pt")
-    replays = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := pattern.fullmatch(p.name)))
-    for _, path in replays[:-keep_replays]:
-        path.unlink(missing_ok=True)
+def _numbered(names: Iterable[str], name: str, kind: str) -> list[tuple[int, str]]:
+    """(number, file name) of `<name>_ep<N>.pt` or `<name>_step<S>.replay.pt` files, oldest first."""
+    suffix = {"ep": r"\.pt", "step": r"\.replay\.pt"}[kind]
+    pattern = re.compile(rf"{re.escape(name)}_{kind}(\d+){suffix}")
+    return sorted((int(m.group(1)), n) for n in names if (m := pattern.fullmatch(n)))
+
+
+def _prune(directory: Path, name: str, keep_replays: int, keep_last: int) -> list[str]:
+    """Drop old replay sidecars, `_ep` files beyond `keep_last`, and temporary files of killed writers."""
+    names = os.listdir(directory)
+    doomed = [n for _, n in _numbered(names, name, "step")[:-keep_replays]]
+    if keep_last > 0:
+        doomed += [n for _, n in _numbered(names, name, "ep")[:-keep_last]]
+    for doomed_name in doomed:
+        (directory / doomed_name).unlink(missing_ok=True)
     for path in directory.glob(f".{name}_*.tmp*"):
         if not path.name.endswith(f".tmp{os.getpid()}"):
             path.unlink(missing_ok=True)
+    return doomed
 
 
-def load(path: Path) -> tuple[dict, dict | None]:
-    """(payload, replay state or None when its sidecar was pruned); CheckpointError if unreadable."""
+def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, dict | None]:
+    """(payload, replay state or None when its sidecar was pruned); CheckpointError if unreadable.
+    `fetch(file_name)` first brings a file into `path.parent` from a remote mirror, when there is one."""
+    if fetch:
+        fetch(path.name)
     payload = _read(path)
     if not isinstance(payload, dict) or any(key not in payload for key in PAYLOAD_KEYS) or payload["format"] != FORMAT:
         raise CheckpointError(f"{path} is not a checkpoint of this trainer (format {FORMAT}); pass a <run>_latest.pt or <run>_ep<N>.pt file")
     replay_path = path.parent / payload["replay_file"]
+    if fetch:
+        fetch(replay_path.name)
     if not replay_path.exists():
         print(f"warning: {replay_path.name} was pruned (checkpoint.keep_replays); resuming {path.name} with an empty replay buffer", file=sys.stderr)
         return payload, None
@@ -90,21 +118,22 @@ def _read(path: Path):
         raise CheckpointError(f"checkpoint {path} is unreadable (truncated or corrupt: {reason}); resume from an older <run>_ep<N>.pt or use --resume auto") from None
 
 
-def candidates(directory: Path, name: str) -> list[Path]:
-    """Resume candidates, newest first: `_latest`, then `_ep<N>` by decreasing N."""
-    if not directory.is_dir():
-        return []
-    pattern = re.compile(rf"{re.escape(name)}_ep(\d+)\.pt")
-    episodes = sorted(((int(m.group(1)), p) for p in directory.iterdir() if (m := pattern.fullmatch(p.name))), reverse=True)
-    latest = directory / f"{name}_latest.pt"
-    return ([latest] if latest.exists() else []) + [p for _, p in episodes]
+def candidates(names: Iterable[str], name: str) -> list[str]:
+    """Resume candidates among file names, newest first: `_latest`, then `_ep<N>` by decreasing N."""
+    names = list(names)
+    latest = f"{name}_latest.pt"
+    return ([latest] if latest in names else []) + [n for _, n in reversed(_numbered(names, name, "ep"))]
 
 
-def load_newest(directory: Path, name: str) -> tuple[Path, dict, dict | None] | None:
-    """The newest checkpoint that loads, skipping damaged ones with a warning; None if there is none."""
-    for path in candidates(directory, name):
+def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,
+                fetch: Callable[[str], None] | None = None) -> tuple[Path, dict, dict | None] | None:
+    """The newest checkpoint that loads, skipping damaged ones with a warning; None if there is none.
+    `names` lists the files to choose from (default: the folder's); `fetch` as in `load`."""
+    if names is None:
+        names = os.listdir(directory) if directory.is_dir() else []
+    for candidate in candidates(names, name):
         try:
-            return (path, *load(path))
+            return (directory / candidate, *load(directory / candidate, fetch))
         except CheckpointError as err:
             print(f"warning: {err}; trying an older checkpoint", file=sys.stderr)
     return None

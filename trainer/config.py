@@ -86,14 +86,21 @@ class TrainingConfig:
     eval_every_episodes: int = 10
     eval_episodes: int = 5
     device: str = "auto"  # auto | cpu | cuda
+    auto_shutdown: str | None = None  # shell command run when training completes (not on a signal), e.g. a VM stop
 
 
 @dataclass
 class CheckpointConfig:
-    dir: str = "checkpoints"
+    dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
+    local_dir: str = "checkpoints"  # where files are written first when `dir` is a URL, then uploaded
     name: str | None = None  # file prefix; None = sac_<encoder.type>
     every_episodes: int = 100
+    every_steps: int = 0  # also replace _latest every this many agent steps; 0 = off
+    keep_last: int = 0  # _ep<N> files kept, newest first; 0 = keep all
     keep_replays: int = 1  # replay sidecars kept (newest first); each is the size of the buffer
+    upload_retries: int = 5
+    upload_backoff_s: float = 2.0  # first retry delay; doubles each retry
+    upload_timeout_s: float = 60.0  # how long the run waits at exit for pending uploads
 
 
 @dataclass
@@ -275,5 +282,10 @@ def _validate(cfg: Config) -> None:
         raise UserError(f"env.image_size must be >= 32 (84 default, 64 for speed), got {cfg.env.image_size}")
     if cfg.sac.buffer_size <= cfg.env.frame_stack + 1:
         raise UserError(f"sac.buffer_size must exceed env.frame_stack + 1, got {cfg.sac.buffer_size}")
+    for key in ("every_steps", "keep_last"):
+        if getattr(cfg.checkpoint, key) < 0:
+            raise UserError(f"config key 'checkpoint.{key}' must be >= 0 (0 = off), got {getattr(cfg.checkpoint, key)}")
+    if cfg.checkpoint.upload_retries < 1:
+        raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")

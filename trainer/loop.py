@@ -5,6 +5,7 @@ seeds and the deterministic policy, and all other randomness comes from RNGs sav
 stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
 """
 
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
 from trainer.errors import UserError
 from trainer.logger import Logger
+from trainer.remote import RemoteDir, is_remote
 from trainer.signals import GracefulStop
 
 EVAL_SEED_OFFSET = 1_000_000  # eval episodes never share a start state with training episodes
@@ -66,10 +68,15 @@ class Trainer:
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed,
         )
         self.progress = Progress()
-        self.checkpoint_dir = Path(cfg.checkpoint.dir)
+        ckpt = cfg.checkpoint
+        self.remote = None
+        if is_remote(ckpt.dir):
+            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s, report=print)
+        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
+        start = time.perf_counter()
         payload = {
             "config": to_dict(self.cfg),
             "agent": self.agent.state_dict(),
@@ -80,15 +87,22 @@ class Trainer:
                 "numpy": self.rng.bit_generator.state,
             },
         }
+        ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
-        return checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
-                               self.progress.env_step, episode, self.cfg.checkpoint.keep_replays)
+        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
+                                self.progress.env_step, episode, ckpt.keep_replays, ckpt.keep_last)
+        if self.remote:
+            self.remote.upload(saved.written, saved.deleted)
+        names = ", ".join(path.name for path in saved.written)
+        self.logger.message(f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) in {time.perf_counter() - start:.1f} s")
+        return saved.latest
 
     def resume(self, target: str) -> None:
         if target == "auto":
-            found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name)
+            names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
+            found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
             if found is None:
-                print(f"no usable checkpoint for run '{self.cfg.run_name}' in {self.checkpoint_dir}; starting fresh")
+                print(f"no usable checkpoint for run '{self.cfg.run_name}' in {self.cfg.checkpoint.dir}; starting fresh")
                 return
             path, payload, replay_state = found
         else:
@@ -141,6 +155,8 @@ class Trainer:
             episode_return += float(reward)
             length += 1
             self.learn()
+            if every(self.cfg.checkpoint.every_steps, self.progress.env_step):
+                self.save(final_of_episode=False)
             done = terminated or truncated
         seconds = time.perf_counter() - start
         self.logger.episode({
@@ -166,31 +182,45 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
         """Train until `training.episodes` (or `training.max_env_steps`); returns the process exit status."""
-        cfg, progress = self.cfg, self.progress
+        cfg = self.cfg
         print(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}", flush=True)
-        self.logger = Logger(cfg, progress.env_step, cfg.training.episodes, progress.episode)
-        saved_episode = progress.episode
+        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
         try:
             with GracefulStop() as stop:
-                while progress.episode < cfg.training.episodes and until(cfg.training.max_env_steps, progress.env_step):
-                    if not self.run_episode(stop):
-                        break
-                    progress.episode += 1
-                    if every(cfg.training.eval_every_episodes, progress.episode):
-                        frames = progress.env_step * cfg.env.action_repeat
-                        self.logger.evaluation(self.evaluate(), progress.env_step, frames, progress.episode)
-                    if every(cfg.checkpoint.every_episodes, progress.episode):
-                        self.save(final_of_episode=True)
-                        saved_episode = progress.episode
+                self.run(stop)
                 if stop.requested:
                     path = self.save(final_of_episode=False)
                     self.logger.message(f"stopped by signal {stop.signum}; saved {path}; continue with --resume auto")
                     return 128 + stop.signum
-            if progress.episode != saved_episode:
-                self.save(final_of_episode=True)
-            self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {self.checkpoint_dir}")
-            return 0
         finally:
-            self.logger.close()
-            self.env.close()
-            self.eval_env.close()
+            self.close()
+        if cfg.training.auto_shutdown:
+            print(f"running training.auto_shutdown: {cfg.training.auto_shutdown}", flush=True)
+            subprocess.run(cfg.training.auto_shutdown, shell=True, check=False)
+        return 0
+
+    def run(self, stop: GracefulStop) -> None:
+        """The episodes themselves, with evaluation and checkpoints; returns early when a stop is requested."""
+        cfg, progress = self.cfg, self.progress
+        saved_episode = progress.episode
+        while progress.episode < cfg.training.episodes and until(cfg.training.max_env_steps, progress.env_step):
+            if not self.run_episode(stop):
+                return
+            progress.episode += 1
+            if every(cfg.training.eval_every_episodes, progress.episode):
+                frames = progress.env_step * cfg.env.action_repeat
+                self.logger.evaluation(self.evaluate(), progress.env_step, frames, progress.episode)
+            if every(cfg.checkpoint.every_episodes, progress.episode):
+                self.save(final_of_episode=True)
+                saved_episode = progress.episode
+        if progress.episode != saved_episode:
+            self.save(final_of_episode=True)
+        self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+
+    def close(self) -> None:
+        """Flush logs and pending uploads, release the renderers."""
+        self.logger.close()
+        self.env.close()
+        self.eval_env.close()
+        if self.remote:
+            self.remote.close(self.cfg.checkpoint.upload_timeout_s)

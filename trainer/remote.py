@@ -1,0 +1,108 @@
+"""Checkpoint folders that live elsewhere: any fsspec URL (`s3://bucket/prefix`, `gs://...`, `file:///mnt/...`).
+
+Checkpoints are always written locally first (`checkpoint.local_dir`, atomically) and then copied up by one
+background thread, in the order they were written: replay sidecar, `_ep<N>`, `_latest`. So the remote `_latest`
+never names a sidecar that is not there yet, training never waits on the network, and a failed upload is retried
+with backoff and reported, never silently dropped. At exit the trainer waits a bounded time for the queue to drain.
+Each queued file is a hard link taken at save time: a later save may replace `_latest` or prune a sidecar locally
+before a slow upload gets to it, and the upload must still send what that save wrote.
+"""
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from trainer.errors import UserError
+
+
+def is_remote(directory: str) -> bool:
+    return "://" in directory
+
+
+class RemoteDir:
+    def __init__(self, url: str, local_dir: Path, retries: int, backoff_s: float, report: Callable[[str], None]):
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as err:
+            raise UserError(f"cannot open checkpoint.dir {url} ({err}); install the filesystem's package (s3fs for s3://, gcsfs for gs://)") from None
+        if isinstance(self.fs, LocalFileSystem):
+            self.fs.makedirs(self.root, exist_ok=True)  # object stores need no folders; a file:// URL does
+        self.url, self.local_dir, self.retries, self.backoff_s, self.report = url, local_dir, retries, backoff_s, report
+        self.failures = 0
+        self._jobs = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="checkpoint-upload", daemon=True)
+        self._thread.start()
+
+    def _remote(self, name: str) -> str:
+        return f"{self.root.rstrip('/')}/{name}"
+
+    def listdir(self) -> list[str]:
+        try:
+            return [Path(p).name for p in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def fetch(self, name: str) -> None:
+        """Bring `name` into the local folder unless an identical-size copy is there; no-op if the remote lacks it."""
+        local = self.local_dir / name
+        try:
+            size = self.fs.size(self._remote(name))
+        except FileNotFoundError:
+            return
+        if local.exists() and local.stat().st_size == size:
+            return
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        partial = local.with_name(f".{name}.download")
+        self.fs.get_file(self._remote(name), str(partial))
+        partial.replace(local)
+
+    def upload(self, written: list[Path], deleted: list[str]) -> None:
+        """Queue one save's files (uploaded in this order) and the names it pruned (deleted remotely after)."""
+        staged = []
+        for path in written:
+            snapshot = path.with_name(f".upload{self._jobs}-{path.name}")
+            os.link(path, snapshot)
+            staged.append((snapshot, path.name))
+        self._jobs += 1
+        self._queue.put((staged, deleted))
+
+    def _work(self) -> None:
+        while (job := self._queue.get()) is not None:
+            staged, deleted = job
+            for snapshot, name in staged:
+                self._retry(f"upload {name}", lambda: self.fs.put_file(str(snapshot), self._remote(name)))
+                snapshot.unlink()
+            for name in deleted:
+                self._retry(f"delete {name}", lambda: self.fs.rm_file(self._remote(name)) if self.fs.exists(self._remote(name)) else None)
+            self._queue.task_done()
+        self._queue.task_done()
+
+    def _retry(self, what: str, action: Callable[[], object]) -> None:
+        for attempt in range(1, self.retries + 1):
+            try:
+                action()
+                return
+            except Exception as err:  # network and permission errors come in many types; all are retried alike
+                if attempt == self.retries:
+                    self.failures += 1
+                    self.report(f"warning: could not {what} to {self.url} after {attempt} tries ({err}); the local copy in {self.local_dir} is intact")
+                    return
+                delay = self.backoff_s * 2 ** (attempt - 1)
+                self.report(f"warning: {what} to {self.url} failed ({err}); retry {attempt}/{self.retries - 1} in {delay:.0f} s")
+                time.sleep(delay)
+
+    def close(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for pending uploads; True when everything was uploaded."""
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self.report(f"warning: uploads to {self.url} still pending after {timeout_s:.0f} s; local copies are in {self.local_dir}")
+            return False
+        return self.failures == 0
