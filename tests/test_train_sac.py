@@ -1,6 +1,7 @@
 """The command line end to end on a real rendered MuJoCo task: checkpoints, TensorBoard, exact resume after a
 kill, SIGTERM/SIGINT saving, and clear errors for damaged or incompatible checkpoints."""
 
+import random
 import shutil
 import signal
 import time
@@ -144,3 +145,26 @@ def test_stop_signal_saves_a_loadable_latest_and_exits_128_plus_signal(tmp_path,
     assert resumed.returncode == 0, resumed.stderr
     assert f"step {steps}," in resumed.stdout
     assert checkpoint.load(tmp_path / "ckpt" / "sac_video_latest.pt")[0]["progress"]["env_step"] > steps
+
+
+def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
+    """Preempt the same run four times at random moments (SIGTERM, then SIGKILL, which allows no clean-up),
+    each time restarting it with --resume auto, as a spot instance would be."""
+    rng = random.Random(0)
+    args = run_args(tmp_path, 1000) + sets(env__max_episode_steps=10)  # a checkpoint every 10 steps
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    steps = 0
+    for trial, sig in enumerate([signal.SIGTERM, signal.SIGKILL] * 2):
+        before = latest.stat().st_mtime_ns if latest.exists() else 0
+        proc = popen_cli("--config", CONFIG, *args, "--resume", "auto")
+        deadline = time.time() + 240
+        while not latest.exists() or latest.stat().st_mtime_ns == before:  # this trial has saved at least once
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+        assert proc.returncode == (128 + sig if sig == signal.SIGTERM else -sig), f"trial {trial}"
+        data, _ = checkpoint.load(latest)
+        assert data["progress"]["env_step"] > steps, "every trial adds work and keeps it"
+        steps = data["progress"]["env_step"]
