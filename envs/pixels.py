@@ -49,35 +49,45 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
     return free
 
 
-class PixelObservation(gym.Wrapper):
-    def __init__(self, env: gym.Env, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
-        super().__init__(env)
+class Camera:
+    """One camera of a MuJoCo-backed env rendered at a fixed size into a reused buffer."""
+
+    def __init__(self, env: gym.Env, size: int, camera, shadow_size: int, offsamples: int):
         self.model, self._data, free_config = mujoco_handles(env)
         self.camera = resolve_camera(self.model, camera, free_config)
         self.model.vis.quality.shadowsize = shadow_size
         self.model.vis.quality.offsamples = offsamples
         self.renderer = mujoco.Renderer(self.model, size, size)
         self._frame = np.empty((size, size, 3), dtype=np.uint8)
-        self._stack = np.empty((frame_stack, 3, size, size), dtype=np.uint8)
-        self.observation_space = gym.spaces.Box(0, 255, self._stack.shape, np.uint8)
 
-    def render_frame(self) -> np.ndarray:
-        """Render the current scene; returns the preallocated (H, W, 3) buffer, valid until the next call."""
+    def render(self) -> np.ndarray:
+        """The current scene, uint8 (H, W, 3); the buffer is reused by the next call."""
         self.renderer.update_scene(self._data(), camera=self.camera)
         self.renderer.render(out=self._frame)
         return self._frame
 
+    def close(self) -> None:
+        self.renderer.close()
+
+
+class PixelObservation(gym.Wrapper):
+    def __init__(self, env: gym.Env, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
+        super().__init__(env)
+        self.camera = Camera(env, size, camera, shadow_size, offsamples)
+        self._stack = np.empty((frame_stack, 3, size, size), dtype=np.uint8)
+        self.observation_space = gym.spaces.Box(0, 255, self._stack.shape, np.uint8)
+
     def reset(self, **kwargs):
         _, info = self.env.reset(**kwargs)
-        self._stack[:] = self.render_frame().transpose(2, 0, 1)
+        self._stack[:] = self.camera.render().transpose(2, 0, 1)
         return self._stack.copy(), info
 
     def step(self, action):
         _, reward, terminated, truncated, info = self.env.step(action)
         self._stack[:-1] = self._stack[1:]
-        self._stack[-1] = self.render_frame().transpose(2, 0, 1)
+        self._stack[-1] = self.camera.render().transpose(2, 0, 1)
         return self._stack.copy(), reward, terminated, truncated, info
 
     def close(self):
-        self.renderer.close()
+        self.camera.close()
         super().close()

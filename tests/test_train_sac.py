@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, popen_cli, run_cli, sets
@@ -168,3 +169,18 @@ def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
         data, _ = checkpoint.load(latest)
         assert data["progress"]["env_step"] > steps, "every trial adds work and keeps it"
         steps = data["progress"]["env_step"]
+
+
+def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smoke_run):
+    tmp, _, _ = smoke_run
+    run = tmp / "runs" / "sac_video"
+    for episode in (1, 2):
+        with Image.open(run / "videos" / f"eval_ep{episode}.gif") as gif:
+            assert gif.size == (128, 128) and 10 < gif.n_frames <= 50, "a frame per step of the 50-step episode (GIF merges repeats)"
+    with Image.open(run / "curve.png") as curve:
+        assert curve.format == "PNG" and curve.size[0] > 300
+
+
+def test_without_cuda_gpu_monitoring_is_one_notice_and_no_crash(smoke_run):
+    _, _, result = smoke_run
+    assert result.stdout.count("GPU monitoring off") == 1

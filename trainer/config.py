@@ -109,6 +109,11 @@ class LoggingConfig:
     tensorboard_dir: str = "runs"
     log_every_updates: int = 100  # losses are read back from the device only this often
     progress: bool = True
+    eval_video: bool = True  # a GIF of the first eval episode per evaluation, in <run>/videos/
+    video_size: int = 128  # pixels of the eval GIF (independent of what the encoder sees)
+    video_max_frames: int = 300
+    curve: bool = True  # redraw <run>/curve.png (eval return vs frames) after each evaluation
+    gpu_every_s: float = 30.0  # GPU utilisation/memory to TensorBoard at most this often (NVML)
 
 
 @dataclass

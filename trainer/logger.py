@@ -1,4 +1,5 @@
-"""Where a run's numbers go: TensorBoard events and an eval CSV under `<tensorboard_dir>/<run>/`, and the console.
+"""Where a run's numbers go, under `<tensorboard_dir>/<run>/`: TensorBoard events, eval.csv, curve.png (redrawn after
+each evaluation) and videos/eval_ep<N>.gif (the first eval episode), and the console.
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
 from the checkpoint without a doubled tail from the interrupted run.
@@ -7,16 +8,20 @@ from the checkpoint without a doubled tail from the interrupted run.
 import csv
 from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 from tqdm import tqdm
 
 from trainer.config import Config, to_yaml
+from trainer.plot import plot_runs
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return")
 
 
 class Logger:
     def __init__(self, cfg: Config, start_step: int, total_episodes: int, start_episode: int):
+        self.cfg = cfg
         self.dir = Path(cfg.logging.tensorboard_dir) / cfg.run_name
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "config.yaml").write_text(to_yaml(cfg))
@@ -40,7 +45,8 @@ class Logger:
         self.bar.update(1)
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
-    def evaluation(self, mean_return: float, step: int, frames: int, episode: int) -> None:
+    def evaluation(self, mean_return: float, step: int, frames: int, episode: int, clip: list[np.ndarray]) -> None:
+        """`clip`: uint8 (H, W, 3) frames of the first eval episode (empty when eval videos are off)."""
         self.scalars({"return": mean_return}, step, "eval")
         new = not self.eval_csv.exists()
         with open(self.eval_csv, "a", newline="") as f:
@@ -48,6 +54,14 @@ class Logger:
             if new:
                 writer.writerow(EVAL_COLUMNS)
             writer.writerow((step, frames, episode, f"{mean_return:.3f}"))
+        if self.cfg.logging.curve:
+            plot_runs([self.eval_csv], self.dir / "curve.png", title=self.cfg.run_name)
+        if clip:
+            (self.dir / "videos").mkdir(exist_ok=True)
+            images = [Image.fromarray(frame) for frame in clip]
+            seconds_per_frame = 1 / 30
+            images[0].save(self.dir / "videos" / f"eval_ep{episode}.gif", save_all=True, append_images=images[1:],
+                           duration=int(1000 * seconds_per_frame), loop=0)
         self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}")
 
     def message(self, text: str) -> None:

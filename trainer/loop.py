@@ -15,11 +15,13 @@ import torch
 
 from encoders import build_encoder
 from envs import make_env
+from envs.pixels import Camera
 from sac.agent import SAC
 from sac.replay import ReplayBuffer
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
 from trainer.errors import UserError
+from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote
 from trainer.signals import GracefulStop
@@ -57,6 +59,8 @@ class Trainer:
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.env, self.eval_env = make_env(cfg), make_env(cfg)
+        log = cfg.logging
+        self.eval_camera = Camera(self.eval_env, log.video_size, cfg.env.camera, cfg.env.render_shadow_size, cfg.env.render_offsamples) if log.eval_video else None
         pixels = cfg.encoder.type == "video"
         obs_space = self.env.observation_space
         self.action_dim = self.env.action_space.shape[0]
@@ -165,19 +169,24 @@ class Trainer:
             "env_steps_per_s": length / seconds,
             "updates_per_s": (self.agent.updates - updates_before) / seconds,
         }, self.progress.env_step)
+        self.logger.scalars(self.gpu_monitor.poll(), self.progress.env_step, "gpu")
         return True
 
-    def evaluate(self) -> float:
-        returns = []
+    def evaluate(self) -> tuple[float, list[np.ndarray]]:
+        """Mean return of the deterministic policy over `training.eval_episodes` fixed starts, and the first
+        episode's frames for the eval video."""
+        returns, clip = [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
             total, done = 0.0, False
             while not done:
+                if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
+                    clip.append(self.eval_camera.render().copy())
                 obs, reward, terminated, truncated, _ = self.eval_env.step(self.agent.act(obs, sample=False))
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        return float(np.mean(returns))
+        return float(np.mean(returns)), clip
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
@@ -185,6 +194,7 @@ class Trainer:
         cfg = self.cfg
         print(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}", flush=True)
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
+        self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         try:
             with GracefulStop() as stop:
                 self.run(stop)
@@ -208,8 +218,9 @@ class Trainer:
                 return
             progress.episode += 1
             if every(cfg.training.eval_every_episodes, progress.episode):
+                mean_return, clip = self.evaluate()
                 frames = progress.env_step * cfg.env.action_repeat
-                self.logger.evaluation(self.evaluate(), progress.env_step, frames, progress.episode)
+                self.logger.evaluation(mean_return, progress.env_step, frames, progress.episode, clip)
             if every(cfg.checkpoint.every_episodes, progress.episode):
                 self.save(final_of_episode=True)
                 saved_episode = progress.episode
@@ -221,6 +232,8 @@ class Trainer:
         """Flush logs and pending uploads, release the renderers."""
         self.logger.close()
         self.env.close()
+        if self.eval_camera:
+            self.eval_camera.close()
         self.eval_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)

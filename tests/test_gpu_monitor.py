@@ -1,0 +1,22 @@
+"""GPU monitoring never stops a run: without CUDA or NVML it says so once and reports nothing."""
+
+import torch
+
+from trainer.gpu_monitor import GpuMonitor
+
+
+def test_cpu_training_reports_one_notice_and_no_readings():
+    notices = []
+    monitor = GpuMonitor(torch.device("cpu"), every_s=0.0, report=notices.append)
+    assert monitor.poll() == {} and monitor.poll() == {}
+    assert notices == ["GPU monitoring off: training on the CPU"]
+
+
+def test_a_cuda_device_without_an_nvml_driver_is_a_notice_not_a_crash():
+    notices = []
+    monitor = GpuMonitor(torch.device("cuda", 0), every_s=0.0, report=notices.append)
+    if torch.cuda.is_available():  # on a GPU machine the real readings come back
+        assert 0 <= monitor.poll()["utilization_pct"] <= 100
+    else:
+        assert monitor.poll() == {}
+        assert len(notices) == 1 and notices[0].startswith("GPU monitoring off: NVML unavailable")
