@@ -1,8 +1,10 @@
 """scripts/tmux_train.sh with the real tmux, on a private server: training runs in a named session that logs to the run
-directory, a second call while it runs starts no duplicate, Ctrl-C in the session saves and logs the exit status, and
-a call after the session ended starts a new one that resumes from the checkpoint."""
+directory, a second call while it runs starts no duplicate, Ctrl-C in the session and tmux kill-session save and log
+the exit status, and the same call after the session ended starts a new one that resumes from the checkpoint."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,28 +21,47 @@ SESSION = "sac-tmux-train-test"
 GUARD_S = 180  # how long to wait for a file or a session before failing; a guard against hangs, never a measurement
 
 
+class PrivateTmux:
+    """The script run as a user runs it, but without a terminal (so it must not attach), against its own tmux server
+    (TMUX_TMPDIR, never a user's)."""
+
+    def __init__(self, socket_dir, base_dir):
+        self.base_dir = str(base_dir)  # every path the tests give the script lies under it
+        self.env = {key: value for key, value in os.environ.items() if key not in ("TMUX", "TMUX_PANE")}
+        self.env.update(TMUX_TMPDIR=str(socket_dir), TMUX_SESSION=SESSION, PYTHON=sys.executable)
+        self.env.setdefault("OMP_NUM_THREADS", "2")
+        self.panes: list[str] = []  # the session ids (pane pids) of the sessions the script started
+
+    def launch(self, *args: str) -> subprocess.CompletedProcess:
+        result = subprocess.run([SCRIPT, CONFIG, *args], cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=GUARD_S)
+        if result.stdout.startswith("started"):
+            self.panes.append(self.tmux("display-message", "-p", "-t", f"={SESSION}:", "#{pane_pid}").stdout.strip())
+        return result
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", *args], env=self.env, capture_output=True, text=True)
+
+    def running(self) -> bool:
+        return self.tmux("has-session", "-t", f"={SESSION}").returncode == 0
+
+    def close(self) -> None:
+        """Kill the server, and a trainer left orphaned if the pane shell's signal forwarding broke (a test then
+        fails): it keeps its pane's session id, and its arguments name this test's directory."""
+        self.tmux("kill-server")
+        for sid in filter(None, self.panes):
+            found = subprocess.run(["pgrep", "-a", "-s", sid], capture_output=True, text=True).stdout.splitlines()
+            for pid, cmdline in (line.split(" ", 1) for line in found):
+                if self.base_dir in cmdline:
+                    with contextlib.suppress(ProcessLookupError):  # it may end by itself meanwhile
+                        os.kill(int(pid), signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
-def tmux_env(tmp_path_factory):
-    """The script's environment: its own tmux server (TMUX_TMPDIR, never a user's), killed at the end."""
-    env = {key: value for key, value in os.environ.items() if key not in ("TMUX", "TMUX_PANE")}
-    env.update(TMUX_TMPDIR=str(tmp_path_factory.mktemp("tmux")), TMUX_SESSION=SESSION, PYTHON=sys.executable)
-    env.setdefault("OMP_NUM_THREADS", "2")
-    yield env
-    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
-
-
-def launch(env: dict, *args: str) -> subprocess.CompletedProcess:
-    """The script as a user calls it, but without a terminal, so it must not attach."""
-    return subprocess.run([SCRIPT, CONFIG, *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=GUARD_S)
-
-
-def tmux(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True)
-
-
-def running(env: dict) -> bool:
-    return tmux(env, "has-session", "-t", f"={SESSION}").returncode == 0
+def server(tmp_path_factory):
+    tmux = PrivateTmux(tmp_path_factory.mktemp("tmux"), tmp_path_factory.getbasetemp())
+    yield tmux
+    tmux.close()
 
 
 def tiny_run(out, episodes: int) -> list[str]:
@@ -52,28 +73,32 @@ def tiny_run(out, episodes: int) -> list[str]:
     )
 
 
-def wait_while_running(env: dict, until=lambda: False) -> None:
-    """Wait for the session to end, or for `until()` while the session still runs."""
+def wait_until(condition, what: str) -> None:
     deadline = time.monotonic() + GUARD_S
-    while running(env) and not until():
-        assert time.monotonic() < deadline, f"tmux session {SESSION} still running after {GUARD_S} s"
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not after {GUARD_S} s"
         time.sleep(0.2)
 
 
+def wait_while_running(server: PrivateTmux, until=lambda: False) -> None:
+    """Wait for the session to end, or for `until()` while the session still runs."""
+    wait_until(lambda: not server.running() or until(), f"tmux session {SESSION} ended")
+
+
 @pytest.fixture(scope="module")
-def interrupted(tmux_env, tmp_path_factory):
+def interrupted(server, tmp_path_factory):
     """A long run started in tmux, a second call once it has saved a checkpoint, then Ctrl-C in its pane."""
     out = tmp_path_factory.mktemp("run")
     args = tiny_run(out, episodes=1000)
     log = out / "runs" / "sac_video" / "train.log"
-    first = launch(tmux_env, *args)
+    first = server.launch(*args)
     assert first.returncode == 0, first.stderr
-    wait_while_running(tmux_env, until=(out / "ckpt" / "sac_video_ep1.pt").exists)
-    assert running(tmux_env), log.read_text() if log.exists() else "the session ended before saving a checkpoint"
-    second = launch(tmux_env, *args)
-    sessions = tmux(tmux_env, "list-sessions", "-F", "#{session_name}").stdout.split()
-    tmux(tmux_env, "send-keys", "-t", f"={SESSION}:", "C-c")
-    wait_while_running(tmux_env)
+    wait_while_running(server, until=(out / "ckpt" / "sac_video_ep1.pt").exists)
+    assert server.running(), log.read_text() if log.exists() else "the session ended before saving a checkpoint"
+    second = server.launch(*args)
+    sessions = server.tmux("list-sessions", "-F", "#{session_name}").stdout.split()
+    server.tmux("send-keys", "-t", f"={SESSION}:", "C-c")
+    wait_while_running(server)
     return SimpleNamespace(out=out, args=args, log=log, log_text=log.read_text(), first=first, second=second, sessions=sessions)
 
 
@@ -95,27 +120,33 @@ def test_the_session_trains_writes_checkpoints_and_logs_the_trainer_output_and_e
     assert payload["progress"]["episode"] >= 1
     lines = interrupted.log_text.splitlines()
     assert lines[0].startswith("== ") and "train_sac.py --config" in lines[0] and "--resume auto" in lines[0]
-    assert "run 'sac_video' on cpu" in interrupted.log_text and "resolved config:" in interrupted.log_text
+    assert "run 'sac_video' on " in interrupted.log_text and "resolved config:" in interrupted.log_text
     assert lines[-2].startswith("stopped by signal 2; saved ")
     assert lines[-1] == "exit status 130"
 
 
-def test_a_call_after_the_session_ended_starts_a_new_one_that_resumes_and_appends_to_the_log(interrupted, tmux_env):
-    episodes = checkpoint.load(interrupted.out / "ckpt" / "sac_video_latest.pt")[0]["progress"]["episode"] + 1
-    again = launch(tmux_env, *interrupted.args, "--set", f"training.episodes={episodes}")
+def test_the_same_call_after_the_session_ended_resumes_and_tmux_kill_session_saves(interrupted, server):
+    ckpt = interrupted.out / "ckpt"
+    stopped_at = checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"]
+    next_checkpoint = ckpt / f"sac_video_ep{stopped_at + 1}.pt"
+    assert not next_checkpoint.exists()
+    again = server.launch(*interrupted.args)
     assert again.returncode == 0 and f"started tmux session '{SESSION}'" in again.stdout, again.stderr
-    wait_while_running(tmux_env)
+    wait_while_running(server, until=next_checkpoint.exists)
+    assert server.tmux("kill-session", "-t", f"={SESSION}").returncode == 0
+    wait_until(lambda: interrupted.log.read_text().endswith("exit status 143\n"), "the trainer's exit logged")
     log = interrupted.log.read_text()
     assert log.startswith(interrupted.log_text) and log.count("\n== ") == 1
-    assert "resumed from " in log and log.endswith("exit status 0\n")
-    assert checkpoint.load(interrupted.out / "ckpt" / "sac_video_latest.pt")[0]["progress"]["episode"] == episodes
+    assert f"resumed from {ckpt / 'sac_video_latest.pt'}: episode {stopped_at}," in log
+    assert "stopped by signal 15; saved " in log
+    assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"] > stopped_at
 
 
-def test_a_config_error_is_one_line_and_starts_no_session(tmux_env, tmp_path):
-    result = launch(tmux_env, *tiny_run(tmp_path, episodes=1), "--set", "sac.nope=1")
+def test_a_config_error_is_one_line_and_starts_no_session(server, tmp_path):
+    result = server.launch(*tiny_run(tmp_path, episodes=1), "--set", "sac.nope=1")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "unknown config key 'sac.nope'" in result.stderr
-    assert not running(tmux_env)
+    assert not server.running()
 
 
 @pytest.mark.parametrize("args, expected", [
