@@ -4,7 +4,8 @@
 # runs `train_sac.py --config CONFIG --resume auto [options]` in the session `sac-<run name>`, appending its output
 # to <logging.tensorboard_dir>/<run name>/train.log, then attaches when called from a terminal. While that session
 # runs, another call only says so (and attaches); once it has ended (finished, crashed, pod restarted) the same call
-# starts a new one, which resumes from the newest checkpoint. Paths in the options are relative to the repository.
+# starts a new one, which resumes from the newest checkpoint. CONFIG is found from where you are; paths in the
+# options are relative to the repository root, where the trainer runs.
 #   TMUX_SESSION  session name instead of sac-<run name>
 #   PYTHON        interpreter; default .venv/bin/python when it exists (after `make setup`), else python3
 #   TMUX_TMPDIR   tmux's own: where the server socket lives (tests use a private one)
@@ -52,6 +53,7 @@ session=${session//[.:]/_}  # tmux turns these into '_' in session names
 # log. The trainer is started as a job of its own (set -m, then off again to keep job notices out of the pane) so that
 # it gets only these forwarded signals; tee ignores them all so its last lines, naming the checkpoint saved on the way
 # out, are logged too.
+# shellcheck disable=SC2016  # the pane's bash expands these, from the arguments given after the script
 trainer='python=$1 log=$2
 shift 2
 echo "== $(date "+%F %T") $python train_sac.py $*" >>"$log"
