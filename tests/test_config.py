@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from trainer.config import Config, load_config, to_dict
+from trainer.config import Config, load_config, main, to_dict
 from trainer.errors import UserError
 
 DEFAULT = str(ROOT / "configs" / "default.yaml")
@@ -93,3 +93,18 @@ def test_cli_reports_unparseable_yaml(tmp_path):
     result = run_cli("--config", str(write(tmp_path, "env: [unclosed\n")))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1 and "cannot parse" in result.stderr and "line 2" in result.stderr
+
+
+def test_print_helper_shows_resolved_values_one_per_line(capsys):
+    assert main([DEFAULT, "--set", "checkpoint.name=pod_run", "--print", "run_name", "--print", "logging.tensorboard_dir"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["pod_run", "runs"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--set", "sac.nope=1", "--print", "run_name"], "unknown config key 'sac.nope'"),
+    (["--print", "logging.nope"], "unknown config key 'logging.nope'; pass a dotted key"),
+])
+def test_print_helper_reports_bad_keys_in_one_line_with_status_2(capsys, args, expected):
+    assert main([DEFAULT, *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1

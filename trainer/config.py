@@ -2,12 +2,18 @@
 
 Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|gpu>` block <- `--set key=value`.
 Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
+
+Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
+    python3 -m trainer.config CONFIG [--set key=value ...] --print run_name --print logging.tensorboard_dir
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -294,3 +300,32 @@ def _validate(cfg: Config) -> None:
         raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print resolved config values, one per line; a bad config or key is the trainer's one-line error, exit 2."""
+    parser = argparse.ArgumentParser(prog="python3 -m trainer.config", description=main.__doc__)
+    parser.add_argument("config", help="YAML config file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument("--print", action="append", required=True, dest="keys", metavar="KEY",
+                        help="dotted key (logging.tensorboard_dir) or run_name (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.set)
+        values = [_resolved(cfg, key) for key in args.keys]
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(str(value) for value in values))
+    return 0
+
+
+def _resolved(cfg: Config, key: str):
+    try:
+        return functools.reduce(getattr, key.split("."), cfg)
+    except AttributeError:
+        raise UserError(f"unknown config key '{key}'; pass a dotted key such as logging.tensorboard_dir, or run_name") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
