@@ -128,7 +128,7 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
     assert torch.equal(replay_a["frames"], replay_b["frames"])
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGINT: tests/test_tmux_train.py
 def test_stop_signal_saves_a_loadable_latest_and_exits_128_plus_signal(tmp_path, sig):
     args = run_args(tmp_path, 1000) + sets(training__auto_shutdown=f"touch {tmp_path / 'finished'}")
     proc = popen_cli("--config", CONFIG, *args)

@@ -1,10 +1,10 @@
-"""SIGTERM (spot reclaim, `docker stop`, tmux kill) and SIGINT (Ctrl-C) become a flag the training loop checks
-between steps, so it can save `_latest` and exit with 128+signal. A second signal gets the previous handler back,
+"""SIGTERM (spot reclaim, `docker stop`), SIGINT (Ctrl-C) and SIGHUP (a dropped ssh session, a killed terminal) become
+a flag the training loop checks between steps, so it can save `_latest` and exit with 128+signal. A second signal gets the previous handler back,
 so an impatient user can still kill at once; the atomic checkpoint writes make that safe too."""
 
 import signal
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class GracefulStop:
