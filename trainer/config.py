@@ -120,6 +120,8 @@ class LoggingConfig:
     video_max_frames: int = 300
     curve: bool = True  # redraw <run>/curve.png (eval return vs frames) after each evaluation
     gpu_every_s: float = 30.0  # GPU utilisation/memory to TensorBoard at most this often (NVML)
+    wandb: bool = False  # also log to Weights & Biases (WANDB_MODE=offline works without an account)
+    wandb_project: str = "pixel-sac"
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Where a run's numbers go, under `<tensorboard_dir>/<run>/`: TensorBoard events, eval.csv, curve.png (redrawn after
-each evaluation) and videos/eval_ep<N>.gif (the first eval episode), and the console.
+each evaluation) and videos/eval_ep<N>.gif (the first eval episode), and the console; optionally Weights & Biases
+(`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
 from the checkpoint without a doubled tail from the interrupted run.
@@ -13,7 +14,8 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from trainer.config import Config, to_yaml
+from trainer.config import Config, to_dict, to_yaml
+from trainer.errors import UserError
 from trainer.plot import plot_runs
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return")
@@ -30,15 +32,25 @@ class Logger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.dir), purge_step=start_step)
+        self.wandb = None
+        if cfg.logging.wandb:
+            try:
+                import wandb
+            except ImportError:
+                raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, or set logging.wandb=false") from None
+            self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name, resume="allow",
+                                    config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
         self._truncate_eval_csv(start_step)
         self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress, dynamic_ncols=True)
 
     def scalars(self, metrics: dict, step: int, prefix: str) -> None:
-        if self.writer is None:
-            return
-        for key, value in metrics.items():
-            self.writer.add_scalar(f"{prefix}/{key}", value.item() if isinstance(value, torch.Tensor) else value, step)
+        values = {f"{prefix}/{key}": value.item() if isinstance(value, torch.Tensor) else value for key, value in metrics.items()}
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+        if self.wandb is not None and values:
+            self.wandb.log(values, step=step)
 
     def episode(self, metrics: dict, step: int) -> None:
         self.scalars(metrics, step, "train")
@@ -80,3 +92,5 @@ class Logger:
         self.bar.close()
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()

@@ -1,0 +1,54 @@
+"""Logger: TensorBoard scalars, eval.csv (trimmed back to the checkpoint on resume), curve, GIF, and W&B offline."""
+
+import csv
+
+import numpy as np
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from trainer.config import Config
+from trainer.logger import Logger
+
+
+def config(tmp_path, **logging) -> Config:
+    cfg = Config()
+    cfg.logging.tensorboard_dir, cfg.logging.progress, cfg.checkpoint.name = str(tmp_path), False, "run"
+    for key, value in logging.items():
+        setattr(cfg.logging, key, value)
+    return cfg
+
+
+def evaluate(logger: Logger, steps: list[int]) -> None:
+    clip = [np.full((8, 8, 3), i * 40, np.uint8) for i in range(4)]
+    for step in steps:
+        logger.evaluation(float(step), step, step * 2, step // 10, clip)
+
+
+def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
+    logger = Logger(config(tmp_path), 0, 10, 0)
+    evaluate(logger, [10, 20, 30])
+    logger.close()
+    Logger(config(tmp_path), 20, 10, 2).close()
+    with open(tmp_path / "run" / "eval.csv", newline="") as f:
+        assert [row["env_step"] for row in csv.DictReader(f)] == ["10", "20"]
+    assert (tmp_path / "run" / "curve.png").exists() and (tmp_path / "run" / "videos" / "eval_ep3.gif").exists()
+
+
+def test_scalars_reach_tensorboard_with_their_step(tmp_path):
+    logger = Logger(config(tmp_path), 0, 10, 0)
+    logger.scalars({"critic_loss": 1.5, "alpha": 0.1}, 7, "train")
+    logger.close()
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/critic_loss")] == [(7, 1.5)]
+
+
+def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = Logger(config(tmp_path, wandb=True), 0, 10, 0)
+    logger.scalars({"critic_loss": 1.5}, 7, "train")
+    evaluate(logger, [10])
+    logger.close()
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-run.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0
+
