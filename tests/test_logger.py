@@ -33,13 +33,15 @@ def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
     assert (tmp_path / "run" / "curve.png").exists() and (tmp_path / "run" / "videos" / "eval_ep3.gif").exists()
 
 
-def test_scalars_reach_tensorboard_with_their_step(tmp_path):
+def test_scalars_and_eval_stills_reach_tensorboard_with_their_step(tmp_path):
     logger = Logger(config(tmp_path), 0, 10, 0)
     logger.scalars({"critic_loss": 1.5, "alpha": 0.1}, 7, "train")
+    evaluate(logger, [10])
     logger.close()
     events = EventAccumulator(str(tmp_path / "run"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/critic_loss")] == [(7, 1.5)]
+    assert [e.step for e in events.Images("eval/frames")] == [10]
 
 
 def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """Where a run's numbers go, under `<tensorboard_dir>/<run>/`: TensorBoard events, eval.csv, curve.png (redrawn after
-each evaluation) and videos/eval_ep<N>.gif (the first eval episode), and the console; optionally Weights & Biases
+each evaluation) and videos/eval_ep<N>.gif (the first eval episode, also as stills in TensorBoard), and the console; optionally Weights & Biases
 (`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
@@ -19,6 +19,7 @@ from trainer.errors import UserError
 from trainer.plot import plot_runs
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return")
+STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
 
 
 class Logger:
@@ -69,6 +70,9 @@ class Logger:
         if self.cfg.logging.curve:
             plot_runs([self.eval_csv], self.dir / "curve.png", title=self.cfg.run_name)
         if clip:
+            if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
+                picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)
+                self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step, dataformats="NHWC")
             (self.dir / "videos").mkdir(exist_ok=True)
             images = [Image.fromarray(frame) for frame in clip]
             seconds_per_frame = 1 / 30

@@ -59,8 +59,10 @@ class Trainer:
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.env, self.eval_env = make_env(cfg), make_env(cfg)
-        log = cfg.logging
-        self.eval_camera = Camera(self.eval_env, log.video_size, cfg.env.camera, cfg.env.render_shadow_size, cfg.env.render_offsamples) if log.eval_video else None
+        self.eval_camera = None
+        if cfg.logging.eval_video:
+            env = cfg.env
+            self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
         pixels = cfg.encoder.type == "video"
         obs_space = self.env.observation_space
         self.action_dim = self.env.action_space.shape[0]
@@ -132,16 +134,16 @@ class Trainer:
             return self.rng.uniform(-1.0, 1.0, self.action_dim).astype(np.float32)
         return self.agent.act(obs, sample=True)
 
-    def learn(self) -> dict:
-        sac, metrics = self.cfg.sac, {}
+    def learn(self) -> None:
+        """`sac.updates_per_step` updates, once the seed phase is over and the replay can fill a batch."""
+        sac = self.cfg.sac
         ready = len(self.replay) >= max(sac.batch_size, self.cfg.env.frame_stack + 2)
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
-            return metrics
+            return
         for _ in range(sac.updates_per_step):
             metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
-        return metrics
 
     def run_episode(self, stop: GracefulStop) -> bool:
         """One training episode; False if a stop signal cut it short."""
