@@ -3,7 +3,8 @@
     python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
 
 Each seed is a separate `train_sac.py` process (`--parallel` at a time, one torch thread each). Writes
-<out>/learn.csv with columns frames,seed,return (plus env_step) and prints one JSON line per seed and a summary.
+<out>/learn.csv with columns frames,seed,return (plus env_step), <out>/learn.png (mean +/- std over seeds, with the
+published pixel-SAC results as crosses for the DeepMind Control tasks) and prints one JSON line per seed and a summary.
 """
 
 import argparse
@@ -16,6 +17,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
+
+from bench.references import FRAMES, PUBLISHED  # noqa: E402
+from trainer.config import load_config  # noqa: E402
+from trainer.plot import plot_seeds  # noqa: E402
 
 
 def main() -> None:
@@ -57,9 +63,11 @@ def main() -> None:
         writer = csv.writer(f)
         writer.writerow(["frames", "seed", "return", "env_step"])
         writer.writerows((r["frames"], r["seed"], r["return"], r["env_step"]) for r in rows)
+    env_id = load_config(args.config, args.set).env.id
+    plot_seeds(rows, out / "learn.png", title=f"{Path(args.config).stem}", references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
     reached = [r["first_step_at_target"] for r in results if r["first_step_at_target"] is not None]
     print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target,
-                      "seeds_reaching_target": len(reached), "csv": str(out / "learn.csv")}))
+                      "seeds_reaching_target": len(reached), "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
 
 
 def read_eval(out: Path, seed: int) -> list[dict]:

@@ -3,7 +3,8 @@
     python3 -m trainer.plot runs/sac_video [runs/other ...] --out curves.png
 
 Each run folder (or eval.csv path) becomes one line of evaluation return against env frames. The trainer calls
-`plot_runs` after every evaluation to keep runs/<run>/curve.png current.
+`plot_runs` after every evaluation to keep runs/<run>/curve.png current; bench/learn.py calls `plot_seeds` for the
+mean and spread over seeds with published reference points.
 """
 
 import argparse
@@ -11,6 +12,7 @@ import csv
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -34,6 +36,31 @@ def plot_runs(csv_paths: list[Path], out: Path, title: str = "") -> None:
     ax.grid(alpha=0.3)
     if len(csv_paths) > 1:
         ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def plot_seeds(rows: list[dict], out: Path, title: str, references: dict[str, tuple], reference_frames: tuple[int, ...]) -> None:
+    """Mean +/- std of eval return over seeds, each seed interpolated onto the frames all seeds reached.
+    `rows`: dicts with frames, seed, return; `references`: {label: (return at each of reference_frames)}."""
+    seeds = sorted({r["seed"] for r in rows})
+    curves = {s: sorted((r["frames"], r["return"]) for r in rows if r["seed"] == s) for s in seeds}
+    grid = np.array(sorted({f for f, _ in curves[seeds[0]]}))
+    grid = grid[grid <= min(c[-1][0] for c in curves.values())]
+    values = np.stack([np.interp(grid, *zip(*curves[s])) for s in seeds])
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    mean, std = values.mean(0), values.std(0)
+    ax.plot(grid, mean, label=f"this repo ({len(seeds)} seeds)")
+    ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+    for label, returns in references.items():
+        points = [(f, r) for f, r in zip(reference_frames, returns) if r is not None]
+        ax.scatter(*zip(*points), marker="x", label=label)
+    ax.set_xlabel("env frames")
+    ax.set_ylabel("eval return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

@@ -1,0 +1,33 @@
+"""bench/learn.py: several seeds of a config, one CSV (frames,seed,return) and a mean +/- std PNG with the published
+reference points. Checked on a tiny budget: files and shapes, not returns."""
+
+import csv
+import subprocess
+import sys
+
+from PIL import Image
+
+from tests.conftest import ROOT, sets
+from trainer.plot import plot_seeds
+
+
+def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
+    tiny = sets(training__episodes=4, env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
+                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32, logging__eval_video="false")
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"), "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
+                             "--seeds", "1", "2", "--out", str(tmp_path), *tiny], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(tmp_path / "learn.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[:3] == ["frames", "seed", "return"]
+    assert [(r["seed"], r["frames"]) for r in rows] == [(s, f) for s in ("1", "2") for f in ("240", "480")], "eval every 2 episodes of 15 steps x action repeat 8"
+    with Image.open(tmp_path / "learn.png") as png:
+        assert png.format == "PNG"
+
+
+def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):
+    rows = [{"seed": 1, "frames": f, "return": f / 10} for f in (0, 100, 200, 300)]
+    rows += [{"seed": 2, "frames": f, "return": f / 5} for f in (0, 150, 250)]
+    plot_seeds(rows, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)}, (100, 500))
+    with Image.open(tmp_path / "seeds.png") as png:
+        assert png.size == (600, 400)
