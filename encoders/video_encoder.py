@@ -30,10 +30,9 @@ class VideoEncoder(nn.Module):
         if cfg.pretrained and not self.PRETRAINED:
             raise UserError(f"encoder.video.arch {cfg.arch} has no pretrained weights; set encoder.video.pretrained=false or use r3d18 or timesformer")
         self.obs_shape = tuple(obs_shape)
-        frames, channels, height, width = self.obs_shape
-        size = cfg.input_size
-        self.input_shape = (frames, channels, size, size) if size else self.obs_shape  # what `encode` receives
-        self.input_size = size
+        frames, channels, _, _ = self.obs_shape
+        self.input_size = cfg.input_size
+        self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape  # what `encode` receives
         self.autocast_dtype = AUTOCAST_DTYPES[cfg.precision]
         self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
         self.frozen = cfg.freeze
