@@ -97,7 +97,9 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     agent.update(batch)
     agent.critic.train()
     assert not encoder.training and not any(m.training for m in encoder.modules()), "BatchNorm stays in eval mode"
-    assert not encoder(batch["obs"]).requires_grad, "features come from a no_grad forward"
+    grad_modes = []
+    encoder.net.register_forward_hook(lambda module, inputs, output: grad_modes.append(torch.is_grad_enabled()))
+    assert not encoder(batch["obs"]).requires_grad and grad_modes == [False], "features come from a no_grad forward"
     assert all(p.grad is None and not p.requires_grad for p in encoder.parameters())
     assert all(torch.equal(before[key], value) for key, value in encoder.state_dict().items()), "weights and BatchNorm statistics unchanged"
     assert any(not torch.equal(a, b) for a, b in zip(heads_before, agent.critic.q1.parameters())), "the critic's heads still learn"
