@@ -27,7 +27,7 @@ PRESETS = {  # the tiny and small ones tile 84 px frames with 7 x 7 patches; bas
 }
 PUBLIC_CHECKPOINT = "facebook/timesformer-base-finetuned-k400"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-BACKBONE = "timesformer."  # key prefix in the video-classification checkpoint; `classifier.*` is dropped
+BACKBONE, CLASSIFIER = "timesformer.", "classifier."  # key prefixes in the video-classification checkpoint
 DIVIDED = "divided_space_time"
 
 
@@ -48,6 +48,7 @@ def find_checkpoint(weights: str | None) -> Path:
 
 
 def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors, from whichever of the two files Hugging Face publishes it is in."""
     for name in WEIGHT_FILES:
         path = directory / name
         if path.is_file():
@@ -59,13 +60,13 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
 
 def adapt(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Map the checkpoint's keys to TimesformerModel's and resize its time and position embeddings to ours."""
-    state = {key.removeprefix(BACKBONE): value for key, value in state.items() if not key.startswith("classifier.")}
+    state = {key.removeprefix(BACKBONE): value for key, value in state.items() if not key.startswith(CLASSIFIER)}
     time, pos = "embeddings.time_embeddings", "embeddings.position_embeddings"
     if time in state and state[time].shape != target[time].shape:  # (1, frames, D)
         state[time] = F.interpolate(state[time].transpose(1, 2), size=target[time].shape[1], mode="nearest").transpose(1, 2)
     if pos in state and state[pos].shape != target[pos].shape:  # (1, 1 + grid * grid, D), CLS first
         cls, grid = state[pos][:, :1], state[pos][:, 1:]
-        old, new, dim = round((grid.shape[1]) ** 0.5), round((target[pos].shape[1] - 1) ** 0.5), grid.shape[2]
+        old, new, dim = round(grid.shape[1] ** 0.5), round((target[pos].shape[1] - 1) ** 0.5), grid.shape[2]
         grid = F.interpolate(grid.transpose(1, 2).reshape(1, dim, old, old), size=(new, new), mode="nearest")
         state[pos] = torch.cat([cls, grid.flatten(2).transpose(1, 2)], dim=1)
     return state
