@@ -1,22 +1,31 @@
 """Observation encoders and their registry.
 
 Contract at this boundary, for every video arch: uint8 (B, T, C, H, W) in, float (B, repr_dim) out; the encoder
-normalises and reshapes for itself. The state encoder takes float32 (B, D) and returns (B, D).
-Adding an arch is one file in this folder plus one line in ARCHS.
+normalises and reshapes for itself (encoders/video_encoder.py holds what they share). The state encoder takes
+float32 (B, D) and returns (B, D). Adding an arch is one file in this folder plus one line in ARCHS.
 """
+
+import importlib
 
 from torch import nn
 
-from encoders.simple2dcnn import Simple2DCNN
 from encoders.state import StateEncoder
 
-ARCHS = {
-    "simple2dcnn": Simple2DCNN,
+ARCHS = {  # name -> class, imported when chosen: torchvision and transformers take seconds to import
+    "simple2dcnn": "encoders.simple2dcnn.Simple2DCNN",
+    "simple3dcnn": "encoders.simple3dcnn.Simple3DCNN",
+    "r3d18": "encoders.r3d18.R3D18",
+    "timesformer": "encoders.timesformer.TimeSformer",
 }
+
+
+def arch_class(name: str) -> type[nn.Module]:
+    module, _, cls = ARCHS[name].rpartition(".")
+    return getattr(importlib.import_module(module), cls)
 
 
 def build_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
     """`cfg` is the `encoder` config block; the module returned has `.repr_dim`."""
     if cfg.type == "state":
         return StateEncoder(obs_shape)
-    return ARCHS[cfg.video.arch](cfg.video, obs_shape)
+    return arch_class(cfg.video.arch)(cfg.video, obs_shape)

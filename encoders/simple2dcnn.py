@@ -4,11 +4,15 @@ Cheap enough for CPU training and the encoder behind the published DrQ/CURL pixe
 import torch
 from torch import nn
 
+from encoders.video_encoder import VideoEncoder
 
-class Simple2DCNN(nn.Module):
+
+class Simple2DCNN(VideoEncoder):
+    MEMORY_FORMAT = torch.channels_last
+
     def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
-        super().__init__()
-        frames, channels, height, width = obs_shape
+        super().__init__(cfg, obs_shape)
+        frames, channels, _, _ = self.input_shape
         layers = [nn.Conv2d(frames * channels, cfg.num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(cfg.num_layers - 1):
             layers += [nn.Conv2d(cfg.num_filters, cfg.num_filters, 3, stride=1), nn.ReLU()]
@@ -17,11 +21,8 @@ class Simple2DCNN(nn.Module):
             if isinstance(layer, nn.Conv2d):
                 nn.init.orthogonal_(layer.weight, nn.init.calculate_gain("relu"))
                 nn.init.zeros_(layer.bias)
-        self.obs_shape = tuple(obs_shape)
-        with torch.no_grad():
-            self.repr_dim = self.forward(torch.zeros(1, *obs_shape, dtype=torch.uint8)).shape[1]
+        self.repr_dim = self.output_dim()
+        self.finish()
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        assert obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == self.obs_shape, f"expected uint8 (B, {self.obs_shape}), got {obs.dtype} {tuple(obs.shape)}"
-        x = obs.flatten(1, 2).float() / 255.0 - 0.5
-        return self.convs(x)
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(self.layout(x.flatten(1, 2)))

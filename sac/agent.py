@@ -69,15 +69,24 @@ class Critic(nn.Module):
         return self.q1(inputs), self.q2(inputs)
 
 
+def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
+    """One group, as DrQ; given `encoder_lr` (e.g. lower for a pretrained trunk) the encoder gets its own group."""
+    if encoder_lr is None:
+        return [{"params": list(critic.parameters())}]
+    encoder = set(critic.encoder.parameters())
+    heads = [p for p in critic.parameters() if p not in encoder]
+    return [{"params": heads}, {"params": list(critic.encoder.parameters()), "lr": encoder_lr}]
+
+
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool):
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool, encoder_lr: float | None = None):
         self.cfg, self.device, self.pixels = cfg, device, pixels
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr)
+        self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
         self.updates = 0

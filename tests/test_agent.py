@@ -82,3 +82,16 @@ def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
     torch.manual_seed(3)
     b = other.update(data)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr():
+    agent = make_agent()
+    assert len(agent.critic_opt.param_groups) == 1
+    assert agent.critic_opt.param_groups[0]["params"] == list(agent.critic.parameters())
+
+    torch.manual_seed(0)
+    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), torch.device("cpu"), pixels=True, encoder_lr=1e-5)
+    heads, encoder = agent.critic_opt.param_groups
+    assert encoder["lr"] == 1e-5 and encoder["params"] == list(agent.critic.encoder.parameters())
+    assert heads["lr"] == 1e-3 and len(heads["params"]) + len(encoder["params"]) == len(list(agent.critic.parameters()))
+    assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"

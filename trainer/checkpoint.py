@@ -26,7 +26,11 @@ FORMAT = 1
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
 # Config keys whose change makes a checkpoint meaningless or unloadable for the run being resumed.
 STRUCTURAL_KEYS = ("env.id", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size")
-PIXEL_KEYS = ("env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters", "encoder.video.num_layers")
+PIXEL_KEYS = (
+    "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
+    "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",
+    "encoder.lr",  # null <-> a value changes the critic optimiser's parameter groups
+)
 
 
 class CheckpointError(UserError):

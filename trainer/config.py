@@ -50,15 +50,22 @@ class EnvConfig:
 
 @dataclass
 class VideoEncoderConfig:
-    arch: str = "simple2dcnn"
-    pretrained: bool = False
-    num_filters: int = 32
-    num_layers: int = 4
+    arch: str = "simple2dcnn"  # simple2dcnn | simple3dcnn | r3d18 | timesformer
+    pretrained: bool = False  # Kinetics-400 weights (r3d18; timesformer with preset base), read offline
+    weights: str | None = None  # where the pretrained weights are: r3d18 a .pth file, timesformer a checkpoint directory; None = the default cache
+    freeze: bool = False  # no gradients, BatchNorm in eval mode, features under no_grad: for pretrained trunks
+    input_size: int | None = None  # resize frames to this many pixels square on the device; None = as rendered
+    preset: str = "small"  # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
+    num_filters: int = 32  # simple2dcnn, simple3dcnn
+    num_layers: int = 4  # simple2dcnn, simple3dcnn
+    precision: str = "fp32"  # fp32 | bf16: autocast for the encoder (bf16 needs an Ampere or newer GPU to be fast)
+    channels_last: bool = False  # channels-last memory for the conv archs: faster convolutions on GPUs
 
 
 @dataclass
 class EncoderConfig:
     type: str = "video"  # video | state
+    lr: float | None = None  # the video encoder's own learning rate (e.g. lower for a pretrained trunk); None = sac.lr
     video: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
 
 
@@ -267,11 +274,21 @@ def _coerce(path: str, value, hint):
 
 def _validate(cfg: Config) -> None:
     from encoders import ARCHS
+    from encoders.video_encoder import AUTOCAST_DTYPES
 
     if cfg.encoder.type not in ENCODER_TYPES:
         raise UserError(f"encoder.type must be one of {', '.join(ENCODER_TYPES)}; got '{cfg.encoder.type}'")
-    if cfg.encoder.video.arch not in ARCHS:
-        raise UserError(f"unknown encoder.video.arch '{cfg.encoder.video.arch}'; allowed: {', '.join(ARCHS)}")
+    video = cfg.encoder.video
+    if video.arch not in ARCHS:
+        raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(ARCHS)}")
+    if video.precision not in AUTOCAST_DTYPES:
+        raise UserError(f"encoder.video.precision must be one of {', '.join(AUTOCAST_DTYPES)}; got '{video.precision}'")
+    if video.weights is not None and not video.pretrained:
+        raise UserError("encoder.video.weights is set but encoder.video.pretrained is false; set encoder.video.pretrained=true to load it")
+    if video.input_size is not None and video.input_size < 32:
+        raise UserError(f"encoder.video.input_size must be >= 32 or null (frames as rendered), got {video.input_size}")
+    if cfg.encoder.lr is not None and (cfg.encoder.lr <= 0 or cfg.encoder.type != "video"):
+        raise UserError(f"encoder.lr must be > 0 and applies to video encoders only; got {cfg.encoder.lr} with encoder.type {cfg.encoder.type}")
     if cfg.training.device not in ("auto", "cpu", "cuda"):
         raise UserError(f"training.device must be auto, cpu or cuda; got '{cfg.training.device}'")
     positive = {

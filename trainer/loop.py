@@ -67,7 +67,7 @@ class Trainer:
         obs_space = self.env.observation_space
         self.action_dim = self.env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels)
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr)
         frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,

@@ -1,0 +1,61 @@
+"""torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: the classifier is removed, features are
+the pooled 512-d output, and Kinetics-400 weights load with `pretrained`.
+
+Frames are normalised with Kinetics' mean and std whether or not weights are loaded: it is the input the network
+was designed for. Weights are never downloaded here; they come from `encoder.video.weights` or from torch's hub
+cache, where torchvision itself puts them on a connected machine.
+"""
+
+from pathlib import Path
+
+import torch
+from torchvision.models.video import R3D_18_Weights, r3d_18
+
+from encoders.video_encoder import VideoEncoder
+from trainer.errors import UserError
+
+KINETICS = R3D_18_Weights.KINETICS400_V1
+CLASSIFIER = "fc."  # state-dict prefix of the Kinetics classifier, which the trunk does without
+
+
+def default_weights_path() -> Path:
+    """Where torchvision caches the Kinetics-400 file: <torch hub dir>/checkpoints/r3d_18-b3b3357e.pth."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / Path(KINETICS.url).name
+
+
+def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
+    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache; UserError if absent."""
+    path = Path(weights) if weights else default_weights_path()
+    if not path.is_file():
+        raise UserError(
+            f"r3d18 pretrained weights not found at {path}; on a connected machine download {KINETICS.url} "
+            f"(or run: python -c \"import torchvision; torchvision.models.video.r3d_18(weights='KINETICS400_V1')\" "
+            f"and take it from ~/.cache/torch/hub/checkpoints/), then copy it to {path} or set encoder.video.weights=<file>"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged or foreign file; all mean the same here
+        raise UserError(f"cannot read r3d18 weights {path} ({type(err).__name__}); replace it with {KINETICS.url}") from None
+    return {key: value for key, value in state.items() if not key.startswith(CLASSIFIER)}
+
+
+class R3D18(VideoEncoder):
+    MEAN, STD = tuple(KINETICS.transforms().mean), tuple(KINETICS.transforms().std)
+    MEMORY_FORMAT = torch.channels_last_3d
+    PRETRAINED = True
+
+    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
+        super().__init__(cfg, obs_shape)
+        assert self.input_shape[1] == len(self.MEAN), f"r3d18 takes RGB frames, got {self.input_shape[1]} channels"
+        self.net = r3d_18()
+        self.repr_dim = self.net.fc.in_features
+        self.net.fc = torch.nn.Identity()
+        if cfg.pretrained:
+            try:
+                self.net.load_state_dict(read_weights(cfg.weights))
+            except RuntimeError as err:
+                raise UserError(f"{cfg.weights or default_weights_path()} does not hold r3d_18 weights ({str(err).splitlines()[0]}); use {KINETICS.url}") from None
+        self.finish()
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W) -> (B, 512)

@@ -1,0 +1,35 @@
+"""A small 3D conv net over (C, T, H, W): every layer's (3, 3, 3) kernels see neighbouring frames, so motion is
+learnt by the convolutions at every depth instead of being mixed into channels once by a 2D net's first layer.
+DrQ's widths and depth (`num_filters`, `num_layers`), with the first two layers halving the image so a batch of
+32 stays cheap on a CPU; the time axis is kept (padded) to the end."""
+
+import torch
+from torch import nn
+
+from encoders.video_encoder import VideoEncoder
+
+KERNEL = (3, 3, 3)  # (time, height, width)
+STRIDED_LAYERS = 2  # the first layers halve height and width
+
+
+class Simple3DCNN(VideoEncoder):
+    MEMORY_FORMAT = torch.channels_last_3d
+
+    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
+        super().__init__(cfg, obs_shape)
+        _, channels, _, _ = self.input_shape
+        layers, width = [], channels
+        for i in range(cfg.num_layers):
+            stride = (1, 2, 2) if i < STRIDED_LAYERS else 1
+            layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride, padding=(KERNEL[0] // 2, 0, 0)), nn.ReLU()]
+            width = cfg.num_filters
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        for layer in self.convs:
+            if isinstance(layer, nn.Conv3d):
+                nn.init.orthogonal_(layer.weight, nn.init.calculate_gain("relu"))
+                nn.init.zeros_(layer.bias)
+        self.repr_dim = self.output_dim()
+        self.finish()
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W)

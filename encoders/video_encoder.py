@@ -1,0 +1,80 @@
+"""The base every video arch derives from: the encoder boundary and the options all archs get the same way.
+
+In: uint8 (B, T, C, H, W) frame stacks, as the env and the replay give them. Out: float32 (B, repr_dim).
+A subclass builds its network, sets `repr_dim`, calls `finish()`, and implements `encode` on float (B, T, C, S, S)
+frames that this class has already resized to `input_size` (S) and normalised with the arch's MEAN/STD. Around it
+this class applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward), bf16 autocast and channels-last
+memory, so an arch describes only its network. Nothing here registers parameters or buffers: state-dict keys are
+the subclass's own.
+"""
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.errors import UserError
+
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # encoder.video.precision -> autocast dtype (None = off)
+
+
+class VideoEncoder(nn.Module):
+    MEAN: tuple[float, ...] = (0.5,)  # per channel on the [0, 1] scale (one value applies to all): DrQ's x - 0.5
+    STD: tuple[float, ...] = (1.0,)
+    MEMORY_FORMAT: torch.memory_format | None = None  # what channels_last converts the network and its input to
+    PRETRAINED = False  # whether the arch has pretrained weights to load
+
+    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
+        super().__init__()
+        if cfg.pretrained and not self.PRETRAINED:
+            raise UserError(f"encoder.video.arch {cfg.arch} has no pretrained weights; set encoder.video.pretrained=false or use r3d18 or timesformer")
+        self.obs_shape = tuple(obs_shape)
+        frames, channels, _, _ = self.obs_shape
+        self.input_size = cfg.input_size
+        self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape  # what `encode` receives
+        self.autocast_dtype = AUTOCAST_DTYPES[cfg.precision]
+        self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
+        self.frozen = cfg.freeze
+
+    def finish(self) -> None:
+        """The end of a subclass's __init__: put the built network in channels-last memory, and freeze it."""
+        if self.memory_format is not None:
+            self.to(memory_format=self.memory_format)
+        if self.frozen:
+            self.requires_grad_(False)
+            self.train(False)
+
+    def train(self, mode: bool = True) -> "VideoEncoder":
+        """A frozen encoder stays in eval mode, so BatchNorm keeps its pretrained running statistics."""
+        return super().train(mode and not self.frozen)
+
+    def layout(self, x: torch.Tensor) -> torch.Tensor:
+        """The conv input in the network's memory format (a no-op unless channels_last is on)."""
+        return x if self.memory_format is None else x.contiguous(memory_format=self.memory_format)
+
+    def output_dim(self) -> int:
+        """repr_dim by a dry run, for nets without BatchNorm (a dry run would move its running statistics)."""
+        with torch.no_grad():
+            return self.encode(torch.zeros(1, *self.input_shape)).shape[1]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        assert obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == self.obs_shape, f"expected uint8 (B, {self.obs_shape}), got {obs.dtype} {tuple(obs.shape)}"
+        grad = torch.no_grad() if self.frozen else contextlib.nullcontext()
+        autocast = torch.autocast(obs.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
+        with grad:
+            x = self.prepare(obs)
+            with autocast:
+                return self.encode(x).float()
+
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised."""
+        x = obs.float() / 255.0
+        if self.input_size:
+            x = F.interpolate(x.flatten(0, 1), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
+            x = x.unflatten(0, obs.shape[:2])
+        mean, std = x.new_tensor(self.MEAN).view(-1, 1, 1), x.new_tensor(self.STD).view(-1, 1, 1)
+        return (x - mean) / std
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
