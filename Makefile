@@ -20,8 +20,10 @@ $(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt script
 train: setup
 	$(PY) train_sac.py --config $(CONFIG) $(ARGS)
 
+# Two workers, one file each at a time (module fixtures such as the smoke run and the S3 server are built once),
+# one torch thread per process: the suite's processes fill both cores.
 test: setup
-	$(PY) -m pytest tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

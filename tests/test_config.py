@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer.config import Config, load_config, main, to_dict
 from trainer.errors import UserError
 
-DEFAULT = str(ROOT / "configs" / "default.yaml")
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -5,17 +5,16 @@ after the local disk is gone (a new spot instance)."""
 import os
 import shutil
 import socket
-import time
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tests.conftest import ROOT, run_cli, sets
+from tests.conftest import DEFAULT_CONFIG as CONFIG
+from tests.conftest import run_cli, sets
 from trainer import checkpoint
 from trainer.remote import RemoteDir
 
-CONFIG = str(ROOT / "configs" / "default.yaml")
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 
 

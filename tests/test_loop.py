@@ -1,0 +1,79 @@
+"""The training loop's promises, through the real command line: a run killed and resumed ends bit-identical to one
+that never stopped, and preemption at any moment leaves a loadable `_latest` that the next start continues."""
+
+import random
+import signal
+import time
+
+import torch
+
+from tests.conftest import DEFAULT_CONFIG as CONFIG
+from tests.conftest import TINY, popen_cli, run_cli, sets
+from trainer import checkpoint
+
+
+def run_args(tmp_path, episodes: int) -> list[str]:
+    return sets(
+        training__episodes=episodes, env__max_episode_steps=30, sac__batch_size=8, sac__buffer_size=1000,
+        checkpoint__dir=tmp_path / "ckpt", checkpoint__every_episodes=1, checkpoint__keep_replays=10,
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false", training__seed_steps=15,
+        training__eval_every_episodes=2, training__eval_episodes=1,
+    ) + TINY
+
+
+def wait_for(path, proc, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupted_one(tmp_path):
+    straight = run_cli("--config", CONFIG, *run_args(tmp_path / "straight", 4))
+    assert straight.returncode == 0, straight.stderr
+
+    interrupted = tmp_path / "interrupted"
+    proc = popen_cli("--config", CONFIG, *run_args(interrupted, 4))
+    wait_for(interrupted / "ckpt" / "sac_video_ep2.pt", proc)
+    proc.kill()
+    proc.communicate()
+    resumed = run_cli("--config", CONFIG, *run_args(interrupted, 4), "--resume", str(interrupted / "ckpt" / "sac_video_ep2.pt"))
+    assert resumed.returncode == 0, resumed.stderr
+
+    a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
+    b, replay_b = checkpoint.load(interrupted / "ckpt" / "sac_video_latest.pt")
+    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120}
+    assert a["agent"]["updates"] == b["agent"]["updates"] > 50
+    for net in ("actor", "critic", "critic_target"):
+        for name, tensor in a["agent"][net].items():
+            assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"
+    assert torch.equal(a["agent"]["log_alpha"], b["agent"]["log_alpha"])
+    assert torch.equal(replay_a["frames"], replay_b["frames"])
+
+
+def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
+    """Preempt the same run four times at random moments, each time restarting it with --resume auto as a spot
+    instance would be: SIGTERM and SIGHUP save and exit 128+signal; SIGKILL allows no clean-up at all. (SIGINT:
+    tests/test_tmux_train.py.) training.auto_shutdown is for completed runs and must never fire here."""
+    rng = random.Random(0)
+    finished = tmp_path / "finished"
+    args = run_args(tmp_path, 1000) + sets(env__max_episode_steps=10, training__eval_every_episodes=0,  # a checkpoint every 10 steps
+                                           training__auto_shutdown=f"touch {finished}")
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    steps = 0
+    for trial, sig in enumerate([signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGKILL]):
+        before = latest.stat().st_mtime_ns if latest.exists() else 0
+        proc = popen_cli("--config", CONFIG, *args, "--resume", "auto")
+        deadline = time.time() + 240
+        while not latest.exists() or latest.stat().st_mtime_ns == before:  # this trial has saved at least once
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+        assert proc.returncode == (-sig if sig == signal.SIGKILL else 128 + sig), f"trial {trial}"
+        data, _ = checkpoint.load(latest)
+        assert data["progress"]["env_step"] > steps, "every trial adds work and keeps it"
+        steps = data["progress"]["env_step"]
+    assert not finished.exists()
