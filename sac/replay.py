@@ -29,6 +29,13 @@ from trainer.errors import UserError
 MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM (or device memory) to the rest of the process
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host tensor to `device` without blocking the host: CUDA copies go through pinned memory."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
 def frame_bytes(frame_shape, frame_dtype) -> int:
     return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
@@ -110,7 +117,8 @@ class ReplayBuffer:
         ends, envs = self._sample_ends(batch_size)
         slots = ends % self.capacity
         back = np.minimum(np.arange(self._window - 1, -1, -1)[None, :], self.pos[slots, envs][:, None])
-        window = self._gather_frames((ends[:, None] - back) % self.capacity, envs[:, None], torch.device(device))  # (B, T+1, *frame)
+        device = torch.device(device)
+        window = self._gather_frames((ends[:, None] - back) % self.capacity, envs[:, None], device)  # (B, T+1, *frame)
         if self.frame_stack:
             obs, next_obs = window[:, :-1], window[:, 1:]
         else:
@@ -120,17 +128,14 @@ class ReplayBuffer:
             "reward": torch.from_numpy(self.rewards[slots, envs])[:, None],
             "discount": torch.from_numpy(1.0 - self.terminated[slots, envs].astype(np.float32))[:, None],
         }
-        return {"obs": obs, **{key: value.to(device, non_blocking=True) for key, value in batch.items()}, "next_obs": next_obs}
+        return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
 
     def _gather_frames(self, slots: np.ndarray, envs: np.ndarray, device: torch.device) -> torch.Tensor:
         """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""
         if isinstance(self.frames, torch.Tensor):
             where = self.frames.device
-            return self.frames[torch.from_numpy(slots).to(where), torch.from_numpy(envs).to(where)].to(device, non_blocking=True)
-        gathered = torch.from_numpy(self.frames[slots, envs])
-        if device.type == "cuda":
-            gathered = gathered.pin_memory()
-        return gathered.to(device, non_blocking=True)
+            return to_device(self.frames[to_device(torch.from_numpy(slots), where), to_device(torch.from_numpy(envs), where)], device)
+        return to_device(torch.from_numpy(self.frames[slots, envs]), device)
 
     def _sample_ends(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """(frame number, env) pairs, uniform over valid transitions: not a reset frame, and every frame its stack

@@ -12,7 +12,9 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import ROOT, popen_cli, run_cli, sets
+from envs import make_env
 from trainer import checkpoint
+from trainer.config import config_from_dict
 
 CONFIG = str(ROOT / "configs" / "default.yaml")
 TINY = sets(env__image_size=64, sac__hidden_dim=64, sac__feature_dim=16, logging__log_every_updates=5)
@@ -184,3 +186,36 @@ def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smo
 def test_without_cuda_gpu_monitoring_is_one_notice_and_no_crash(smoke_run):
     _, _, result = smoke_run
     assert result.stdout.count("GPU monitoring off") == 1
+
+
+def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses_or_repeats_none(tmp_path):
+    """Two workers against two plain envs stepped one after the other with the same seeds and the replay's own
+    actions: every stored frame, reward and flag agrees. A resumed run reseeds the workers (training.seed +
+    completed episodes + worker) and appends: one transition per counted agent step, none lost or doubled."""
+    args = run_args(tmp_path, 3) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32, training__seed_steps=10**6,
+                                        training__eval_every_episodes=100, logging__tensorboard="false")
+    first = run_cli("--config", CONFIG, *args)
+    assert first.returncode == 0, first.stderr
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    saved, saved_replay = checkpoint.load(latest)
+    resumed = run_cli("--config", CONFIG, *args, "--set", "training.episodes=5", "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    data, replay = checkpoint.load(latest)
+    assert data["progress"]["episode"] == 5 and data["progress"]["env_step"] > saved["progress"]["env_step"]
+    assert replay["num_transitions"] == data["progress"]["env_step"], "one stored transition per agent step"
+    assert torch.equal(replay["frames"][:saved_replay["count"]], saved_replay["frames"]), "the resumed run appends"
+
+    cfg = config_from_dict(data["config"])
+    seed, restart = cfg.training.seed, saved_replay["count"]
+    for worker in range(2):
+        env = make_env(cfg)
+        for slot in range(replay["count"]):
+            if replay["pos"][slot, worker] == 0:
+                start_seed = {0: seed + worker, restart: seed + saved["progress"]["episode"] + worker}.get(slot)
+                obs, _ = env.reset(seed=start_seed)
+            else:
+                obs, reward, terminated, _, _ = env.step(replay["actions"][slot, worker].numpy())
+                assert replay["rewards"][slot, worker].item() == pytest.approx(reward, abs=1e-6)
+                assert bool(replay["terminated"][slot, worker]) == terminated
+            assert torch.equal(replay["frames"][slot, worker], torch.from_numpy(obs[-1])), f"worker {worker}, slot {slot}"
+        env.close()
