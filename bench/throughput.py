@@ -4,10 +4,10 @@
 
 Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers included) with the same task and
 settings, and prints one JSON line; a last line holds the ratios the README reports. Rows:
-  raw_mujoco        gym's HalfCheetah model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer
-                    (same render quality, same camera): the floor for step+render
-  wrapper           make_env(cfg).step: the same physics and render through this project's env stack
-  collect_<N>env    the trainer's own loop, random actions, no updates, N envs (frames into the replay)
+  raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
+                    quality, same camera), against make_env(cfg).step, alternating: the wrapper overhead
+  collect_<N>env    the trainer's own loop, random actions, no updates, N envs (frames into the replay);
+                    `_1thread` rows with LP_NUM_THREADS=1 (one core per software renderer)
   train             the trainer's own loop with one update per env step (after --seed-steps)
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
                     (3 passes per update) and backward, optimiser steps, and one whole update
@@ -18,6 +18,7 @@ SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
 
 import argparse
 import json
+import os
 import re
 import resource
 import subprocess
@@ -27,7 +28,9 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_mujoco", "wrapper", "collect_1env", "collect_2env", "train", "phases", "sb3_equal_encoder", "sb3_cnnpolicy")
+ROWS = ("raw_vs_wrapper", "collect_1env", "collect_2env", "collect_1env_1thread", "collect_2env_1thread", "train", "phases",
+        "sb3_equal_encoder", "sb3_cnnpolicy")
+ONE_RENDER_THREAD = {"LP_NUM_THREADS": "1"}  # Mesa's software renderer otherwise draws each frame with every core
 
 
 def config(args, **overrides):
@@ -48,47 +51,50 @@ def rate(steps: int, seconds: float) -> dict:
     return {"steps": steps, "seconds": round(seconds, 2), "steps_per_s": round(steps / seconds, 1)}
 
 
-def raw_mujoco(args) -> dict:
-    """mj_step x frame_skip + Renderer.update_scene + render into a preallocated buffer: nothing else."""
-    from envs import make_task  # headless GL set-up, before mujoco is imported
+def raw_vs_wrapper(args) -> dict:
+    """The same model, camera and render quality stepped and drawn two ways, alternating in chunks so that load from
+    other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene + render into a preallocated
+    buffer, and `make_env(cfg).step` (Gymnasium wrappers, action scaling, frame stack)."""
+    from envs import make_env  # headless GL set-up, before mujoco is imported
     from envs.pixels import resolve_camera
 
     import mujoco
 
     cfg = config(args)
-    base = make_task(cfg.env.id).unwrapped
-    model, data = base.model, base.data
-    model.vis.quality.shadowsize, model.vis.quality.offsamples = cfg.env.render_shadow_size, cfg.env.render_offsamples
+    env = make_env(cfg)
+    base = env.unwrapped
+    model, data = base.model, base.data  # the wrapper's own model: its render quality is already set
     camera = resolve_camera(model, cfg.env.camera, base.mujoco_renderer.default_cam_config)
     renderer = mujoco.Renderer(model, cfg.env.image_size, cfg.env.image_size)
     frame = np.empty((cfg.env.image_size, cfg.env.image_size, 3), np.uint8)
     rng = np.random.default_rng(0)
-    base.reset(seed=0)
-    physics = render = 0.0
-    for _ in range(args.steps):
-        start = time.perf_counter()
-        data.ctrl[:] = rng.uniform(-1, 1, model.nu)
-        mujoco.mj_step(model, data, nstep=base.frame_skip)
-        middle = time.perf_counter()
-        renderer.update_scene(data, camera=camera)
-        renderer.render(out=frame)
-        render += time.perf_counter() - middle
-        physics += middle - start
-    return rate(args.steps, physics + render) | {"physics_ms": round(1e3 * physics / args.steps, 3), "render_ms": round(1e3 * render / args.steps, 3)}
-
-
-def wrapper(args) -> dict:
-    from envs import make_env
-
-    env = make_env(config(args))
     env.reset(seed=0)
-    rng = np.random.default_rng(0)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
-        if terminated or truncated:
-            env.reset()
-    return rate(args.steps, time.perf_counter() - start)
+    physics = render = wrapped = 0.0
+    chunk = 25
+    for _ in range(max(1, args.steps // chunk)):
+        for _ in range(chunk):
+            start = time.perf_counter()
+            data.ctrl[:] = rng.uniform(-1, 1, model.nu)
+            mujoco.mj_step(model, data, nstep=base.frame_skip)
+            middle = time.perf_counter()
+            renderer.update_scene(data, camera=camera)
+            renderer.render(out=frame)
+            render += time.perf_counter() - middle
+            physics += middle - start
+        start = time.perf_counter()
+        for _ in range(chunk):
+            _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+            if terminated or truncated:
+                env.reset()
+        wrapped += time.perf_counter() - start
+    steps = max(1, args.steps // chunk) * chunk
+    renderer.close()
+    env.close()
+    return {
+        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1), "wrapper_steps_per_s": round(steps / wrapped, 1),
+        "physics_ms": round(1e3 * physics / steps, 3), "render_ms": round(1e3 * render / steps, 3),
+        "wrapper_overhead": round(wrapped / (physics + render) - 1, 3),
+    }
 
 
 def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
@@ -99,6 +105,7 @@ def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
     from trainer.signals import GracefulStop
 
     trainer = Trainer(cfg)
+    trainer.save = lambda final_of_episode: None  # checkpoint writes are not part of the step
     trainer.logger = Logger(cfg, 0, cfg.training.episodes, 0)
     trainer.gpu_monitor = GpuMonitor(trainer.device, cfg.logging.gpu_every_s, lambda message: None)
     with GracefulStop() as stop:
@@ -235,7 +242,8 @@ def sb3(args, equal_encoder: bool) -> dict:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_mujoco": raw_mujoco, "wrapper": wrapper, "collect_1env": lambda a: collect(a, 1), "collect_2env": lambda a: collect(a, 2),
+        "raw_vs_wrapper": raw_vs_wrapper, "collect_1env": lambda a: collect(a, 1), "collect_2env": lambda a: collect(a, 2),
+        "collect_1env_1thread": lambda a: collect(a, 1), "collect_2env_1thread": lambda a: collect(a, 2),
         "train": train, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
     }
     row = functions[name](args)
@@ -252,8 +260,9 @@ def summary(rows: dict) -> dict:
         "train_vs_sb3_equal_encoder": ratio("train", "sb3_equal_encoder"),
         "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
         "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
-        "wrapper_overhead_vs_raw": round(ratio("raw_mujoco", "wrapper") - 1, 3) if ratio("raw_mujoco", "wrapper") else None,
+        "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
         "collect_2env_vs_1env": ratio("collect_2env", "collect_1env"),
+        "collect_2env_vs_1env_1thread": ratio("collect_2env_1thread", "collect_1env_1thread"),
     }
 
 
@@ -275,7 +284,8 @@ def main() -> None:
     rows = {}
     forwarded = [arg for arg in sys.argv[1:] if arg != "--rows" and arg not in ROWS]
     for name in args.rows:
-        result = subprocess.run([sys.executable, "-m", "bench.throughput", *forwarded, "--row", name], capture_output=True, text=True)
+        env = os.environ | (ONE_RENDER_THREAD if name.endswith("_1thread") else {})
+        result = subprocess.run([sys.executable, "-m", "bench.throughput", *forwarded, "--row", name], capture_output=True, text=True, env=env)
         if result.returncode != 0:
             errors = [line for line in result.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
             print(json.dumps({"row": name, "error": (errors or ["exit status %d" % result.returncode])[0]}), flush=True)
