@@ -1,5 +1,6 @@
 """The command line end to end on a real rendered MuJoCo task: checkpoints, TensorBoard, exact resume after a
-kill, SIGTERM/SIGINT saving, and clear errors for damaged or incompatible checkpoints."""
+kill, SIGTERM/SIGINT saving, clear errors for damaged or incompatible checkpoints, and parallel env workers that
+store exactly the transitions of sequential envs."""
 
 import random
 import shutil
@@ -15,6 +16,8 @@ from tests.conftest import ROOT, popen_cli, run_cli, sets
 from envs import make_env
 from trainer import checkpoint
 from trainer.config import config_from_dict
+from trainer.errors import UserError
+from trainer.loop import replay_frames_device
 
 CONFIG = str(ROOT / "configs" / "default.yaml")
 TINY = sets(env__image_size=64, sac__hidden_dim=64, sac__feature_dim=16, logging__log_every_updates=5)
@@ -219,3 +222,11 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
                 assert bool(replay["terminated"][slot, worker]) == terminated
             assert torch.equal(replay["frames"][slot, worker], torch.from_numpy(obs[-1])), f"worker {worker}, slot {slot}"
         env.close()
+
+
+def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
+    assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
+    with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
+        replay_frames_device("cuda", torch.device("cpu"), 10**6)

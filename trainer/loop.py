@@ -68,7 +68,9 @@ def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) 
     when asked, host memory (None) otherwise."""
     if setting == "cpu" or (setting == "auto" and device.type != "cuda"):
         return None
-    target = resolve_device("cuda") if setting == "cuda" else device
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise UserError("replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu")
+    target = torch.device("cuda") if setting == "cuda" else device
     free = torch.cuda.mem_get_info(target)[0]
     if needed_bytes <= MEMORY_HEADROOM * free:
         return target
