@@ -99,7 +99,7 @@ class TrainingConfig:
     eval_episodes: int = 5
     device: str = "auto"  # auto | cpu | cuda
     auto_shutdown: str | None = None  # shell command run when training completes (not on a signal), e.g. a VM stop
-    compile: bool = False  # torch.compile the encoder and heads (pays a compile time at start; for long GPU runs)
+    compile: bool = False  # torch.compile the encoder and critics (minutes of compiling at start; for long GPU runs)
     autocast: bool = False  # bfloat16 autocast for the networks' forward passes in the update
 
 
