@@ -3,7 +3,7 @@
 In: uint8 (B, T, C, H, W) frame stacks, as the env and the replay give them. Out: float32 (B, repr_dim).
 A subclass builds its network, sets `repr_dim`, calls `finish()`, and implements `encode` on float (B, T, C, S, S)
 frames that this class has already resized to `input_size` (S) and normalised with the arch's MEAN/STD. Around it
-this class applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward), bf16 autocast and channels-last
+this class applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward) and channels-last
 memory, so an arch describes only its network. Nothing here registers parameters or buffers: state-dict keys are
 the subclass's own.
 """
@@ -15,8 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.errors import UserError
-
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # encoder.video.precision -> autocast dtype (None = off)
 
 
 class VideoEncoder(nn.Module):
@@ -33,7 +31,6 @@ class VideoEncoder(nn.Module):
         frames, channels, _, _ = self.obs_shape
         self.input_size = cfg.input_size
         self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape  # what `encode` receives
-        self.autocast_dtype = AUTOCAST_DTYPES[cfg.precision]
         self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
         self.frozen = cfg.freeze
 
@@ -61,11 +58,8 @@ class VideoEncoder(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         assert obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == self.obs_shape, f"expected uint8 (B, {self.obs_shape}), got {obs.dtype} {tuple(obs.shape)}"
         grad = torch.no_grad() if self.frozen else contextlib.nullcontext()
-        autocast = torch.autocast(obs.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
         with grad:
-            x = self.prepare(obs)
-            with autocast:
-                return self.encode(x).float()
+            return self.encode(self.prepare(obs)).float()  # float32 out, also under the agent's bf16 autocast
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised."""

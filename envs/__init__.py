@@ -1,9 +1,12 @@
 """Environments: `make_env(cfg)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations are
-float32 state vectors (`encoder.type: state`) or uint8 frame stacks (T, 3, H, W) (`encoder.type: video`)."""
+float32 state vectors (`encoder.type: state`) or uint8 frame stacks (T, 3, H, W) (`encoder.type: video`).
+`make_vector_env(cfg)` runs `env.num_envs` of them in worker processes, observations batched (N, ...)."""
 
 from envs import headless
 
 headless.configure()  # before anything imports mujoco's GL backends: see envs/headless.py
+
+import functools  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
@@ -33,6 +36,17 @@ def make_env(cfg) -> gym.Env:
     if isinstance(env.observation_space, gym.spaces.Dict):
         env = FlattenObservation(env)
     return DtypeObservation(env, np.float32)
+
+
+def make_vector_env(cfg) -> gym.vector.AsyncVectorEnv:
+    """`env.num_envs` envs, one worker process and one renderer each. Workers are spawned (fork is unsafe once torch
+    and GL are initialised) and write frames into shared memory; `copy=False` hands back views of it, valid until
+    the next step, which the trainer copies into the replay once. Autoreset is NEXT_STEP: the step after an
+    episode ends returns the reset frame as its own step (the action is ignored), as the replay stores it."""
+    return gym.vector.AsyncVectorEnv(
+        [functools.partial(make_env, cfg)] * cfg.env.num_envs, shared_memory=True, copy=False, context="spawn",
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
 
 
 def make_task(env_id: str) -> gym.Env:

@@ -5,7 +5,18 @@ features, a target critic holding its own encoder copy, clipped double Q and a l
 Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
 separate encoders (twice the encoder passes) and have no augmentation inside the update.
 
-Shapes: `update` takes the replay batch (see sac/replay.py); `act` takes one observation as the env returns it.
+Shapes: `update` takes the replay batch (see sac/replay.py); `act` takes a batch of observations (N, ...) as the
+envs return them and gives float32 (N, A).
+
+Encoder passes per update: the online encoder over obs (with gradient: the critic loss trains it), and over
+next_obs (no gradient, for the next action), the target encoder over next_obs; the actor reuses the obs features.
+Merging obs and next_obs into one online pass is not equivalent in cost: the next_obs half would sit in the
+autograd graph and double the encoder's backward; the target pass uses other weights. So the three stay.
+
+Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on the encoder and critics (state
+dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the forward passes of the update
+with the heads' outputs cast back to float32, so log-probabilities, losses and optimiser steps stay float32. Nothing
+in `update` reads a value back to the host: metrics stay on the device until the trainer logs them.
 """
 
 import copy
@@ -49,7 +60,7 @@ class Actor(nn.Module):
         self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
 
     def forward(self, features: torch.Tensor) -> TransformedDistribution:
-        mu, log_std = self.policy(self.trunk(features)).chunk(2, dim=-1)
+        mu, log_std = self.policy(self.trunk(features)).float().chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
         return TransformedDistribution(Normal(mu, log_std.exp()), [TanhTransform(cache_size=1)])
 
@@ -66,7 +77,7 @@ class Critic(nn.Module):
 
     def forward(self, features: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.cat([self.trunk(features), action], dim=-1)
-        return self.q1(inputs), self.q2(inputs)
+        return self.q1(inputs).float(), self.q2(inputs).float()
 
 
 def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
@@ -79,35 +90,45 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool, encoder_lr: float | None = None):
-        self.cfg, self.device, self.pixels = cfg, device, pixels
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool,
+                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False):
+        self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
+        if compile:
+            for module in (self.critic.encoder, self.critic, self.critic_target.encoder, self.critic_target):
+                module.compile()
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
-        self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
+        # fused: one kernel per step for all parameters, ~3x faster than the default on a CPU, fastest on CUDA too
+        self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr, fused=True)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), fused=True)
         self.updates = 0
 
     @property
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp()
 
+    def forward_precision(self) -> torch.autocast:
+        """The context of every forward pass in the update: bfloat16 autocast when `training.autocast` is on."""
+        return torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast)
+
     @torch.no_grad()
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
-        """One observation in, one action in [-1, 1] out: sampled for exploration, the mean for evaluation."""
-        obs = torch.as_tensor(obs, device=self.device).unsqueeze(0)
+        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation."""
+        obs = torch.as_tensor(obs, device=self.device)
         dist = self.actor(self.critic.encoder(obs))
         action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
-        return action[0].cpu().numpy()
+        return action.cpu().numpy()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs, next_obs = batch["obs"], batch["next_obs"]
         if self.pixels:
             obs, next_obs = random_shift(obs, self.cfg.augment_pad), random_shift(next_obs, self.cfg.augment_pad)
-        features = self.critic.encoder(obs)
+        with self.forward_precision():
+            features = self.critic.encoder(obs)
         metrics = self.update_critic(features, batch["action"], batch["reward"], batch["discount"], next_obs)
         if self.updates % self.cfg.actor_update_every == 0:
             metrics |= self.update_actor(features.detach())
@@ -117,14 +138,15 @@ class SAC:
         return metrics
 
     def update_critic(self, features, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
-        with torch.no_grad():
+        with torch.no_grad(), self.forward_precision():
             next_dist = self.actor(self.critic.encoder(next_obs))
             next_action = next_dist.rsample()
             next_log_prob = next_dist.log_prob(next_action).sum(-1, keepdim=True)
             target_q1, target_q2 = self.critic_target(self.critic_target.encoder(next_obs), next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha * next_log_prob
             target_q = reward + discount * self.cfg.discount * target_v
-        q1, q2 = self.critic(features, action)
+        with self.forward_precision():
+            q1, q2 = self.critic(features, action)
         loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -132,10 +154,11 @@ class SAC:
         return {"critic_loss": loss.detach(), "q_mean": q1.detach().mean(), "target_q": target_q.mean()}
 
     def update_actor(self, features) -> dict[str, torch.Tensor]:
-        dist = self.actor(features)
-        action = dist.rsample()
-        log_prob = dist.log_prob(action).sum(-1, keepdim=True)
-        q1, q2 = self.critic(features, action)
+        with self.forward_precision():
+            dist = self.actor(features)
+            action = dist.rsample()
+            log_prob = dist.log_prob(action).sum(-1, keepdim=True)
+            q1, q2 = self.critic(features, action)
         actor_loss = (self.alpha.detach() * log_prob - torch.min(q1, q2)).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()

@@ -4,11 +4,17 @@ Written by hand because the libraries' buffers (SB3, TorchRL, ...) store each tr
 observation as full frame stacks: 2 x T frames per step, ~127 KB for 3x84x84 with T=3, against ~21 KB here. Pixel
 SAC lives or dies by replay capacity in RAM, so the frame-deduplicating layout is worth its ~100 lines.
 
-Layout: a ring of slots, one per env frame. A slot holds the frame, the action and reward that led to it, the
-`terminated` flag, and `pos`, the frame's index within its episode (0 = the reset frame, which ends no transition).
-Transition at slot i: obs = stack ending at frame i-1, next_obs = stack ending at frame i. Stacks are rebuilt at
-sample time from the T+1 frames i-T..i, clamped to the episode's first frame (the same padding the env's frame
-stack uses at reset). Truncation needs no flag: the next slot simply starts a new episode (pos = 0).
+Layout: one ring per env (an env axis: `num_envs` rings of `capacity // num_envs` slots, written in lockstep, one
+frame per env per `add_batch`), so a frame stack never mixes envs. A slot holds the frame, the action and reward
+that led to it, the `terminated` flag, and `pos`, the frame's index within its episode (0 = the reset frame, which
+ends no transition). Transition at slot i of env e: obs = stack ending at frame i-1, next_obs = stack ending at
+frame i, both from ring e. Stacks are rebuilt at sample time from the T+1 frames i-T..i, clamped to the episode's
+first frame (the same padding the env's frame stack uses at reset). Truncation needs no flag: the next slot simply
+starts a new episode (pos = 0).
+
+Frames live either in host memory (numpy; a sampled batch is gathered into pinned memory and copied to a CUDA
+device without blocking) or, with `frames_on` set, in a torch tensor on that device, where the batch is gathered
+without any host-device copy of frames. Both paths sample the same transitions for the same RNG state.
 
 Shapes out of `sample`: obs/next_obs uint8 (B, T, C, H, W) for frame stacks, or (B, *frame_shape) when
 `frame_stack` is None (state vectors); action float32 (B, A); reward and discount float32 (B, 1).
@@ -20,105 +26,144 @@ import torch
 
 from trainer.errors import UserError
 
-MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM to the rest of the process
+MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM (or device memory) to the rest of the process
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host tensor to `device` without blocking the host: CUDA copies go through pinned memory."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
+def frame_bytes(frame_shape, frame_dtype) -> int:
+    return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int):
-        self.capacity = capacity
+    def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
+                 num_envs: int = 1, frames_on: torch.device | None = None):
+        """`capacity` frames in all, split evenly across `num_envs` rings; `frames_on` a device to keep frames on
+        (None = host memory)."""
+        self.capacity = capacity // num_envs  # slots per env ring
+        self.num_envs = num_envs
         self.frame_stack = frame_stack
         self._window = (frame_stack or 1) + 1
-        slot_bytes = int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize + 4 * action_dim + 4 + 1 + 4
-        needed, available = capacity * slot_bytes, psutil.virtual_memory().available
+        if self.capacity <= self._window:
+            raise UserError(f"sac.buffer_size={capacity} leaves {self.capacity} slots per env; raise it above {self._window * num_envs} or lower env.num_envs")
+        host_frame = 0 if frames_on is not None else frame_bytes(frame_shape, frame_dtype)
+        slot_bytes = host_frame + 4 * action_dim + 4 + 1 + 4
+        rings = self.capacity * num_envs
+        needed, available = rings * slot_bytes, psutil.virtual_memory().available
         if needed > MEMORY_HEADROOM * available:
             fits = int(MEMORY_HEADROOM * available // slot_bytes)
             raise UserError(
                 f"replay buffer of sac.buffer_size={capacity} needs {needed / 2**30:.1f} GiB but only "
                 f"{available / 2**30:.1f} GiB of RAM is free; lower sac.buffer_size to at most {fits}"
             )
-        self.frames = np.zeros((capacity, *frame_shape), dtype=frame_dtype)
-        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.terminated = np.zeros(capacity, dtype=bool)
-        self.pos = np.zeros(capacity, dtype=np.int32)
-        self.count = 0  # frames ever written; slot of frame n is n % capacity
+        shape = (self.capacity, num_envs)
+        if frames_on is None:
+            self.frames = np.zeros((*shape, *frame_shape), dtype=frame_dtype)
+        else:
+            dtype = torch.from_numpy(np.zeros(0, dtype=frame_dtype)).dtype
+            self.frames = torch.zeros((*shape, *frame_shape), dtype=dtype, device=frames_on)
+        self.actions = np.zeros((*shape, action_dim), dtype=np.float32)
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.terminated = np.zeros(shape, dtype=bool)
+        self.pos = np.zeros(shape, dtype=np.int32)
+        self.count = 0  # frames ever written per env; slot of frame n is n % capacity
         self.num_transitions = 0
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
-        """Transitions currently stored."""
+        """Transitions currently stored, all envs together."""
         return self.num_transitions
 
     @property
     def bytes_per_slot(self) -> int:
         arrays = (self.frames, self.actions, self.rewards, self.terminated, self.pos)
-        return sum(a.nbytes for a in arrays) // self.capacity
+        return sum(a.nbytes for a in arrays) // (self.capacity * self.num_envs)
 
     def add_first(self, obs: np.ndarray) -> None:
-        """The observation returned by `reset`."""
-        self._write(obs, action=0.0, reward=0.0, terminated=False, pos=0)
+        """Single env: the observation returned by `reset`."""
+        self.add_batch(obs[None], np.zeros((1, self.actions.shape[-1]), np.float32), np.zeros(1), np.zeros(1, bool), np.ones(1, bool))
 
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
-        """One env step: the action taken, its outcome, and the observation it led to."""
-        assert self.count > 0, "add_first must start every episode"
-        previous = int(self.pos[(self.count - 1) % self.capacity])
-        self._write(next_obs, action, reward, terminated, pos=previous + 1)
+        """Single env: one step, the action taken, its outcome, and the observation it led to."""
+        self.add_batch(next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool))
 
-    def _write(self, obs, action, reward, terminated, pos) -> None:
+    def add_batch(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray, first: np.ndarray) -> None:
+        """One frame per env, (N, ...) each: the observation, the action and outcome that led to it, and whether it
+        is a reset frame (`first`; its action, reward and terminated are ignored)."""
+        assert len(obs) == self.num_envs, f"expected {self.num_envs} envs, got {len(obs)}"
+        if self.count == 0:
+            assert first.all(), "every env's first frame must be a reset frame"
         slot = self.count % self.capacity
-        if self.count >= self.capacity and self.pos[slot] > 0:
-            self.num_transitions -= 1
-        self.frames[slot] = obs[-1] if self.frame_stack else obs
-        self.actions[slot] = action
-        self.rewards[slot] = reward
-        self.terminated[slot] = terminated
+        previous = self.pos[(self.count - 1) % self.capacity]
+        pos = np.where(first, 0, previous + 1)
+        if self.count >= self.capacity:
+            self.num_transitions -= int((self.pos[slot] > 0).sum())
+        frame = obs[:, -1] if self.frame_stack else obs
+        self.frames[slot] = torch.as_tensor(frame) if isinstance(self.frames, torch.Tensor) else frame
+        self.actions[slot] = np.where(first[:, None], 0.0, action)
+        self.rewards[slot] = np.where(first, 0.0, reward)
+        self.terminated[slot] = ~first & terminated
         self.pos[slot] = pos
-        self.num_transitions += int(pos > 0)
+        self.num_transitions += int((pos > 0).sum())
         self.count += 1
 
     def sample(self, batch_size: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         assert self.num_transitions > self._window, "too few transitions to sample from"
-        ends = self._sample_ends(batch_size)
-        back = np.minimum(np.arange(self._window - 1, -1, -1)[None, :], self.pos[ends % self.capacity][:, None])
-        window = torch.from_numpy(self.frames[(ends[:, None] - back) % self.capacity])  # (B, T+1, *frame)
+        ends, envs = self._sample_ends(batch_size)
+        slots = ends % self.capacity
+        back = np.minimum(np.arange(self._window - 1, -1, -1)[None, :], self.pos[slots, envs][:, None])
+        device = torch.device(device)
+        window = self._gather_frames((ends[:, None] - back) % self.capacity, envs[:, None], device)  # (B, T+1, *frame)
         if self.frame_stack:
             obs, next_obs = window[:, :-1], window[:, 1:]
         else:
             obs, next_obs = window[:, 0], window[:, 1]
-        slots = ends % self.capacity
         batch = {
-            "obs": obs,
-            "action": torch.from_numpy(self.actions[slots]),
-            "reward": torch.from_numpy(self.rewards[slots])[:, None],
-            "discount": torch.from_numpy(1.0 - self.terminated[slots].astype(np.float32))[:, None],
-            "next_obs": next_obs,
+            "action": torch.from_numpy(self.actions[slots, envs]),
+            "reward": torch.from_numpy(self.rewards[slots, envs])[:, None],
+            "discount": torch.from_numpy(1.0 - self.terminated[slots, envs].astype(np.float32))[:, None],
         }
-        return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+        return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
 
-    def _sample_ends(self, batch_size: int) -> np.ndarray:
-        """Uniform over valid transitions: not a reset frame, and every frame its stack needs still in the ring."""
+    def _gather_frames(self, slots: np.ndarray, envs: np.ndarray, device: torch.device) -> torch.Tensor:
+        """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""
+        if isinstance(self.frames, torch.Tensor):
+            where = self.frames.device
+            return to_device(self.frames[to_device(torch.from_numpy(slots), where), to_device(torch.from_numpy(envs), where)], device)
+        return to_device(torch.from_numpy(self.frames[slots, envs]), device)
+
+    def _sample_ends(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """(frame number, env) pairs, uniform over valid transitions: not a reset frame, and every frame its stack
+        needs still in the ring."""
         oldest = max(0, self.count - self.capacity)
-        ends = np.empty(0, dtype=np.int64)
-        while len(ends) < batch_size:
-            candidates = self.rng.integers(oldest, self.count, size=batch_size - len(ends))
-            pos = self.pos[candidates % self.capacity]
-            valid = (pos > 0) & (candidates - np.minimum(pos, self._window - 1) >= oldest)
-            ends = np.concatenate([ends, candidates[valid]])
-        return ends
+        flat = np.empty(0, dtype=np.int64)  # frame number * num_envs + env
+        while len(flat) < batch_size:
+            candidates = self.rng.integers(oldest * self.num_envs, self.count * self.num_envs, size=batch_size - len(flat))
+            ends, envs = np.divmod(candidates, self.num_envs)
+            pos = self.pos[ends % self.capacity, envs]
+            valid = (pos > 0) & (ends - np.minimum(pos, self._window - 1) >= oldest)
+            flat = np.concatenate([flat, candidates[valid]])
+        return np.divmod(flat, self.num_envs)
 
     def state_dict(self) -> dict:
         filled = min(self.count, self.capacity)
-        arrays = {name: torch.from_numpy(getattr(self, name)[:filled]) for name in ("frames", "actions", "rewards", "terminated", "pos")}
+        arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu() for name in ("frames", "actions", "rewards", "terminated", "pos")}
         return {**arrays, "count": self.count, "num_transitions": self.num_transitions, "capacity": self.capacity, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != self.frames.shape[1:]:
+        if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != tuple(self.frames.shape[1:]):
             raise UserError(
-                f"the checkpoint's replay holds {state['capacity']} frames of shape {tuple(state['frames'].shape[1:])}, "
-                f"the config asks for {self.capacity} of {self.frames.shape[1:]}; resume with the sac.buffer_size and env settings it was trained with"
+                f"the checkpoint's replay holds {state['capacity']} slots of (envs, frame) {tuple(state['frames'].shape[1:])}, "
+                f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; resume with the sac.buffer_size, env.num_envs and env settings it was trained with"
             )
         filled = len(state["frames"])
         for name in ("frames", "actions", "rewards", "terminated", "pos"):
-            getattr(self, name)[:filled] = state[name].numpy()
+            target = getattr(self, name)
+            target[:filled] = state[name].to(target.device) if isinstance(target, torch.Tensor) else state[name].numpy()
         self.count, self.num_transitions = state["count"], state["num_transitions"]
         self.rng.bit_generator.state = state["rng"]

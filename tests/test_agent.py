@@ -1,7 +1,10 @@
 """The pixel-SAC update: critic trains the encoder, the actor never does, the target critic is a separate copy
 that follows by Polyak averaging, and the metrics come back as a dict."""
 
+import copy
+
 import numpy as np
+import pytest
 import torch
 
 from encoders import build_encoder
@@ -11,10 +14,10 @@ from trainer.config import EncoderConfig, SACConfig
 OBS = (3, 3, 64, 64)
 
 
-def make_agent(**overrides) -> SAC:
+def make_agent(compile: bool = False, autocast: bool = False, **overrides) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=64, **overrides)
-    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, torch.device("cpu"), pixels=True)
+    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, torch.device("cpu"), pixels=True, compile=compile, autocast=autocast)
 
 
 def batch(size: int = 4) -> dict:
@@ -63,11 +66,11 @@ def test_target_critic_has_its_own_encoder_and_follows_by_tau():
         assert torch.allclose(new_target, old + 0.25 * (new_online.detach() - old), atol=1e-6)
 
 
-def test_act_returns_one_action_in_bounds_sampled_or_deterministic():
+def test_act_returns_one_action_per_observation_in_bounds_sampled_or_deterministic():
     agent = make_agent()
-    obs = np.random.default_rng(0).integers(0, 256, OBS, dtype=np.uint8)
+    obs = np.random.default_rng(0).integers(0, 256, (5, *OBS), dtype=np.uint8)
     sampled, mean, mean_again = agent.act(obs, sample=True), agent.act(obs, sample=False), agent.act(obs, sample=False)
-    assert sampled.shape == (2,) and np.all(np.abs(sampled) <= 1) and np.all(np.abs(mean) <= 1)
+    assert sampled.shape == (5, 2) and np.all(np.abs(sampled) <= 1) and np.all(np.abs(mean) <= 1)
     assert np.array_equal(mean, mean_again)
 
 
@@ -95,3 +98,41 @@ def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr(
     assert encoder["lr"] == 1e-5 and encoder["params"] == list(agent.critic.encoder.parameters())
     assert heads["lr"] == 1e-3 and len(heads["params"]) + len(encoder["params"]) == len(list(agent.critic.parameters()))
     assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"
+
+
+def test_autocast_runs_the_forward_passes_in_bfloat16_and_keeps_losses_and_parameters_float32():
+    agent, reference = make_agent(autocast=True), make_agent()
+    data = batch(8)
+    seen = []
+    agent.critic.encoder.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    with agent.forward_precision():
+        assert agent.critic.encoder(data["obs"]).dtype == torch.float32, "the encoder boundary stays float32"
+    assert seen == [torch.bfloat16]
+    encoder_before = snapshot(agent.critic.encoder)
+    torch.manual_seed(1)
+    metrics = agent.update(data)
+    torch.manual_seed(1)
+    expected = reference.update(data)
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in metrics.values())
+    assert all(p.dtype == torch.float32 for p in agent.critic.parameters()) and changed(encoder_before, agent.critic.encoder)
+    assert metrics["q_mean"] == pytest.approx(expected["q_mean"].item(), abs=0.05), "bfloat16 rounding, not another update"
+
+
+def test_compile_option_compiles_encoders_and_critics_and_a_compiled_encoder_matches_eager():
+    """The whole agent compiles for minutes on a 2-core CPU, so the numerics are checked on one small encoder."""
+    agent, eager_agent = make_agent(compile=True), make_agent()
+    for module in (agent.critic.encoder, agent.critic, agent.critic_target.encoder, agent.critic_target):
+        assert module._compiled_call_impl is not None
+    assert agent.state_dict()["critic"].keys() == eager_agent.state_dict()["critic"].keys(), "checkpoints load either way"
+
+    torch.manual_seed(0)
+    eager = build_encoder(EncoderConfig(type="video"), (2, 3, 32, 32))
+    compiled = copy.deepcopy(eager)
+    compiled.compile()
+    obs = torch.randint(0, 256, (4, 2, 3, 32, 32), dtype=torch.uint8)
+    outputs = [module(obs) for module in (compiled, eager)]
+    assert torch.allclose(*outputs, atol=1e-5)
+    for out in outputs:
+        out.square().sum().backward()
+    for a, b in zip(compiled.parameters(), eager.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5)

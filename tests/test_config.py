@@ -64,7 +64,6 @@ def test_every_shipped_config_resolves(config):
         ("sac: {lr: fast}\n", [], "'sac.lr' must be float"),
         ("env: [unclosed\n", [], "cannot parse"),
         ("", ["sac.batch_size"], "--set expects key=value"),
-        ("", ["encoder.video.precision=fp16"], "encoder.video.precision must be one of fp32, bf16; got 'fp16'"),
         ("", ["encoder.video.weights=/tmp/w.pth"], "encoder.video.weights is set but encoder.video.pretrained is false"),
         ("", ["encoder.video.input_size=16"], "encoder.video.input_size must be >= 32 or null"),
         ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr must be > 0 and applies to video encoders only"),

@@ -1,5 +1,5 @@
 """Encoders: every arch is chosen in YAML, takes uint8 (B, T, C, H, W) and returns (B, repr_dim); the options they
-share (input_size, freeze, precision, channels_last) behave the same for all; the state path passes vectors through."""
+share (input_size, freeze, channels_last) behave the same for all; the state path passes vectors through."""
 
 import pytest
 import torch
@@ -68,14 +68,6 @@ def test_input_size_resizes_frames_before_the_network():
     native = build_encoder(encoder_config("simple2dcnn"), (3, 3, 64, 64))
     assert resized.repr_dim == native.repr_dim
     assert resized(torch.zeros(2, 3, 3, 84, 84, dtype=torch.uint8)).shape == (2, native.repr_dim)
-
-
-def test_bf16_precision_runs_the_network_in_bfloat16_and_returns_float32():
-    encoder = build_encoder(encoder_config("simple3dcnn", precision="bf16"), (3, 3, 64, 64))
-    seen = []
-    encoder.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
-    features = encoder(torch.randint(0, 256, (2, 3, 3, 64, 64), dtype=torch.uint8))
-    assert seen == [torch.bfloat16] and features.dtype == torch.float32
 
 
 @pytest.mark.parametrize("arch, memory_format", [("simple2dcnn", torch.channels_last), ("simple3dcnn", torch.channels_last_3d)])

@@ -1,15 +1,21 @@
 """The training loop's promises, through the real command line: a run killed and resumed ends bit-identical to one
-that never stopped, and preemption at any moment leaves a loadable `_latest` that the next start continues."""
+that never stopped, preemption at any moment leaves a loadable `_latest` that the next start continues, and
+parallel env workers store exactly the transitions of sequential envs."""
 
 import random
 import signal
 import time
 
+import pytest
 import torch
 
+from envs import make_env
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import TINY, popen_cli, run_cli, sets
 from trainer import checkpoint
+from trainer.config import config_from_dict
+from trainer.errors import UserError
+from trainer.loop import replay_frames_device
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:
@@ -77,3 +83,44 @@ def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
         assert data["progress"]["env_step"] > steps, "every trial adds work and keeps it"
         steps = data["progress"]["env_step"]
     assert not finished.exists()
+
+
+def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses_or_repeats_none(tmp_path):
+    """Two workers against two plain envs stepped one after the other with the same seeds and the replay's own
+    actions: every stored frame, reward and flag agrees. A resumed run reseeds the workers (training.seed +
+    completed episodes + worker) and appends: one transition per counted agent step, none lost or doubled."""
+    args = run_args(tmp_path, 3) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32, training__seed_steps=10**6,
+                                        training__eval_every_episodes=100, logging__tensorboard="false")
+    first = run_cli("--config", CONFIG, *args)
+    assert first.returncode == 0, first.stderr
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    saved, saved_replay = checkpoint.load(latest)
+    resumed = run_cli("--config", CONFIG, *args, "--set", "training.episodes=5", "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    data, replay = checkpoint.load(latest)
+    assert data["progress"]["episode"] == 5 and data["progress"]["env_step"] > saved["progress"]["env_step"]
+    assert replay["num_transitions"] == data["progress"]["env_step"], "one stored transition per agent step"
+    assert torch.equal(replay["frames"][:saved_replay["count"]], saved_replay["frames"]), "the resumed run appends"
+
+    cfg = config_from_dict(data["config"])
+    seed, restart = cfg.training.seed, saved_replay["count"]
+    for worker in range(2):
+        env = make_env(cfg)
+        for slot in range(replay["count"]):
+            if replay["pos"][slot, worker] == 0:
+                start_seed = {0: seed + worker, restart: seed + saved["progress"]["episode"] + worker}.get(slot)
+                obs, _ = env.reset(seed=start_seed)
+            else:
+                obs, reward, terminated, _, _ = env.step(replay["actions"][slot, worker].numpy())
+                assert replay["rewards"][slot, worker].item() == pytest.approx(reward, abs=1e-6)
+                assert bool(replay["terminated"][slot, worker]) == terminated
+            assert torch.equal(replay["frames"][slot, worker], torch.from_numpy(obs[-1])), f"worker {worker}, slot {slot}"
+        env.close()
+
+
+def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
+    assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
+    with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
+        replay_frames_device("cuda", torch.device("cpu"), 10**6)

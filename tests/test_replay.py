@@ -1,5 +1,6 @@
 """Replay: one stored frame per step, stacks rebuilt at sample time exactly as the env's frame stack built them,
-across episode starts, terminations, truncations and ring wrap-around."""
+across episode starts, terminations, truncations and ring wrap-around, with one ring per env so stacks never mix
+envs, and the same samples whether frames live in host memory or in a device tensor."""
 
 import io
 
@@ -33,12 +34,39 @@ def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
     return reference
 
 
-def test_sampled_stacks_match_naive_reference_across_boundaries_and_wraparound():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0)
-    reference = fill(replay, episodes=60)
+def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
+    """Lockstep random episodes in every env of `replay`, frames numbered uniquely across envs (frame number *
+    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame."""
+    rng = np.random.default_rng(seed)
+    n = replay.num_envs
+    reference, stacks = {}, [None] * n
+    length, ends_terminated, t = np.zeros(n, int), np.zeros(n, bool), np.zeros(n, int)  # t == length: episode over
+    for step in range(replay.count, replay.count + steps):
+        obs, first, terminated = np.zeros((n, T, 1), np.int64), t == length, np.zeros(n, bool)
+        actions, rewards = rng.standard_normal((n, 2)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        for env in range(n):
+            frame = step * n + env
+            if first[env]:
+                stacks[env], length[env], ends_terminated[env], t[env] = [frame] * T, rng.integers(1, 9), rng.integers(2), 0
+            else:
+                t[env] += 1
+                terminated[env] = ends_terminated[env] and t[env] == length[env]
+                next_stack = stacks[env][1:] + [frame]
+                reference[frame] = (env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]), next_stack)
+                stacks[env] = next_stack
+            obs[env, :, 0] = stacks[env]
+        replay.add_batch(obs, actions, rewards, terminated, first)
+    return reference
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparound(num_envs):
+    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, num_envs=num_envs)
+    reference = fill_envs(replay, steps=200)
     assert replay.count > 3 * replay.capacity, "the ring must have wrapped for this test to mean anything"
-    oldest = replay.count - replay.capacity
-    valid = {key for key, (stack, *_ , next_stack) in reference.items() if min(stack) >= oldest}
+    oldest = (replay.count - replay.capacity) * num_envs
+    valid = {key for key, (_, stack, *_, next_stack) in reference.items() if min(stack) >= oldest}
+    assert {reference[key][0] for key in valid} == set(range(num_envs))
 
     seen = set()
     for _ in range(200):
@@ -46,9 +74,9 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_and_wraparound()
         assert batch["obs"].shape == (16, T, 1) and batch["obs"].dtype == torch.int64
         for i in range(16):
             key = int(batch["next_obs"][i, -1, 0])
-            stack, action, reward, terminated, next_stack = reference[key]
+            env, stack, action, reward, terminated, next_stack = reference[key]
             assert key in valid, f"transition {key} needs frames that were overwritten"
-            assert batch["obs"][i, :, 0].tolist() == stack
+            assert batch["obs"][i, :, 0].tolist() == stack, "a stack holds one env's frames, padded with its reset frame"
             assert batch["next_obs"][i, :, 0].tolist() == next_stack
             assert np.allclose(batch["action"][i].numpy(), action)
             assert batch["reward"][i, 0].item() == pytest.approx(reward)
@@ -56,6 +84,20 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_and_wraparound()
             seen.add(key)
     assert seen == valid, "sampling must reach every stored transition"
     assert len(replay) >= len(valid)
+
+
+def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
+    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, num_envs=2)
+    host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    assert isinstance(on_device.frames, torch.Tensor) and isinstance(host.frames, np.ndarray)
+    fill_envs(host, steps=80)
+    fill_envs(on_device, steps=80)
+    for _ in range(5):
+        a, b = host.sample(16), on_device.sample(16)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    restored = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    restored.load_state_dict(host.state_dict())
+    assert torch.equal(restored.sample(16)["obs"], host.sample(16)["obs"]), "a host checkpoint loads into device frames"
 
 
 def test_reset_frames_are_not_transitions():
@@ -80,7 +122,7 @@ def test_state_vectors_are_stored_without_a_stack_axis():
 
 
 def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacked_storage():
-    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0)
+    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0, num_envs=2)
     frame_bytes = 3 * 84 * 84
     assert replay.bytes_per_slot <= 22 * 1024
     assert 2 * T * frame_bytes / replay.bytes_per_slot > 5.9
@@ -105,6 +147,11 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
     fill(replay, episodes=3, seed=5)
     fill(restored, episodes=3, seed=5)
     assert torch.equal(replay.sample(8)["obs"], restored.sample(8)["obs"])
+
+
+def test_a_ring_too_short_for_a_stack_is_a_clear_error():
+    with pytest.raises(UserError, match="lower env.num_envs"):
+        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, num_envs=2)
 
 
 def test_restoring_into_a_different_capacity_is_a_clear_error():

@@ -1,5 +1,6 @@
 """The command line end to end on a real rendered MuJoCo task: checkpoints, TensorBoard, eval videos and curves,
-and clear errors for damaged or incompatible checkpoints. (Exact resume and preemption: tests/test_loop.py.)"""
+and clear errors for damaged or incompatible checkpoints. (Exact resume, preemption and parallel envs:
+tests/test_loop.py.)"""
 
 import shutil
 

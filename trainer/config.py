@@ -46,6 +46,7 @@ class EnvConfig:
     max_episode_steps: int | None = None  # agent steps (after action repeat); None = the task's own limit
     render_shadow_size: int = 512  # MuJoCo's default 4096 costs ~7x in software rendering
     render_offsamples: int = 0  # multisample anti-aliasing samples; 0 is fastest
+    num_envs: int = 1  # parallel env worker processes (frames through shared memory); resume is exact only for 1
 
 
 @dataclass
@@ -58,7 +59,6 @@ class VideoEncoderConfig:
     preset: str = "small"  # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
     num_filters: int = 32  # simple2dcnn, simple3dcnn
     num_layers: int = 4  # simple2dcnn, simple3dcnn
-    precision: str = "fp32"  # fp32 | bf16: autocast for the encoder (bf16 needs an Ampere or newer GPU to be fast)
     channels_last: bool = False  # channels-last memory for the conv archs: faster convolutions on GPUs
 
 
@@ -91,6 +91,11 @@ class SACConfig:
 
 
 @dataclass
+class ReplayConfig:
+    device: str = "auto"  # where replay frames live: auto (the training device when they fit there) | cpu | cuda
+
+
+@dataclass
 class TrainingConfig:
     episodes: int = 1000
     max_env_steps: int | None = None  # stop early after this many agent steps; None = episodes only
@@ -100,6 +105,8 @@ class TrainingConfig:
     eval_episodes: int = 5
     device: str = "auto"  # auto | cpu | cuda
     auto_shutdown: str | None = None  # shell command run when training completes (not on a signal), e.g. a VM stop
+    compile: bool = False  # torch.compile the encoder and critics (minutes of compiling at start; for long GPU runs)
+    autocast: bool = False  # bfloat16 autocast for the networks' forward passes in the update
 
 
 @dataclass
@@ -138,6 +145,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     sac: SACConfig = field(default_factory=SACConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -274,27 +282,26 @@ def _coerce(path: str, value, hint):
 
 def _validate(cfg: Config) -> None:
     from encoders import ARCHS
-    from encoders.video_encoder import AUTOCAST_DTYPES
 
     if cfg.encoder.type not in ENCODER_TYPES:
         raise UserError(f"encoder.type must be one of {', '.join(ENCODER_TYPES)}; got '{cfg.encoder.type}'")
     video = cfg.encoder.video
     if video.arch not in ARCHS:
         raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(ARCHS)}")
-    if video.precision not in AUTOCAST_DTYPES:
-        raise UserError(f"encoder.video.precision must be one of {', '.join(AUTOCAST_DTYPES)}; got '{video.precision}'")
     if video.weights is not None and not video.pretrained:
         raise UserError("encoder.video.weights is set but encoder.video.pretrained is false; set encoder.video.pretrained=true to load it")
     if video.input_size is not None and video.input_size < 32:
         raise UserError(f"encoder.video.input_size must be >= 32 or null (frames as rendered), got {video.input_size}")
     if cfg.encoder.lr is not None and (cfg.encoder.lr <= 0 or cfg.encoder.type != "video"):
         raise UserError(f"encoder.lr must be > 0 and applies to video encoders only; got {cfg.encoder.lr} with encoder.type {cfg.encoder.type}")
-    if cfg.training.device not in ("auto", "cpu", "cuda"):
-        raise UserError(f"training.device must be auto, cpu or cuda; got '{cfg.training.device}'")
+    for key, value in (("training.device", cfg.training.device), ("replay.device", cfg.replay.device)):
+        if value not in ("auto", "cpu", "cuda"):
+            raise UserError(f"{key} must be auto, cpu or cuda; got '{value}'")
     positive = {
         "env.image_size": cfg.env.image_size,
         "env.frame_stack": cfg.env.frame_stack,
         "env.action_repeat": cfg.env.action_repeat,
+        "env.num_envs": cfg.env.num_envs,
         "sac.batch_size": cfg.sac.batch_size,
         "sac.hidden_dim": cfg.sac.hidden_dim,
         "sac.feature_dim": cfg.sac.feature_dim,
@@ -310,8 +317,8 @@ def _validate(cfg: Config) -> None:
             raise UserError(f"config key '{key}' must be >= 1, got {value}")
     if cfg.env.image_size < 32:
         raise UserError(f"env.image_size must be >= 32 (84 default, 64 for speed), got {cfg.env.image_size}")
-    if cfg.sac.buffer_size <= cfg.env.frame_stack + 1:
-        raise UserError(f"sac.buffer_size must exceed env.frame_stack + 1, got {cfg.sac.buffer_size}")
+    if cfg.sac.buffer_size // cfg.env.num_envs <= cfg.env.frame_stack + 1:
+        raise UserError(f"sac.buffer_size must exceed env.num_envs * (env.frame_stack + 1) (a ring per env), got {cfg.sac.buffer_size}")
     for key in ("every_steps", "keep_last"):
         if getattr(cfg.checkpoint, key) < 0:
             raise UserError(f"config key 'checkpoint.{key}' must be >= 0 (0 = off), got {getattr(cfg.checkpoint, key)}")

@@ -1,8 +1,14 @@
 """The training loop: episodes of acting and learning, with evaluation, logging and checkpoints.
 
-Determinism: every episode starts from `env.reset(seed=training.seed + episode)`, evaluation uses its own fixed
-seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a CPU run
-stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
+Determinism: with one env every episode starts from `env.reset(seed=training.seed + episode)`, evaluation uses its
+own fixed seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a
+CPU run stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
+
+With `env.num_envs` > 1 the workers step in lockstep and are seeded once per start, worker i with
+`training.seed + episode + i` (episode = completed episodes so far), then autoreset from their own RNGs. A save at
+an episode boundary leaves the other workers mid-episode; on resume they start fresh episodes, so their partial
+episodes end in the replay as truncated ones: no transition is lost or stored twice, but the run is not bitwise
+the one that never stopped.
 """
 
 import subprocess
@@ -14,10 +20,10 @@ import numpy as np
 import torch
 
 from encoders import build_encoder
-from envs import make_env
+from envs import make_env, make_vector_env
 from envs.pixels import Camera
 from sac.agent import SAC
-from sac.replay import ReplayBuffer
+from sac.replay import MEMORY_HEADROOM, ReplayBuffer, frame_bytes
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
 from trainer.errors import UserError
@@ -44,6 +50,11 @@ def until(limit: int | None, i: int) -> bool:
     return limit is None or i < limit
 
 
+def crossed(n: int, before: int, after: int) -> bool:
+    """True if a multiple of `n` lies in (before, after]: `every` for counters that advance by more than one."""
+    return n > 0 and after // n > before // n
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -52,26 +63,47 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) -> torch.device | None:
+    """Where replay frames live: the training device when it is a GPU and they fit (`replay.device: auto`), CUDA
+    when asked, host memory (None) otherwise."""
+    if setting == "cpu" or (setting == "auto" and device.type != "cuda"):
+        return None
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise UserError("replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu")
+    target = torch.device("cuda") if setting == "cuda" else device
+    free = torch.cuda.mem_get_info(target)[0]
+    if needed_bytes <= MEMORY_HEADROOM * free:
+        return target
+    if setting == "cuda":
+        raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of GPU memory is free; lower sac.buffer_size or set replay.device=auto")
+    return None
+
+
 class Trainer:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
-        self.env, self.eval_env = make_env(cfg), make_env(cfg)
+        self.num_envs = cfg.env.num_envs
+        self.env = make_env(cfg) if self.num_envs == 1 else make_vector_env(cfg)
+        self.eval_env = make_env(cfg)
         self.eval_camera = None
         if cfg.logging.eval_video:
             env = cfg.env
             self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
         pixels = cfg.encoder.type == "video"
-        obs_space = self.env.observation_space
-        self.action_dim = self.env.action_space.shape[0]
+        obs_space = self.eval_env.observation_space
+        self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr)
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr,
+                         compile=cfg.training.compile, autocast=cfg.training.autocast)
         frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
+        frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed,
+            num_envs=self.num_envs, frames_on=frames_on,
         )
         self.progress = Progress()
         ckpt = cfg.checkpoint
@@ -130,17 +162,19 @@ class Trainer:
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
+        """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
         if self.progress.env_step < self.cfg.training.seed_steps:
-            return self.rng.uniform(-1.0, 1.0, self.action_dim).astype(np.float32)
+            return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
         return self.agent.act(obs, sample=True)
 
-    def learn(self) -> None:
-        """`sac.updates_per_step` updates, once the seed phase is over and the replay can fill a batch."""
+    def learn(self, env_steps: int = 1) -> None:
+        """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
+        seed phase is over and the replay can fill a batch."""
         sac = self.cfg.sac
         ready = len(self.replay) >= max(sac.batch_size, self.cfg.env.frame_stack + 2)
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
             return
-        for _ in range(sac.updates_per_step):
+        for _ in range(sac.updates_per_step * env_steps):
             metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
@@ -154,7 +188,7 @@ class Trainer:
         while not done:
             if stop.requested:
                 return False
-            action = self.act(obs)
+            action = self.act(obs[None])[0]
             obs, reward, terminated, truncated, _ = self.env.step(action)
             self.replay.add(action, reward, terminated, obs)
             self.progress.env_step += 1
@@ -165,14 +199,55 @@ class Trainer:
                 self.save(final_of_episode=False)
             done = terminated or truncated
         seconds = time.perf_counter() - start
+        self.log_episode(episode_return, length, length, self.agent.updates - updates_before, seconds)
+        return True
+
+    def log_episode(self, episode_return: float, length: int, env_steps: int, updates: int, seconds: float) -> None:
+        """One finished episode; the rates are over the `env_steps` and `updates` done in the last `seconds`."""
         self.logger.episode({
             "episode_return": episode_return,
             "episode_length": length,
-            "env_steps_per_s": length / seconds,
-            "updates_per_s": (self.agent.updates - updates_before) / seconds,
+            "env_steps_per_s": env_steps / seconds,
+            "updates_per_s": updates / seconds,
         }, self.progress.env_step)
         self.logger.scalars(self.gpu_monitor.poll(), self.progress.env_step, "gpu")
-        return True
+
+    def episodes(self, stop: GracefulStop):
+        """Yield once per completed training episode; return when a stop signal cuts an episode short."""
+        if self.num_envs > 1:
+            yield from self.parallel_episodes(stop)
+            return
+        while self.run_episode(stop):
+            yield True
+
+    def parallel_episodes(self, stop: GracefulStop):
+        """`env.num_envs` workers stepped as a batch; yields once per episode any of them completes."""
+        cfg, progress, n = self.cfg, self.progress, self.num_envs
+        obs, _ = self.env.reset(seed=cfg.training.seed + progress.episode)
+        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
+        first = np.zeros(n, dtype=bool)  # workers whose next frame is a reset frame (NEXT_STEP autoreset)
+        returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
+        steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
+        while not stop.requested:
+            action = self.act(obs)
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+            self.replay.add_batch(obs, action, reward, terminated, first)
+            stepped = ~first  # a resetting worker ignored its action: no agent step
+            before, taken = progress.env_step, int(stepped.sum())
+            progress.env_step += taken
+            steps_since += taken
+            returns += np.where(stepped, reward, 0.0)
+            lengths += stepped
+            self.learn(taken)
+            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
+                self.save(final_of_episode=False)
+            first = stepped & (terminated | truncated)
+            for worker in np.flatnonzero(first):
+                seconds = time.perf_counter() - start
+                self.log_episode(float(returns[worker]), int(lengths[worker]), steps_since, self.agent.updates - updates_before, seconds)
+                returns[worker], lengths[worker] = 0.0, 0
+                steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
+                yield True
 
     def evaluate(self) -> tuple[float, list[np.ndarray]]:
         """Mean return of the deterministic policy over `training.eval_episodes` fixed starts, and the first
@@ -184,7 +259,7 @@ class Trainer:
             while not done:
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
-                obs, reward, terminated, truncated, _ = self.eval_env.step(self.agent.act(obs, sample=False))
+                obs, reward, terminated, truncated, _ = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
@@ -215,8 +290,9 @@ class Trainer:
         """The episodes themselves, with evaluation and checkpoints; returns early when a stop is requested."""
         cfg, progress = self.cfg, self.progress
         saved_episode = progress.episode
+        episodes = self.episodes(stop)
         while progress.episode < cfg.training.episodes and until(cfg.training.max_env_steps, progress.env_step):
-            if not self.run_episode(stop):
+            if not next(episodes, False):
                 return
             progress.episode += 1
             if every(cfg.training.eval_every_episodes, progress.episode):

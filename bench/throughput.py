@@ -1,0 +1,299 @@
+"""Throughput and memory, side by side: this trainer against raw MuJoCo and Stable-Baselines3 on the same pixel task.
+
+    python3 -m bench.throughput                       # HalfCheetah-v5, 84x84, stack 3, batch 32 (see --help)
+
+Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers included) with the same task and
+settings, and prints one JSON line; a last line holds the ratios the README reports. Rows:
+  raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
+                    quality, same camera), against make_env(cfg).step, alternating: the wrapper overhead
+  collect_<N>env    the trainer's own loop, random actions, no updates, N envs (frames into the replay);
+                    `_1thread` rows with LP_NUM_THREADS=1 (one core per software renderer)
+  train             the trainer's own loop with one update per env step (after --seed-steps)
+  phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
+                    (3 passes per update) and backward, optimiser steps, and one whole update
+  sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
+  sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
+SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROWS = ("raw_vs_wrapper", "collect_1env", "collect_2env", "collect_1env_1thread", "collect_2env_1thread", "train", "phases",
+        "sb3_equal_encoder", "sb3_cnnpolicy")
+ONE_RENDER_THREAD = {"LP_NUM_THREADS": "1"}  # Mesa's software renderer otherwise draws each frame with every core
+
+
+def config(args, **overrides):
+    from trainer.config import load_config
+
+    sets = {
+        "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
+        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.steps + 10,
+        "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
+        "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
+        "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
+        "logging.tensorboard_dir": tempfile.mkdtemp(), **overrides,
+    }
+    return load_config(args.config, [f"{key}={value}" for key, value in sets.items()])
+
+
+def rate(steps: int, seconds: float) -> dict:
+    return {"steps": steps, "seconds": round(seconds, 2), "steps_per_s": round(steps / seconds, 1)}
+
+
+def raw_vs_wrapper(args) -> dict:
+    """The same model, camera and render quality stepped and drawn two ways, alternating in chunks so that load from
+    other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene + render into a preallocated
+    buffer, and `make_env(cfg).step` (Gymnasium wrappers, action scaling, frame stack)."""
+    from envs import make_env  # headless GL set-up, before mujoco is imported
+    from envs.pixels import resolve_camera
+
+    import mujoco
+
+    cfg = config(args)
+    env = make_env(cfg)
+    base = env.unwrapped
+    model, data = base.model, base.data  # the wrapper's own model: its render quality is already set
+    camera = resolve_camera(model, cfg.env.camera, base.mujoco_renderer.default_cam_config)
+    renderer = mujoco.Renderer(model, cfg.env.image_size, cfg.env.image_size)
+    frame = np.empty((cfg.env.image_size, cfg.env.image_size, 3), np.uint8)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    physics = render = wrapped = 0.0
+    chunk = 25
+    for _ in range(max(1, args.steps // chunk)):
+        for _ in range(chunk):
+            start = time.perf_counter()
+            data.ctrl[:] = rng.uniform(-1, 1, model.nu)
+            mujoco.mj_step(model, data, nstep=base.frame_skip)
+            middle = time.perf_counter()
+            renderer.update_scene(data, camera=camera)
+            renderer.render(out=frame)
+            render += time.perf_counter() - middle
+            physics += middle - start
+        start = time.perf_counter()
+        for _ in range(chunk):
+            _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+            if terminated or truncated:
+                env.reset()
+        wrapped += time.perf_counter() - start
+    steps = max(1, args.steps // chunk) * chunk
+    renderer.close()
+    env.close()
+    return {
+        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1), "wrapper_steps_per_s": round(steps / wrapped, 1),
+        "physics_ms": round(1e3 * physics / steps, 3), "render_ms": round(1e3 * render / steps, 3),
+        "wrapper_overhead": round(wrapped / (physics + render) - 1, 3),
+    }
+
+
+def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
+    """The real training loop (`Trainer.run`) up to `steps_before` agent steps untimed, then `steps` more timed."""
+    from trainer.gpu_monitor import GpuMonitor
+    from trainer.logger import Logger
+    from trainer.loop import Trainer
+    from trainer.signals import GracefulStop
+
+    trainer = Trainer(cfg)
+    trainer.save = lambda final_of_episode: None  # checkpoint writes are not part of the step
+    trainer.logger = Logger(cfg, 0, cfg.training.episodes, 0)
+    trainer.gpu_monitor = GpuMonitor(trainer.device, cfg.logging.gpu_every_s, lambda message: None)
+    with GracefulStop() as stop:
+        if steps_before:
+            cfg.training.max_env_steps = steps_before
+            trainer.run(stop)
+        cfg.training.max_env_steps = trainer.progress.env_step + steps
+        start, step_before, updates_before = time.perf_counter(), trainer.progress.env_step, trainer.agent.updates
+        trainer.run(stop)
+        seconds = time.perf_counter() - start
+    done, updates = trainer.progress.env_step - step_before, trainer.agent.updates - updates_before
+    trainer.close()
+    return rate(done, seconds) | {"updates_per_s": round(updates / seconds, 1), "replay_bytes_per_transition": trainer.replay.bytes_per_slot}, trainer
+
+
+def collect(args, num_envs: int) -> dict:
+    row, _ = run_trainer(config(args, **{"env.num_envs": num_envs, "training.seed_steps": 10**9}), 0, args.steps)
+    return row | {"num_envs": num_envs}
+
+
+def train(args) -> dict:
+    row, trainer = run_trainer(config(args), args.seed_steps, args.steps)
+    return row | {"device": str(trainer.device)}
+
+
+def phases(args) -> dict:
+    """Milliseconds per call of each piece of an update on a replay filled by the real env."""
+    import torch
+
+    from sac.augment import random_shift
+    from trainer.loop import Trainer
+
+    cfg = config(args)
+    trainer = Trainer(cfg)
+    obs, _ = trainer.env.reset(seed=0)
+    trainer.replay.add_first(obs)
+    for _ in range(4 * args.batch_size):
+        action = trainer.rng.uniform(-1, 1, trainer.action_dim).astype(np.float32)
+        obs, reward, terminated, truncated, _ = trainer.env.step(action)
+        trainer.replay.add(action, reward, terminated, obs)
+    agent, device, sync = trainer.agent, trainer.device, torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+
+    def ms(fn, repeats: int = 20) -> float:
+        fn()
+        sync()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        sync()
+        return round(1e3 * (time.perf_counter() - start) / repeats, 3)
+
+    batch = trainer.replay.sample(args.batch_size, device)
+    shifted = random_shift(batch["obs"], cfg.sac.augment_pad)
+    encoder = agent.critic.encoder
+
+    def forward_passes():
+        encoder(shifted)
+        with torch.no_grad():
+            encoder(shifted)
+            agent.critic_target.encoder(shifted)
+
+    def forward_backward():
+        encoder(shifted).mean().backward()
+
+    def optimisers():
+        agent.critic_opt.step()
+        agent.actor_opt.step()
+
+    agent.update(batch)  # every parameter has a gradient and optimiser state for the optimiser timing
+    row = {
+        "replay_sample_ms": ms(lambda: trainer.replay.sample(args.batch_size, device)),
+        "augment_ms": ms(lambda: (random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad))),
+        "encoder_forward_ms": ms(forward_passes),
+        "encoder_backward_ms": round(ms(forward_backward) - ms(lambda: encoder(shifted)), 3),
+        "optimiser_ms": ms(optimisers),
+        "update_ms": ms(lambda: agent.update(trainer.replay.sample(args.batch_size, device))),
+        "device": str(device),
+    }
+    trainer.env.close()
+    trainer.eval_env.close()
+    return row
+
+
+def channels_stacked(env):
+    """SB3 sees images as (C, H, W): the (T, 3, H, W) frame stack becomes (3T, H, W), channel order kept."""
+    import gymnasium as gym
+
+    shape = env.observation_space.shape
+    space = gym.spaces.Box(0, 255, (shape[0] * shape[1], *shape[2:]), np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs.reshape(space.shape), space)
+
+
+def sb3(args, equal_encoder: bool) -> dict:
+    import torch
+    from stable_baselines3 import SAC as SB3SAC
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    from encoders import build_encoder
+    from envs import make_env
+
+    cfg = config(args)
+    env = channels_stacked(make_env(cfg))
+    stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
+
+    class Simple2DCNNExtractor(BaseFeaturesExtractor):
+        """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as an SB3 extractor.
+        SB3 hands it floats in [0, 1]; the conv stack gets them centred, as Simple2DCNN does with uint8."""
+
+        def __init__(self, observation_space):
+            super().__init__(observation_space, cfg.sac.feature_dim)
+            self.convs = build_encoder(cfg.encoder, stack_shape).convs
+            repr_dim = self.convs(torch.zeros(1, *observation_space.shape)).shape[1]
+            self.trunk = torch.nn.Sequential(torch.nn.Linear(repr_dim, cfg.sac.feature_dim), torch.nn.LayerNorm(cfg.sac.feature_dim), torch.nn.Tanh())
+
+        def forward(self, obs):
+            return self.trunk(self.convs(obs - 0.5))
+
+    policy_kwargs = {"net_arch": [cfg.sac.hidden_dim] * cfg.sac.hidden_depth}
+    if equal_encoder:
+        policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
+    model = SB3SAC(
+        "CnnPolicy", env, batch_size=args.batch_size, buffer_size=args.seed_steps + args.steps + 10, learning_starts=args.seed_steps,
+        train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
+        device="cpu" if args.cpu else "auto", verbose=0,
+    )
+    model.learn(args.seed_steps)
+    start = time.perf_counter()
+    model.learn(args.steps, reset_num_timesteps=False)
+    seconds = time.perf_counter() - start
+    buffer = model.replay_buffer
+    arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
+    return rate(args.steps, seconds) | {"replay_bytes_per_transition": sum(a.nbytes for a in arrays) // buffer.buffer_size, "device": str(model.device)}
+
+
+def run_row(name: str, args) -> dict:
+    functions = {
+        "raw_vs_wrapper": raw_vs_wrapper, "collect_1env": lambda a: collect(a, 1), "collect_2env": lambda a: collect(a, 2),
+        "collect_1env_1thread": lambda a: collect(a, 1), "collect_2env_1thread": lambda a: collect(a, 2),
+        "train": train, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
+    }
+    row = functions[name](args)
+    peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return {"row": name, **row, "peak_rss_mb": round(peak_kb / 1024)}
+
+
+def summary(rows: dict) -> dict:
+    def ratio(a: str, b: str, key: str = "steps_per_s"):
+        return round(rows[a][key] / rows[b][key], 2) if a in rows and b in rows else None
+
+    return {
+        "row": "summary",
+        "train_vs_sb3_equal_encoder": ratio("train", "sb3_equal_encoder"),
+        "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
+        "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
+        "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
+        "collect_2env_vs_1env": ratio("collect_2env", "collect_1env"),
+        "collect_2env_vs_1env_1thread": ratio("collect_2env_1thread", "collect_1env_1thread"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="configs/half_cheetah_video.yaml")
+    parser.add_argument("--image-size", type=int, default=84)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=300, help="timed agent steps per row")
+    parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
+    parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
+    args = parser.parse_args()
+    if args.row:
+        print(json.dumps(run_row(args.row, args)), flush=True)
+        return
+    rows = {}
+    forwarded = [arg for arg in sys.argv[1:] if arg != "--rows" and arg not in ROWS]
+    for name in args.rows:
+        env = os.environ | (ONE_RENDER_THREAD if name.endswith("_1thread") else {})
+        result = subprocess.run([sys.executable, "-m", "bench.throughput", *forwarded, "--row", name], capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            errors = [line for line in result.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
+            print(json.dumps({"row": name, "error": (errors or ["exit status %d" % result.returncode])[0]}), flush=True)
+            continue
+        rows[name] = json.loads(result.stdout.strip().splitlines()[-1])
+        print(json.dumps(rows[name]), flush=True)
+    print(json.dumps(summary(rows)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
