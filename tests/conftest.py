@@ -1,8 +1,11 @@
-"""Shared helpers: run the real command line in a subprocess with `--set` overrides, and tiny network sizes for speed."""
+"""Shared helpers: run the real command line in a subprocess with `--set` overrides, tiny network sizes for speed,
+and encoder config blocks."""
 
 import subprocess
 import sys
 from pathlib import Path
+
+from trainer.config import EncoderConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")
@@ -22,3 +25,12 @@ def sets(**overrides) -> list[str]:
 
 
 TINY = sets(env__image_size=64, sac__hidden_dim=64, sac__feature_dim=16, logging__log_every_updates=5)  # fast networks
+
+
+def encoder_config(arch: str, **video) -> EncoderConfig:
+    """An `encoder` config block for a video arch, with `encoder.video` keys overridden."""
+    cfg = EncoderConfig(type="video")
+    cfg.video.arch = arch
+    for key, value in video.items():
+        setattr(cfg.video, key, value)
+    return cfg

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from encoders import ARCHS, build_encoder
-from tests.conftest import ROOT
+from tests.conftest import ROOT, encoder_config
 from trainer.config import EncoderConfig, load_config
 from trainer.errors import UserError
 
@@ -22,13 +22,6 @@ REPR_DIMS = {
     "timesformer": 192,  # the small preset's width
 }
 
-
-def encoder_config(arch: str, **video) -> EncoderConfig:
-    cfg = EncoderConfig(type="video")
-    cfg.video.arch = arch
-    for key, value in video.items():
-        setattr(cfg.video, key, value)
-    return cfg
 
 
 def test_every_arch_has_an_example_config():

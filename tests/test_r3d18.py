@@ -7,18 +7,12 @@ from torchvision.models.video import R3D_18_Weights, r3d_18
 
 from encoders import build_encoder
 from sac.agent import SAC
-from trainer.config import EncoderConfig, SACConfig
+from tests.conftest import encoder_config
+from trainer.config import SACConfig
 from trainer.errors import UserError
 
 OBS = (3, 3, 32, 32)
 
-
-def encoder_config(**video) -> EncoderConfig:
-    cfg = EncoderConfig(type="video")
-    cfg.video.arch = "r3d18"
-    for key, value in video.items():
-        setattr(cfg.video, key, value)
-    return cfg
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +39,7 @@ def kinetics_like(tmp_path):
 
 def test_weights_file_round_trips_into_the_trunk_without_the_classifier(kinetics_like):
     path, saved = kinetics_like
-    encoder = build_encoder(encoder_config(pretrained=True, weights=str(path)), OBS)
+    encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path)), OBS)
     loaded = encoder.net.state_dict()
     assert encoder.repr_dim == 512 and not any(key.startswith("fc.") for key in loaded)
     assert loaded.keys() == {key for key in saved if not key.startswith("fc.")}
@@ -57,14 +51,14 @@ def test_pretrained_without_weights_reads_torchvisions_hub_cache(kinetics_like, 
     cache = tmp_path / "torch_home" / "hub" / "checkpoints"
     cache.mkdir(parents=True)
     path.rename(cache / "r3d_18-b3b3357e.pth")
-    encoder = build_encoder(encoder_config(pretrained=True), OBS)
+    encoder = build_encoder(encoder_config("r3d18", pretrained=True), OBS)
     assert torch.equal(encoder.net.stem[0].weight, saved["stem.0.weight"])
 
 
 def test_missing_weights_is_a_one_line_error_with_where_and_how(tmp_path):
     expected = tmp_path / "torch_home" / "hub" / "checkpoints" / "r3d_18-b3b3357e.pth"
     with pytest.raises(UserError) as err:
-        build_encoder(encoder_config(pretrained=True), OBS)
+        build_encoder(encoder_config("r3d18", pretrained=True), OBS)
     message = str(err.value)
     assert "\n" not in message and f"not found at {expected}" in message
     assert R3D_18_Weights.KINETICS400_V1.url in message and "encoder.video.weights" in message
@@ -74,11 +68,11 @@ def test_a_file_that_is_not_r3d18_weights_is_a_clear_error(tmp_path):
     path = tmp_path / "other.pth"
     torch.save({"conv.weight": torch.zeros(1)}, path)
     with pytest.raises(UserError, match="does not hold r3d_18 weights"):
-        build_encoder(encoder_config(pretrained=True, weights=str(path)), OBS)
+        build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path)), OBS)
 
 
 def test_frames_are_normalised_with_kinetics_statistics():
-    encoder = build_encoder(encoder_config(), OBS)
+    encoder = build_encoder(encoder_config("r3d18"), OBS)
     transforms = R3D_18_Weights.KINETICS400_V1.transforms()
     assert encoder.MEAN == tuple(transforms.mean) and encoder.STD == tuple(transforms.std)
 
@@ -86,7 +80,7 @@ def test_frames_are_normalised_with_kinetics_statistics():
 def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetics_like):
     path, _ = kinetics_like
     torch.manual_seed(0)
-    encoder = build_encoder(encoder_config(pretrained=True, weights=str(path), freeze=True), OBS)
+    encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path), freeze=True), OBS)
     agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), torch.device("cpu"), pixels=True)
     before = {key: value.clone() for key, value in encoder.state_dict().items()}
     heads_before = [p.detach().clone() for p in agent.critic.q1.parameters()]

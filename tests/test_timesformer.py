@@ -8,16 +8,9 @@ from transformers import TimesformerConfig, TimesformerForVideoClassification
 
 from encoders import build_encoder
 from encoders.timesformer import PUBLIC_CHECKPOINT
-from trainer.config import EncoderConfig
+from tests.conftest import encoder_config
 from trainer.errors import UserError
 
-
-def encoder_config(**video) -> EncoderConfig:
-    cfg = EncoderConfig(type="video")
-    cfg.video.arch = "timesformer"
-    for key, value in video.items():
-        setattr(cfg.video, key, value)
-    return cfg
 
 
 @pytest.fixture
@@ -34,7 +27,7 @@ def public_layout(tmp_path):
 
 @pytest.mark.parametrize("preset, width", [("tiny", 96), ("small", 192)])
 def test_small_presets_tile_84px_frames_with_divided_space_time_attention(preset, width):
-    encoder = build_encoder(encoder_config(preset=preset), (3, 3, 84, 84))
+    encoder = build_encoder(encoder_config("timesformer", preset=preset), (3, 3, 84, 84))
     assert encoder.repr_dim == width and encoder.net.config.attention_type == "divided_space_time"
     assert encoder.net.embeddings.patch_embeddings.num_patches == 7 * 7
     assert all(hasattr(layer, "temporal_attention") for layer in encoder.net.encoder.layer), "each block attends across time"
@@ -43,7 +36,7 @@ def test_small_presets_tile_84px_frames_with_divided_space_time_attention(preset
 
 def test_public_layout_loads_from_a_local_directory_with_time_embeddings_fitted(public_layout):
     directory, saved = public_layout
-    encoder = build_encoder(encoder_config(preset="base", pretrained=True, weights=str(directory)), (3, 3, 64, 64))
+    encoder = build_encoder(encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory)), (3, 3, 64, 64))
     loaded = encoder.net.state_dict()
     assert encoder.repr_dim == 32
     for key, value in loaded.items():
@@ -57,7 +50,7 @@ def test_public_layout_loads_from_a_local_directory_with_time_embeddings_fitted(
 
 def test_a_smaller_input_size_subsamples_the_position_grid(public_layout):
     directory, saved = public_layout
-    encoder = build_encoder(encoder_config(preset="base", pretrained=True, weights=str(directory), input_size=32), (3, 3, 64, 64))
+    encoder = build_encoder(encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory), input_size=32), (3, 3, 64, 64))
     position = saved["timesformer.embeddings.position_embeddings"]  # CLS + a 4 x 4 grid
     assert torch.equal(encoder.net.embeddings.position_embeddings, position[:, [0, 1, 3, 9, 11]])  # CLS + rows/cols 0, 2
 
@@ -65,7 +58,7 @@ def test_a_smaller_input_size_subsamples_the_position_grid(public_layout):
 def test_missing_public_checkpoint_is_a_one_line_error_with_where_and_how(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(UserError) as err:
-        build_encoder(encoder_config(preset="base", pretrained=True), (3, 3, 64, 64))
+        build_encoder(encoder_config("timesformer", preset="base", pretrained=True), (3, 3, 64, 64))
     message = str(err.value)
     assert "\n" not in message and str(tmp_path / "hub") in message
     assert f"hf download {PUBLIC_CHECKPOINT}" in message and "encoder.video.weights" in message
@@ -82,4 +75,4 @@ def test_missing_public_checkpoint_is_a_one_line_error_with_where_and_how(monkey
 )
 def test_bad_settings_are_one_line_errors_naming_the_fix(video, expected):
     with pytest.raises(UserError, match=expected):
-        build_encoder(encoder_config(**video), (3, 3, 64, 64))
+        build_encoder(encoder_config("timesformer", **video), (3, 3, 64, 64))
