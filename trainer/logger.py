@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from trainer.config import Config, to_yaml
 
-EVAL_COLUMNS = ("env_step", "frames", "episode", "return")
+EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it
 
 
 class Logger:
@@ -40,15 +40,17 @@ class Logger:
         self.bar.update(1)
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
-    def evaluation(self, mean_return: float, step: int, frames: int, episode: int) -> None:
-        self.scalars({"return": mean_return}, step, "eval")
+    def evaluation(self, mean_return: float, success_rate: float | None, step: int, frames: int, episode: int) -> None:
+        """`success_rate` is None for tasks that report no `info["success"]`."""
+        self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step, "eval")
         new = not self.eval_csv.exists()
         with open(self.eval_csv, "a", newline="") as f:
             writer = csv.writer(f)
             if new:
                 writer.writerow(EVAL_COLUMNS)
-            writer.writerow((step, frames, episode, f"{mean_return:.3f}"))
-        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}")
+            writer.writerow((step, frames, episode, f"{mean_return:.3f}", "" if success_rate is None else f"{success_rate:.3f}"))
+        success = "" if success_rate is None else f", success {success_rate:.0%}"
+        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
         tqdm.write(text)

@@ -151,17 +151,21 @@ class Trainer:
         }, self.progress.env_step)
         return True
 
-    def evaluate(self) -> float:
-        returns = []
+    def evaluate(self) -> tuple[float, float | None]:
+        """Mean return of the deterministic policy, and its success rate when the task reports `info["success"]`
+        (an episode counts as a success if its last step does); None for tasks that do not."""
+        returns, successes = [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
             total, done = 0.0, False
             while not done:
-                obs, reward, terminated, truncated, _ = self.eval_env.step(self.agent.act(obs, sample=False))
+                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs, sample=False))
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        return float(np.mean(returns))
+            if "success" in info:
+                successes.append(float(info["success"]))
+        return float(np.mean(returns)), float(np.mean(successes)) if successes else None
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
@@ -178,7 +182,8 @@ class Trainer:
                     progress.episode += 1
                     if every(cfg.training.eval_every_episodes, progress.episode):
                         frames = progress.env_step * cfg.env.action_repeat
-                        self.logger.evaluation(self.evaluate(), progress.env_step, frames, progress.episode)
+                        mean_return, success_rate = self.evaluate()
+                        self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode)
                     if every(cfg.checkpoint.every_episodes, progress.episode):
                         self.save(final_of_episode=True)
                         saved_episode = progress.episode
