@@ -92,6 +92,23 @@ def test_progress_terms_rise_through_the_task():
     assert carried["reward_place"] > lifted["reward_place"]
 
 
+def test_release_pays_for_loosening_the_fingers_only_once_the_plate_is_in_the_slot():
+    firm, loose = gym.make("DishwashingFeasible-v0"), gym.make("DishwashingFeasible-v0")
+    obs, _ = firm.reset(seed=0)
+    loose.reset(seed=0)
+    shut, still_shut = np.array([0, 0, 0, 1], np.float32), np.array([0, 0, 0, 0.2], np.float32)
+    assert firm.step(shut)[4]["reward_release"] == loose.step(still_shut)[4]["reward_release"] == 0.0, "away from the slot"
+
+    obs = firm.unwrapped.observation()
+    while (action := scripted_action(obs))[3] > 0:  # carry and lower until the scripted policy would let go
+        obs, *_ = firm.step(action)
+        loose.step(action)
+    *_, firm_info = firm.step(shut)
+    *_, loose_info = loose.step(still_shut)
+    assert firm_info["held"] and loose_info["held"]
+    assert loose_info["reward_release"] > firm_info["reward_release"] == 0.0
+
+
 def test_shutting_the_fingers_away_from_the_plate_grasps_nothing():
     env = gym.make("Dishwashing-v0")
     env.reset(seed=0)

@@ -20,18 +20,21 @@ Observation (state mode), (26,) (make_env casts it to float32):
     [14:17] slot - plate                               [17:20] slot (where the plate's centre rests when placed)
     [20:23] plate velocity                             [23:26] gripper velocity
 
-Reward: -1 + progress per step; progress (at most 0.9) is the sum of
-    reach  W_REACH * (1 - tanh(K_REACH * |plate - gripper|))                  get the fingers to the plate
-    grasp  W_GRASP * secured                                                   secured: grasped, or lying in the slot
-    lift   W_LIFT * secured * clip((z - z_basin) / (z_slot - z_basin), 0, 1)   raise it to the rack's height
-    place  W_PLACE * (1 - tanh(K_PLACE * path))                                bring it to the slot; path: its way
-           there, straight down when over the slot, else via the point HOVER above it (the pegs are cleared from
-           above). Letting go in the slot costs nothing, since a plate lying there still counts as secured;
-and 0 on the success step, which terminates the episode. Every step before success costs at least 0.1, so the
-quickest placement earns the most; a placed plate is an absorbing goal, and ending there keeps the critic from
-learning anything about what happens after. Success: the plate rests in the slot (centre within SLOT_XY_TOL
-horizontally and SLOT_Z_TOL vertically, tilted less than UPRIGHT_TOL, speed under REST_SPEED), released.
-`info["success"]` is reported on every step.
+Reward: -1 + progress per step, and 0 on the success step, which terminates the episode. progress (at most 0.9):
+    reach    W_REACH * (1 - tanh(K_REACH * |plate - gripper|))                 get the fingers to the plate
+    grasp    W_GRASP * secured                                                  secured: grasped, or lying in the slot
+    lift     W_LIFT * secured * clip((z - z_basin) / (z_slot - z_basin), 0, 1)  raise it to the rack's height
+    place    W_PLACE * (1 - tanh(K_PLACE * path))                               bring it to the slot; path: its way
+             there, straight down when over the slot, else via the point HOVER above it (pegs cleared from above)
+    release  W_RELEASE * in_slot * (1 - action[3]) / 2                          open the fingers once it is in the slot
+Every step before success costs at least 0.1, so the quickest placement earns the most; a placed plate is an
+absorbing goal, and ending there keeps the critic from learning anything about what happens after. Letting go in
+the slot costs nothing, as a plate lying there still counts as secured. The release term pays for the command, not
+the state: a policy that has learnt never to open (opening anywhere else drops the plate) would otherwise never try
+it in the slot, where the fingers, blocked by the plate, do not move before the weld lets go.
+
+Success: the plate rests in the slot (centre within SLOT_XY_TOL horizontally and SLOT_Z_TOL vertically, tilted less
+than UPRIGHT_TOL, speed under REST_SPEED), released. `info["success"]` is reported on every step.
 """
 
 from pathlib import Path
@@ -49,7 +52,7 @@ FRAME_SKIP = 20  # 2 ms physics steps -> 25 agent steps per simulated second
 MAX_MOVE = 0.025  # metres the gripper target moves per step at |action| = 1
 
 # reward weights (sum 0.9: success alone reaches 1, see the module docstring) and shaping scales
-W_REACH, W_GRASP, W_LIFT, W_PLACE = 0.1, 0.2, 0.2, 0.4
+W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.2, 0.3, 0.1
 K_REACH, K_PLACE = 10.0, 5.0  # 1/m: the distance at which tanh shaping is half spent is ~0.055 m and ~0.11 m
 HOVER = 0.07  # height above the slot from which the plate is lowered between the pegs (peg tops: +0.042)
 
@@ -215,8 +218,10 @@ class DishwashingEnv(MujocoEnv):
         upright = self._plate_axis()[2] > np.cos(UPRIGHT_TOL)
         return self._in_slot() and upright and not self.held and plate_speed < REST_SPEED
 
-    def _progress(self) -> dict[str, float]:
-        plate, secured = self.plate, self.held or self._in_slot()
+    def _progress(self, fingers: float) -> dict[str, float]:
+        """The reward terms of the module docstring; `fingers` is the finger command, action[3]."""
+        plate, in_slot = self.plate, self._in_slot()
+        secured = self.held or in_slot
         if self._over_slot():
             path = np.linalg.norm(plate - self.slot)
         else:
@@ -226,6 +231,7 @@ class DishwashingEnv(MujocoEnv):
             "grasp": W_GRASP * secured,
             "lift": W_LIFT * secured * np.clip((plate[2] - self._basin_rest_z) / self._lift_height, 0.0, 1.0),
             "place": W_PLACE * (1.0 - np.tanh(K_PLACE * path)),
+            "release": W_RELEASE * in_slot * (1.0 - fingers) / 2.0,
         }
 
     def step(self, action):
@@ -245,7 +251,7 @@ class DishwashingEnv(MujocoEnv):
 
         obs = self._get_obs()
         success = self._success(float(np.linalg.norm(obs[OBS_PLATE_VEL])))
-        terms = self._progress()
+        terms = self._progress(action[3])
         reward = 0.0 if success else -1.0 + sum(terms.values())
         info = {"success": success, "held": self.held, **{f"reward_{k}": v for k, v in terms.items()}}
         return obs, reward, success, False, info
