@@ -20,7 +20,7 @@ def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success():
     mean_return, success_rate = run.evaluate()
     assert success_rate == 1.0 and -20 < mean_return < 0
 
-    run.agent.act = lambda obs, sample: np.array([0, 0, 0, -1], np.float32)  # lets go of the plate at once
+    run.agent.act = lambda obs, sample: np.array([-1, 0, 0, 1], np.float32)  # carries the plate away from the rack
     assert run.evaluate()[1] == 0.0
 
 

@@ -2,8 +2,8 @@
 
 Variants (`variant=`):
 - "full": the plate lies at a random spot in the basin, the open gripper hovers above the table.
-- "feasible": the plate starts grasped, held clear of the pegs somewhere between basin and rack; what is left is
-  carry, lower, release. The debugging variant: state SAC learns it on a CPU.
+- "feasible": the plate starts grasped, held above the rack clear of its pegs; what is left is carry, lower and
+  release. The debugging variant: state SAC learns it on a CPU in minutes.
 
 Action, Box(-1, 1, (4,)): [0:3] moves the gripper by up to MAX_MOVE metres per step along x, y, z (targets clipped
 to the slide ranges); [3] is the finger command, -1 fully open .. +1 fully shut.
@@ -26,12 +26,13 @@ Reward: -1 + progress per step, and 0 on the success step, which terminates the 
     lift     W_LIFT * secured * clip((z - z_basin) / (z_slot - z_basin), 0, 1)  raise it to the rack's height
     place    W_PLACE * (1 - tanh(K_PLACE * path))                               bring it to the slot; path: its way
              there, straight down when over the slot, else via the point HOVER above it (pegs cleared from above)
-    release  W_RELEASE * in_slot * (1 - action[3]) / 2                          open the fingers once it is in the slot
+    release  W_RELEASE * droppable * (1 - action[3]) / 2                        open the fingers where letting go
+             drops the plate into the slot: over it and less than DROP_HEIGHT above its resting height
 Every step before success costs at least 0.1, so the quickest placement earns the most; a placed plate is an
 absorbing goal, and ending there keeps the critic from learning anything about what happens after. Letting go in
 the slot costs nothing, as a plate lying there still counts as secured. The release term pays for the command, not
-the state: a policy that has learnt never to open (opening anywhere else drops the plate) would otherwise never try
-it in the slot, where the fingers, blocked by the plate, do not move before the weld lets go.
+the state: a policy that has learnt never to open (opening elsewhere drops the plate) would otherwise never try it
+over the slot, where the fingers, blocked by the plate, do not move before the weld lets go.
 
 Success: the plate rests in the slot (centre within SLOT_XY_TOL horizontally and SLOT_Z_TOL vertically, tilted less
 than UPRIGHT_TOL, speed under REST_SPEED), released. `info["success"]` is reported on every step.
@@ -52,9 +53,10 @@ FRAME_SKIP = 20  # 2 ms physics steps -> 25 agent steps per simulated second
 MAX_MOVE = 0.025  # metres the gripper target moves per step at |action| = 1
 
 # reward weights (sum 0.9: success alone reaches 1, see the module docstring) and shaping scales
-W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.2, 0.3, 0.1
+W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.1, 0.3, 0.2
 K_REACH, K_PLACE = 10.0, 5.0  # 1/m: the distance at which tanh shaping is half spent is ~0.055 m and ~0.11 m
 HOVER = 0.07  # height above the slot from which the plate is lowered between the pegs (peg tops: +0.042)
+DROP_HEIGHT = 0.04  # below this over the slot the plate is between the pegs: let go, it can only fall into the slot
 
 # success tolerances
 SLOT_XY_TOL = 0.02
@@ -66,8 +68,8 @@ REST_SPEED = 0.05
 BASIN_SPREAD = np.array([0.05, 0.04])  # plate offset from the basin centre (x, y): fingers still fit beside it
 HAND_START = np.array([0.0, 0.0, 0.2])  # gripper point at reset (full variant) ...
 HAND_SPREAD = np.array([0.05, 0.05, 0.03])  # ... +- this
-CARRY_LOW = np.array([-0.12, -0.1, 0.14])  # plate centre at reset (feasible variant): uniform in this box
-CARRY_HIGH = np.array([0.2, 0.1, 0.2])
+CARRY_LOW = np.array([0.05, -0.08, 0.14])  # plate centre at reset (feasible variant): uniform in this box, above
+CARRY_HIGH = np.array([0.3, 0.08, 0.2])  # the rack and clear of its pegs
 GRASP_DEPTH = 0.004  # plate centre below the gripper point when grasped from a surface
 
 # the observation layout (see the module docstring)
@@ -220,8 +222,9 @@ class DishwashingEnv(MujocoEnv):
 
     def _progress(self, fingers: float) -> dict[str, float]:
         """The reward terms of the module docstring; `fingers` is the finger command, action[3]."""
-        plate, in_slot = self.plate, self._in_slot()
-        secured = self.held or in_slot
+        plate = self.plate
+        secured = self.held or self._in_slot()
+        droppable = self._over_slot() and plate[2] - self.slot[2] < DROP_HEIGHT
         if self._over_slot():
             path = np.linalg.norm(plate - self.slot)
         else:
@@ -231,7 +234,7 @@ class DishwashingEnv(MujocoEnv):
             "grasp": W_GRASP * secured,
             "lift": W_LIFT * secured * np.clip((plate[2] - self._basin_rest_z) / self._lift_height, 0.0, 1.0),
             "place": W_PLACE * (1.0 - np.tanh(K_PLACE * path)),
-            "release": W_RELEASE * in_slot * (1.0 - fingers) / 2.0,
+            "release": W_RELEASE * droppable * (1.0 - fingers) / 2.0,
         }
 
     def step(self, action):
