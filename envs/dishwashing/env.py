@@ -183,11 +183,12 @@ class DishwashingEnv(MujocoEnv):
 
     def _get_obs(self) -> np.ndarray:
         grip, plate = self.grip, self.plate
-        plate_vel, grip_vel = self._velocities()
-        return np.concatenate([
-            grip, [self._opening(), float(self.held)], plate, self._plate_axis(), plate - grip, self.slot - plate,
-            self.slot, plate_vel, grip_vel,
-        ])
+        obs = np.empty(OBS_SIZE)
+        obs[OBS_GRIP], obs[OBS_OPENING], obs[OBS_HELD] = grip, self._opening(), self.held
+        obs[OBS_PLATE], obs[OBS_AXIS], obs[OBS_PLATE_TO_GRIP] = plate, self._plate_axis(), plate - grip
+        obs[OBS_SLOT_FROM_PLATE], obs[OBS_SLOT] = self.slot - plate, self.slot
+        obs[OBS_PLATE_VEL], obs[OBS_GRIP_VEL] = self._velocities()
+        return obs
 
     def observation(self) -> np.ndarray:
         """The state vector, whatever the observation mode: the scripted policy reads it."""
@@ -224,10 +225,10 @@ class DishwashingEnv(MujocoEnv):
 
     def _progress(self, fingers: float) -> dict[str, float]:
         """The reward terms of the module docstring; `fingers` is the finger command, action[3]."""
-        plate = self.plate
+        plate, over_slot = self.plate, self._over_slot()
         secured = self.held or self._in_slot()
-        droppable = self._over_slot() and plate[2] - self.slot[2] < DROP_HEIGHT
-        if self._over_slot():
+        droppable = over_slot and plate[2] - self.slot[2] < DROP_HEIGHT
+        if over_slot:
             path = np.linalg.norm(plate - self.slot)
         else:
             path = np.linalg.norm(plate - (self.slot + [0.0, 0.0, HOVER])) + HOVER
