@@ -1,10 +1,13 @@
-"""Learning benchmark: train one config for several seeds and report evaluation return against agent steps.
+"""Learning benchmark: train one config for several seeds and report evaluation return (and, for tasks that report
+it, success rate) against agent steps.
 
     python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
+    python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
 Each seed is a separate `train_sac.py` process (`--parallel` at a time, one torch thread each). Writes
-<out>/learn.csv with columns frames,seed,return (plus env_step), <out>/learn.png (mean +/- std over seeds, with the
-published pixel-SAC results as crosses for the DeepMind Control tasks) and prints one JSON line per seed and a summary.
+<out>/learn.csv with columns frames,seed,return,success (plus env_step; success empty for tasks without it),
+<out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
+tasks) and prints one JSON line per seed and a summary.
 """
 
 import argparse
@@ -29,6 +32,7 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--target", type=float, help="report the first agent step whose eval return reaches this")
+    parser.add_argument("--target-success", type=float, help="report the first agent step whose eval success rate reaches this")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="runs/bench_learn")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -54,32 +58,41 @@ def main() -> None:
             del running[seed]
             if proc.returncode != 0:
                 sys.exit(f"seed {seed} failed (exit {proc.returncode}); see {out / f'seed{seed}.log'}")
-            results.append(summarise(out, seed, time.time() - start, args.target))
+            results.append(summarise(out, seed, time.time() - start, args.target, args.target_success))
             print(json.dumps(results[-1]), flush=True)
         time.sleep(1)
 
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
     with open(out / "learn.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["frames", "seed", "return", "env_step"])
-        writer.writerows((r["frames"], r["seed"], r["return"], r["env_step"]) for r in rows)
+        writer.writerow(["frames", "seed", "return", "success", "env_step"])
+        writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"], r["env_step"]) for r in rows)
     env_id = load_config(args.config, args.set).env.id
     plot_seeds(rows, out / "learn.png", title=f"{Path(args.config).stem}", references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
-    reached = [r["first_step_at_target"] for r in results if r["first_step_at_target"] is not None]
-    print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target,
-                      "seeds_reaching_target": len(reached), "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
+    reached = [r for r in results if r["first_step_at_target"] is not None]
+    reached_success = [r for r in results if r["first_step_at_success_target"] is not None]
+    print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target, "seeds_reaching_target": len(reached),
+                      "target_success": args.target_success, "seeds_reaching_success_target": len(reached_success),
+                      "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
 
 
 def read_eval(out: Path, seed: int) -> list[dict]:
     with open(out / "runs" / f"seed{seed}" / "eval.csv", newline="") as f:
-        return [{"seed": seed, "env_step": int(r["env_step"]), "frames": int(r["frames"]), "return": float(r["return"])} for r in csv.DictReader(f)]
+        return [{"seed": seed, "env_step": int(r["env_step"]), "frames": int(r["frames"]), "return": float(r["return"]),
+                 "success": float(r["success"]) if r.get("success") else None} for r in csv.DictReader(f)]
 
 
-def summarise(out: Path, seed: int, seconds: float, target: float | None) -> dict:
+def first_step(rows: list[dict], key: str, target: float | None) -> int | None:
+    return next((r["env_step"] for r in rows if target is not None and r[key] is not None and r[key] >= target), None)
+
+
+def summarise(out: Path, seed: int, seconds: float, target: float | None, target_success: float | None) -> dict:
     rows = read_eval(out, seed)
-    first = next((r["env_step"] for r in rows if target is not None and r["return"] >= target), None)
+    successes = [r["success"] for r in rows if r["success"] is not None]
     return {"seed": seed, "wall_s": round(seconds, 1), "evals": len(rows), "final_return": rows[-1]["return"] if rows else None,
-            "best_return": max((r["return"] for r in rows), default=None), "first_step_at_target": first}
+            "best_return": max((r["return"] for r in rows), default=None), "first_step_at_target": first_step(rows, "return", target),
+            "final_success": successes[-1] if successes else None, "best_success": max(successes, default=None),
+            "first_step_at_success_target": first_step(rows, "success", target_success)}
 
 
 if __name__ == "__main__":

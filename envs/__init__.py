@@ -12,6 +12,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleAction, TimeLimit  # noqa: E402
 
+from envs import dishwashing  # noqa: E402,F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat  # noqa: E402
 from envs.pixels import PixelObservation  # noqa: E402
 from trainer.errors import UserError  # noqa: E402

@@ -20,7 +20,7 @@ def config(tmp_path, **logging) -> Config:
 def evaluate(logger: Logger, steps: list[int]) -> None:
     clip = [np.full((8, 8, 3), i * 40, np.uint8) for i in range(4)]
     for step in steps:
-        logger.evaluation(float(step), step, step * 2, step // 10, clip)
+        logger.evaluation(float(step), None, step, step * 2, step // 10, clip)
 
 
 def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):

@@ -1,21 +1,24 @@
 """The training loop's promises, through the real command line: a run killed and resumed ends bit-identical to one
 that never stopped, preemption at any moment leaves a loadable `_latest` that the next start continues, and
-parallel env workers store exactly the transitions of sequential envs."""
+parallel env workers store exactly the transitions of sequential envs. Evaluation reports the deterministic policy's
+mean return, and the success rate of tasks that put `success` in info (judged on each episode's last step)."""
 
 import random
 import signal
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from envs import make_env
+from envs.dishwashing.scripted import scripted_action
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import TINY, popen_cli, run_cli, sets
+from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
 from trainer import checkpoint
-from trainer.config import config_from_dict
+from trainer.config import config_from_dict, load_config
 from trainer.errors import UserError
-from trainer.loop import replay_frames_device
+from trainer.loop import Trainer, replay_frames_device
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:
@@ -124,3 +127,25 @@ def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_the
     assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
     with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
         replay_frames_device("cuda", torch.device("cpu"), 10**6)
+
+
+def trainer(config: str, **training) -> Trainer:
+    overrides = ["sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=1000", "logging.eval_video=false",
+                 *(f"training.{k}={v}" for k, v in training.items())]
+    return Trainer(load_config(ROOT / "configs" / config, overrides))
+
+
+def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success():
+    run = trainer("dishwashing_feasible.yaml", eval_episodes=3)
+    run.agent.act = lambda obs, sample: scripted_action(obs[0])[None]  # act takes a batch
+    mean_return, success_rate, _ = run.evaluate()
+    assert success_rate == 1.0 and -20 < mean_return < 0
+
+    run.agent.act = lambda obs, sample: np.array([[-1, 0, 0, 1]], np.float32)  # carries the plate away from the rack
+    assert run.evaluate()[1] == 0.0
+
+
+def test_tasks_without_success_report_no_success_rate():
+    run = trainer("inverted_pendulum_state.yaml", eval_episodes=1)
+    mean_return, success_rate, _ = run.evaluate()
+    assert success_rate is None and mean_return > 0

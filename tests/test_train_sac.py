@@ -2,6 +2,7 @@
 and clear errors for damaged or incompatible checkpoints. (Exact resume, preemption and parallel envs:
 tests/test_loop.py.)"""
 
+import csv
 import shutil
 
 import pytest
@@ -56,6 +57,28 @@ def test_smoke_run_logs_every_metric_to_tensorboard(smoke_run):
     assert expected <= tags, expected - tags
     assert [e.step for e in events.Scalars("train/episode_return")] == [50, 100]
     assert (tmp / "runs" / "sac_video" / "config.yaml").exists() and (tmp / "runs" / "sac_video" / "eval.csv").exists()
+    assert "eval/success_rate" not in tags, "cartpole reports no success"
+
+
+def test_eval_csv_has_a_success_column_filled_only_for_tasks_that_report_success(smoke_run, tmp_path):
+    tmp, _, _ = smoke_run
+    with open(tmp / "runs" / "sac_video" / "eval.csv", newline="") as f:
+        assert [row["success"] for row in csv.DictReader(f)] == ["", ""]
+
+    args = sets(
+        training__episodes=2, training__seed_steps=20, training__eval_every_episodes=1, training__eval_episodes=2,
+        sac__batch_size=8, sac__buffer_size=2000, sac__hidden_dim=32, checkpoint__dir=tmp_path / "ckpt",
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",
+    )
+    result = run_cli("--config", str(ROOT / "configs" / "dishwashing_feasible.yaml"), *args)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "runs" / "sac_feasible" / "eval.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["episode"] for row in rows] == ["1", "2"] and all(row["success"] in ("0.000", "0.500", "1.000") for row in rows)
+    events = EventAccumulator(str(tmp_path / "runs" / "sac_feasible"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/success_rate")] == [int(row["env_step"]) for row in rows]
+    assert "success " in result.stdout
 
 
 def test_truncated_checkpoint_is_a_one_line_error_and_auto_falls_back(smoke_run, tmp_path):

@@ -18,7 +18,7 @@ from trainer.config import Config, to_dict, to_yaml
 from trainer.errors import UserError
 from trainer.plot import plot_runs
 
-EVAL_COLUMNS = ("env_step", "frames", "episode", "return")
+EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
 
 
@@ -58,15 +58,17 @@ class Logger:
         self.bar.update(1)
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
-    def evaluation(self, mean_return: float, step: int, frames: int, episode: int, clip: list[np.ndarray]) -> None:
-        """`clip`: uint8 (H, W, 3) frames of the first eval episode (empty when eval videos are off)."""
-        self.scalars({"return": mean_return}, step, "eval")
+    def evaluation(self, mean_return: float, success_rate: float | None, step: int, frames: int, episode: int,
+                   clip: list[np.ndarray]) -> None:
+        """`success_rate` is None for tasks that report no `info["success"]`; `clip`: uint8 (H, W, 3) frames of the
+        first eval episode (empty when eval videos are off)."""
+        self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step, "eval")
         new = not self.eval_csv.exists()
         with open(self.eval_csv, "a", newline="") as f:
             writer = csv.writer(f)
             if new:
                 writer.writerow(EVAL_COLUMNS)
-            writer.writerow((step, frames, episode, f"{mean_return:.3f}"))
+            writer.writerow((step, frames, episode, f"{mean_return:.3f}", "" if success_rate is None else f"{success_rate:.3f}"))
         if self.cfg.logging.curve:
             plot_runs([self.eval_csv], self.dir / "curve.png", title=self.cfg.run_name)
         if clip:
@@ -78,7 +80,8 @@ class Logger:
             seconds_per_frame = 1 / 30
             images[0].save(self.dir / "videos" / f"eval_ep{episode}.gif", save_all=True, append_images=images[1:],
                            duration=int(1000 * seconds_per_frame), loop=0)
-        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}")
+        success = "" if success_rate is None else f", success {success_rate:.0%}"
+        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
         tqdm.write(text)

@@ -249,21 +249,24 @@ class Trainer:
                 steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
                 yield True
 
-    def evaluate(self) -> tuple[float, list[np.ndarray]]:
-        """Mean return of the deterministic policy over `training.eval_episodes` fixed starts, and the first
-        episode's frames for the eval video."""
-        returns, clip = [], []
+    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
+        """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
+        task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
+        frames for the eval video."""
+        returns, successes, clip = [], [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
             total, done = 0.0, False
             while not done:
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
-                obs, reward, terminated, truncated, _ = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
+                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
-        return float(np.mean(returns)), clip
+            if "success" in info:
+                successes.append(float(info["success"]))
+        return float(np.mean(returns)), float(np.mean(successes)) if successes else None, clip
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
@@ -296,9 +299,9 @@ class Trainer:
                 return
             progress.episode += 1
             if every(cfg.training.eval_every_episodes, progress.episode):
-                mean_return, clip = self.evaluate()
+                mean_return, success_rate, clip = self.evaluate()
                 frames = progress.env_step * cfg.env.action_repeat
-                self.logger.evaluation(mean_return, progress.env_step, frames, progress.episode, clip)
+                self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
             if every(cfg.checkpoint.every_episodes, progress.episode):
                 self.save(final_of_episode=True)
                 saved_episode = progress.episode

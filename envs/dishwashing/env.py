@@ -1,0 +1,284 @@
+"""The dishwashing task: carry a plate from the basin into the drying rack's slot (scene.xml).
+
+Variants (`variant=`):
+- "full": the plate lies at a random spot in the basin, the open gripper hovers above the table.
+- "feasible": the plate starts grasped, held above the rack (within 8 cm of the slot) clear of its pegs; what is
+  left is align, lower and release. The debugging variant: state SAC learns it on a CPU in minutes.
+
+Action, Box(-1, 1, (4,)): [0:3] moves the gripper by up to MAX_MOVE metres per step along x, y, z (targets clipped
+to the slide ranges); [3] is the finger command, -1 fully open .. +1 fully shut.
+
+Grasp: a weld between hand and plate, switched on only while the fingers are commanded shut (action[3] > 0) and
+both fingers touch the plate, and switched off as soon as the command opens. The fingers themselves are simulated
+(they stop on the plate's rim); the weld stands in for friction, because a two-point pinch of a thin disc with
+MuJoCo's default (torsion-free) contacts lets it pivot about the line between the fingertips.
+
+Observation (state mode), (26,) (make_env casts it to float32):
+    [0:3]   gripper point (between the fingertips)     [3]     finger opening, 0 shut .. 1 open
+    [4]     1 while the plate is grasped               [5:8]   plate centre
+    [8:11]  plate axis (its normal; (0, 0, 1) = flat)  [11:14] plate - gripper
+    [14:17] slot - plate                               [17:20] slot (where the plate's centre rests when placed)
+    [20:23] plate velocity                             [23:26] gripper velocity
+
+Reward: -1 + progress per step, and 0 on the success step, which terminates the episode. progress (at most 0.9):
+    reach    W_REACH * (1 - tanh(K_REACH * |plate - gripper|))                 get the fingers to the plate
+    grasp    W_GRASP * secured                                                  secured: grasped, or lying in the slot
+    lift     W_LIFT * secured * clip((z - z_basin) / (z_slot - z_basin), 0, 1)  raise it to the rack's height
+    place    W_PLACE * (1 - tanh(K_PLACE * path))                               bring it to the slot; path: its way
+             there, straight down when over the slot, else via the point HOVER above it (pegs cleared from above)
+    release  W_RELEASE * droppable * (1 - action[3]) / 2                        open the fingers where letting go
+             drops the plate into the slot: over it and less than DROP_HEIGHT above its resting height
+Every step before success costs at least 0.1, so the quickest placement earns the most; a placed plate is an
+absorbing goal, and ending there keeps the critic from learning anything about what happens after. Letting go in
+the slot costs nothing, as a plate lying there still counts as secured. The release term pays for the command, not
+the state: a policy that has learnt never to open (opening elsewhere drops the plate) would otherwise never try it
+over the slot, where the fingers, blocked by the plate, do not move before the weld lets go.
+
+Success: the plate rests in the slot (centre within SLOT_XY_TOL horizontally and SLOT_Z_TOL vertically, tilted less
+than UPRIGHT_TOL, speed under REST_SPEED), released. `info["success"]` is reported on every step.
+"""
+
+from pathlib import Path
+
+import mujoco
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.mujoco import MujocoEnv
+
+from trainer.errors import UserError
+
+SCENE = Path(__file__).with_name("scene.xml")
+VARIANTS = ("full", "feasible")
+FRAME_SKIP = 20  # 2 ms physics steps -> 25 agent steps per simulated second
+MAX_MOVE = 0.025  # metres the gripper target moves per step at |action| = 1
+
+# reward weights (sum 0.9: success alone reaches 1, see the module docstring) and shaping scales
+W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.1, 0.3, 0.2
+K_REACH, K_PLACE = 10.0, 5.0  # 1/m: the distance at which tanh shaping is half spent is ~0.055 m and ~0.11 m
+HOVER = 0.07  # height above the slot from which the plate is lowered between the pegs (peg tops: +0.042)
+DROP_HEIGHT = 0.04  # below this over the slot the plate is between the pegs: let go, it can only fall into the slot
+
+# success tolerances
+SLOT_XY_TOL = 0.02
+SLOT_Z_TOL = 0.006
+UPRIGHT_TOL = np.deg2rad(10)
+REST_SPEED = 0.05
+
+# start distributions
+BASIN_SPREAD = np.array([0.05, 0.04])  # plate offset from the basin centre (x, y): fingers still fit beside it
+HAND_START = np.array([0.0, 0.0, 0.2])  # gripper point at reset (full variant) ...
+HAND_SPREAD = np.array([0.05, 0.05, 0.03])  # ... +- this
+# plate centre at reset (feasible variant): uniform in this box above the rack (+-8 cm around the slot, clear of the
+# pegs), where one random episode in ten lets go over the slot: early successes for the critic to learn from
+CARRY_LOW = np.array([0.12, -0.06, 0.13])
+CARRY_HIGH = np.array([0.28, 0.06, 0.2])
+GRASP_DEPTH = 0.004  # plate centre below the gripper point when grasped from a surface
+
+# the observation layout (see the module docstring)
+OBS_GRIP, OBS_OPENING, OBS_HELD, OBS_PLATE, OBS_AXIS = slice(0, 3), 3, 4, slice(5, 8), slice(8, 11)
+OBS_PLATE_TO_GRIP, OBS_SLOT_FROM_PLATE, OBS_SLOT, OBS_PLATE_VEL, OBS_GRIP_VEL = (
+    slice(11, 14), slice(14, 17), slice(17, 20), slice(20, 23), slice(23, 26))
+OBS_SIZE = 26
+
+# names this module needs in the scene; actuators in action order
+ACTUATORS = ("hand_x", "hand_y", "hand_z", "fingers")
+NEEDED = {
+    mujoco.mjtObj.mjOBJ_BODY: ("hand", "plate"),
+    mujoco.mjtObj.mjOBJ_SITE: ("grip", "slot"),
+    mujoco.mjtObj.mjOBJ_JOINT: ("hand_x", "hand_y", "hand_z", "finger_left", "finger_right", "plate"),
+    mujoco.mjtObj.mjOBJ_GEOM: ("plate", "finger_left", "finger_right", "sink_floor"),
+    mujoco.mjtObj.mjOBJ_ACTUATOR: ACTUATORS,
+    mujoco.mjtObj.mjOBJ_EQUALITY: ("grasp",),
+}
+
+
+class DishwashingEnv(MujocoEnv):
+    # no "human": the project renders headless (envs/headless.py selects EGL or OSMesa), where no window can open
+    metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 25}
+
+    def __init__(self, variant: str = "full", model_path: str | Path = SCENE, render_mode: str | None = None,
+                 width: int = 84, height: int = 84, camera_name: str = "overview"):
+        if variant not in VARIANTS:
+            raise UserError(f"unknown dishwashing variant '{variant}'; use one of {', '.join(VARIANTS)}")
+        if width < 1 or height < 1:
+            raise UserError(f"render size must be positive, got {width}x{height}")
+        model_path = Path(model_path).expanduser().resolve()
+        if not model_path.is_file():
+            raise UserError(f"dishwashing scene not found: {model_path}; pass model_path= an existing MJCF file (default {SCENE})")
+        self.variant = variant
+        self._model_path = model_path
+        observation_space = spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
+        super().__init__(str(model_path), FRAME_SKIP, observation_space, render_mode, width, height, camera_name=camera_name)
+        self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self._bind(camera_name)
+
+    def _initialize_simulation(self):
+        """Turn MJCF compile errors (a missing mesh or texture file, a typo) into a one-line UserError."""
+        try:
+            return super()._initialize_simulation()
+        except ValueError as err:
+            reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise UserError(f"cannot load dishwashing scene {self._model_path}: {reason}; fix the MJCF file or its assets") from None
+
+    def _bind(self, camera_name: str) -> None:
+        """Resolve the scene's named elements once: a scene missing one is a clear error, not a KeyError mid-run."""
+        model, data = self.model, self.data
+        for kind, names in NEEDED.items():
+            for name in names:
+                if mujoco.mj_name2id(model, kind, name) < 0:
+                    kind_name = kind.name.removeprefix("mjOBJ_").lower()
+                    raise UserError(f"dishwashing scene {self._model_path} has no {kind_name} named '{name}'; env.py needs it")
+        cameras = [model.camera(i).name for i in range(model.ncam)]
+        if camera_name not in cameras:
+            raise UserError(f"unknown dishwashing camera '{camera_name}'; this scene's cameras: {', '.join(cameras)}")
+
+        mujoco.mj_forward(model, data)  # positions at the reference pose, for the geometry read below
+        hand_joints = [model.joint(name) for name in ("hand_x", "hand_y", "hand_z")]
+        fingers = [model.joint(name) for name in ("finger_left", "finger_right")]
+        self._hand, self._plate = model.body("hand").id, model.body("plate").id
+        self._grip, self._weld = model.site("grip").id, model.equality("grasp").id
+        self._actuators = [model.actuator(name).id for name in ACTUATORS]
+        self._hand_qpos = np.array([joint.qposadr[0] for joint in hand_joints])
+        self._hand_range = np.array([joint.range for joint in hand_joints])
+        self._finger_qpos = np.array([joint.qposadr[0] for joint in fingers])
+        self._finger_range = fingers[0].range.copy()
+        self._plate_qpos = model.joint("plate").qposadr[0]
+        self._grip_offset = self.grip - data.qpos[self._hand_qpos]  # gripper point at hand q = 0
+        plate, finger, floor = model.geom("plate"), model.geom("finger_left"), model.geom("sink_floor")
+        self._plate_geom = plate.id
+        self._finger_geoms = (finger.id, model.geom("finger_right").id)
+        self._plate_radius, plate_half_height = plate.size[:2]
+        self._finger_inner = model.body(finger.bodyid[0]).pos[1] - finger.size[1]  # finger face at opening 0
+        self._basin_center = data.geom_xpos[floor.id][:2].copy()
+        self._basin_rest_z = data.geom_xpos[floor.id][2] + floor.size[2] + plate_half_height
+        self.slot = data.site("slot").xpos.copy()
+        self._lift_height = self.slot[2] - self._basin_rest_z
+
+    # ---- state --------------------------------------------------------------------------------------------------
+    @property
+    def grip(self) -> np.ndarray:
+        return self.data.site_xpos[self._grip]
+
+    @property
+    def plate(self) -> np.ndarray:
+        return self.data.xpos[self._plate]
+
+    @property
+    def held(self) -> bool:
+        return bool(self.data.eq_active[self._weld])
+
+    def _plate_axis(self) -> np.ndarray:
+        return self.data.xmat[self._plate].reshape(3, 3)[:, 2]
+
+    def _opening(self) -> float:
+        low, high = self._finger_range
+        return float((self.data.qpos[self._finger_qpos[0]] - low) / (high - low))
+
+    def _velocities(self) -> tuple[np.ndarray, np.ndarray]:
+        plate_vel = np.empty(6)
+        mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_BODY, self._plate, plate_vel, 0)
+        grip_vel = np.empty(6)
+        mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_SITE, self._grip, grip_vel, 0)
+        return plate_vel[3:], grip_vel[3:]
+
+    def _get_obs(self) -> np.ndarray:
+        grip, plate = self.grip, self.plate
+        obs = np.empty(OBS_SIZE)
+        obs[OBS_GRIP], obs[OBS_OPENING], obs[OBS_HELD] = grip, self._opening(), self.held
+        obs[OBS_PLATE], obs[OBS_AXIS], obs[OBS_PLATE_TO_GRIP] = plate, self._plate_axis(), plate - grip
+        obs[OBS_SLOT_FROM_PLATE], obs[OBS_SLOT] = self.slot - plate, self.slot
+        obs[OBS_PLATE_VEL], obs[OBS_GRIP_VEL] = self._velocities()
+        return obs
+
+    def observation(self) -> np.ndarray:
+        """The state vector, whatever the observation mode: the scripted policy reads it."""
+        return self._get_obs()
+
+    # ---- grasp --------------------------------------------------------------------------------------------------
+    def _fingers_touch_plate(self) -> bool:
+        contacts = self.data.contact.geom[: self.data.ncon]
+        with_plate = contacts[(contacts == self._plate_geom).any(axis=1)]
+        return all((with_plate == finger).any() for finger in self._finger_geoms)
+
+    def _grasp(self) -> None:
+        """Weld the plate where it is now relative to the hand, so switching the weld on does not move it."""
+        hand_pos, hand_quat = self.data.xpos[self._hand], self.data.xquat[self._hand]
+        inverse = np.empty(4)
+        mujoco.mju_negQuat(inverse, hand_quat)
+        relpos, relquat = np.empty(3), np.empty(4)
+        mujoco.mju_rotVecQuat(relpos, self.plate - hand_pos, inverse)
+        mujoco.mju_mulQuat(relquat, inverse, self.data.xquat[self._plate])
+        self.model.eq_data[self._weld, 3:6] = relpos
+        self.model.eq_data[self._weld, 6:10] = relquat
+        self.data.eq_active[self._weld] = 1
+
+    # ---- task ---------------------------------------------------------------------------------------------------
+    def _over_slot(self) -> bool:
+        return np.linalg.norm(self.plate[:2] - self.slot[:2]) < SLOT_XY_TOL
+
+    def _in_slot(self) -> bool:
+        return self._over_slot() and abs(self.plate[2] - self.slot[2]) < SLOT_Z_TOL
+
+    def _success(self, plate_speed: float) -> bool:
+        upright = self._plate_axis()[2] > np.cos(UPRIGHT_TOL)
+        return self._in_slot() and upright and not self.held and plate_speed < REST_SPEED
+
+    def _progress(self, fingers: float) -> dict[str, float]:
+        """The reward terms of the module docstring; `fingers` is the finger command, action[3]."""
+        plate, over_slot = self.plate, self._over_slot()
+        secured = self.held or self._in_slot()
+        droppable = over_slot and plate[2] - self.slot[2] < DROP_HEIGHT
+        if over_slot:
+            path = np.linalg.norm(plate - self.slot)
+        else:
+            path = np.linalg.norm(plate - (self.slot + [0.0, 0.0, HOVER])) + HOVER
+        return {
+            "reach": W_REACH * (1.0 - np.tanh(K_REACH * np.linalg.norm(plate - self.grip))),
+            "grasp": W_GRASP * secured,
+            "lift": W_LIFT * secured * np.clip((plate[2] - self._basin_rest_z) / self._lift_height, 0.0, 1.0),
+            "place": W_PLACE * (1.0 - np.tanh(K_PLACE * path)),
+            "release": W_RELEASE * droppable * (1.0 - fingers) / 2.0,
+        }
+
+    def step(self, action):
+        action = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        shut = action[3] > 0
+        if not shut:
+            self.data.eq_active[self._weld] = 0
+        low, high = self._finger_range
+        ctrl = self.data.ctrl.copy()
+        ctrl[self._actuators] = np.append(
+            np.clip(self.data.qpos[self._hand_qpos] + MAX_MOVE * action[:3], *self._hand_range.T),
+            high - (action[3] + 1.0) / 2.0 * (high - low),
+        )
+        self.do_simulation(ctrl, self.frame_skip)
+        if shut and not self.held and self._fingers_touch_plate():
+            self._grasp()
+
+        obs = self._get_obs()
+        success = self._success(float(np.linalg.norm(obs[OBS_PLATE_VEL])))
+        terms = self._progress(action[3])
+        reward = 0.0 if success else -1.0 + sum(terms.values())
+        info = {"success": success, "held": self.held, **{f"reward_{k}": v for k, v in terms.items()}}
+        return obs, reward, success, False, info
+
+    def reset_model(self) -> np.ndarray:
+        qpos, qvel = self.init_qpos.copy(), self.init_qvel.copy()
+        rng = self.np_random
+        if self.variant == "full":
+            grip = HAND_START + rng.uniform(-HAND_SPREAD, HAND_SPREAD)
+            plate = np.append(self._basin_center + rng.uniform(-BASIN_SPREAD, BASIN_SPREAD), self._basin_rest_z)
+            finger = self._finger_range[1]  # open
+        else:
+            plate = rng.uniform(CARRY_LOW, CARRY_HIGH)
+            grip = plate + [0.0, 0.0, GRASP_DEPTH]
+            finger = self._plate_radius - self._finger_inner  # closed on the rim
+        qpos[self._hand_qpos] = grip - self._grip_offset
+        qpos[self._finger_qpos] = finger
+        qpos[self._plate_qpos:self._plate_qpos + 7] = np.concatenate([plate, [1.0, 0.0, 0.0, 0.0]])
+        self.data.eq_active[self._weld] = 0
+        self.set_state(qpos, qvel)
+        self.data.ctrl[self._actuators] = np.append(qpos[self._hand_qpos], finger)
+        if self.variant == "feasible":
+            self._grasp()
+        return self._get_obs()

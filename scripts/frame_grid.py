@@ -1,0 +1,68 @@
+"""Show what the video encoder sees on the dishwashing task: the last frame of each observation, for each camera,
+rendered through make_env's video path at the config's resolution, at evenly spaced moments of a scripted episode.
+Rows are cameras, columns moments; pixels are enlarged without smoothing.
+
+    python3 scripts/frame_grid.py [--config configs/dishwashing_video.yaml] [--out docs/dishwashing_frames.png]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envs import make_env  # noqa: E402
+from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from trainer.config import load_config  # noqa: E402
+
+CAMERAS = ("overview", "close")
+GAP = 4  # white pixels between tiles
+
+
+def episode_frames(config: str, camera: str, seed: int) -> list[np.ndarray]:
+    """Every (H, W, 3) frame the encoder gets in one scripted episode, seen from `camera`."""
+    env = make_env(load_config(config, [f"env.camera={camera}"]))
+    obs, _ = env.reset(seed=seed)
+    frames, done = [obs[-1].transpose(1, 2, 0)], False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(scripted_action(env.unwrapped.observation()))
+        frames.append(obs[-1].transpose(1, 2, 0))
+        done = terminated or truncated
+    env.close()
+    return frames
+
+
+def join(images: list[np.ndarray], axis: int) -> np.ndarray:
+    """Concatenate along `axis` (0 rows, 1 columns) with white gaps between."""
+    shape = list(images[0].shape)
+    shape[axis] = GAP
+    gap = np.full(shape, 255, np.uint8)
+    return np.concatenate([part for image in images for part in (gap, image)][1:], axis=axis)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "configs" / "dishwashing_video.yaml"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "dishwashing_frames.png"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--moments", type=int, default=6, help="columns: evenly spaced steps, first and last included")
+    parser.add_argument("--scale", type=int, default=2, help="pixel enlargement for viewing")
+    args = parser.parse_args()
+
+    rows = []
+    for camera in CAMERAS:
+        frames = episode_frames(args.config, camera, args.seed)
+        picks = np.linspace(0, len(frames) - 1, args.moments).round().astype(int)
+        rows.append(join([np.kron(frames[i], np.ones((args.scale, args.scale, 1), np.uint8)) for i in picks], axis=1))
+    grid = join(rows, axis=0)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(grid).save(args.out, optimize=True)
+    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {', '.join(map(str, picks))} of {len(frames) - 1} (columns)")
+
+
+if __name__ == "__main__":
+    main()
