@@ -10,7 +10,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import TINY, run_cli, sets
+from tests.conftest import ROOT, TINY, run_cli, sets
 from trainer import checkpoint
 
 
