@@ -164,7 +164,7 @@ def test_video_frames_show_the_plate_and_change_where_it_moves(camera, size):
     base = env.unwrapped
     base.data.joint("plate").qpos[:3] = base.slot  # only the plate moves: from the basin to the rack
     mujoco.mj_forward(base.model, base.data)
-    after, mask_after = env.render_frame().copy(), plate_mask(env, camera, size)
+    after, mask_after = env.camera.render().copy(), plate_mask(env, camera, size)
 
     changed = (before != after).any(axis=2)
     for mask in (mask_before, mask_after):
