@@ -4,7 +4,7 @@ Cheap enough for CPU training and the encoder behind the published DrQ/CURL pixe
 import torch
 from torch import nn
 
-from encoders.video_encoder import VideoEncoder
+from encoders.video_encoder import VideoEncoder, init_relu_convs
 
 
 class Simple2DCNN(VideoEncoder):
@@ -17,10 +17,7 @@ class Simple2DCNN(VideoEncoder):
         for _ in range(cfg.num_layers - 1):
             layers += [nn.Conv2d(cfg.num_filters, cfg.num_filters, 3, stride=1), nn.ReLU()]
         self.convs = nn.Sequential(*layers, nn.Flatten())
-        for layer in self.convs:
-            if isinstance(layer, nn.Conv2d):
-                nn.init.orthogonal_(layer.weight, nn.init.calculate_gain("relu"))
-                nn.init.zeros_(layer.bias)
+        init_relu_convs(self.convs)
         self.repr_dim = self.output_dim()
         self.finish()
 

@@ -6,7 +6,7 @@ DrQ's widths and depth (`num_filters`, `num_layers`), with the first two layers 
 import torch
 from torch import nn
 
-from encoders.video_encoder import VideoEncoder
+from encoders.video_encoder import VideoEncoder, init_relu_convs
 
 KERNEL = (3, 3, 3)  # (time, height, width)
 STRIDED_LAYERS = 2  # the first layers halve height and width
@@ -24,10 +24,7 @@ class Simple3DCNN(VideoEncoder):
             layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride, padding=(KERNEL[0] // 2, 0, 0)), nn.ReLU()]
             width = cfg.num_filters
         self.convs = nn.Sequential(*layers, nn.Flatten())
-        for layer in self.convs:
-            if isinstance(layer, nn.Conv3d):
-                nn.init.orthogonal_(layer.weight, nn.init.calculate_gain("relu"))
-                nn.init.zeros_(layer.bias)
+        init_relu_convs(self.convs)
         self.repr_dim = self.output_dim()
         self.finish()
 

@@ -17,6 +17,14 @@ from torch import nn
 from trainer.errors import UserError
 
 
+def init_relu_convs(net: nn.Module) -> None:
+    """DrQ's initialisation for conv stacks trained from scratch: orthogonal weights scaled for ReLU, zero biases."""
+    for layer in net.modules():
+        if isinstance(layer, (nn.Conv2d, nn.Conv3d)):
+            nn.init.orthogonal_(layer.weight, nn.init.calculate_gain("relu"))
+            nn.init.zeros_(layer.bias)
+
+
 class VideoEncoder(nn.Module):
     MEAN: tuple[float, ...] = (0.5,)  # per channel on the [0, 1] scale (one value applies to all): DrQ's x - 0.5
     STD: tuple[float, ...] = (1.0,)

@@ -26,6 +26,7 @@ import torch
 
 from trainer.errors import UserError
 
+ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
 MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM (or device memory) to the rest of the process
 
 
@@ -81,8 +82,7 @@ class ReplayBuffer:
 
     @property
     def bytes_per_slot(self) -> int:
-        arrays = (self.frames, self.actions, self.rewards, self.terminated, self.pos)
-        return sum(a.nbytes for a in arrays) // (self.capacity * self.num_envs)
+        return sum(getattr(self, name).nbytes for name in ARRAYS) // (self.capacity * self.num_envs)
 
     def add_first(self, obs: np.ndarray) -> None:
         """Single env: the observation returned by `reset`."""
@@ -152,7 +152,7 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         filled = min(self.count, self.capacity)
-        arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu() for name in ("frames", "actions", "rewards", "terminated", "pos")}
+        arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu() for name in ARRAYS}
         return {**arrays, "count": self.count, "num_transitions": self.num_transitions, "capacity": self.capacity, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
@@ -162,7 +162,7 @@ class ReplayBuffer:
                 f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; resume with the sac.buffer_size, env.num_envs and env settings it was trained with"
             )
         filled = len(state["frames"])
-        for name in ("frames", "actions", "rewards", "terminated", "pos"):
+        for name in ARRAYS:
             target = getattr(self, name)
             target[:filled] = state[name].to(target.device) if isinstance(target, torch.Tensor) else state[name].numpy()
         self.count, self.num_transitions = state["count"], state["num_transitions"]
