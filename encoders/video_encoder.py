@@ -70,13 +70,19 @@ class VideoEncoder(nn.Module):
             return self.encode(self.prepare(obs)).float()  # float32 out, also under the agent's bf16 autocast
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised."""
-        x = obs.float() / 255.0
+        """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised. Under autocast
+        the frames are normalised in its dtype (bfloat16): half the memory traffic of float32 and no cast at the
+        first conv; on a CPU this pass over the batch costs as much as a conv layer."""
+        device = obs.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
         if self.input_size:
-            x = F.interpolate(x.flatten(0, 1), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
-            x = x.unflatten(0, obs.shape[:2])
-        mean, std = x.new_tensor(self.MEAN).view(-1, 1, 1), x.new_tensor(self.STD).view(-1, 1, 1)
-        return (x - mean) / std
+            x = F.interpolate(obs.flatten(0, 1).float(), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
+            x = x.unflatten(0, obs.shape[:2]).to(dtype)
+        else:
+            x = obs.to(dtype)
+        mean, std = torch.tensor(self.MEAN).view(-1, 1, 1), torch.tensor(self.STD).view(-1, 1, 1)
+        scale, shift = (1 / (255 * std)).to(x), (-mean / std).to(x)  # (x / 255 - mean) / std as one multiply-add
+        return x.mul_(scale).add_(shift)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -100,14 +100,20 @@ def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr(
     assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"
 
 
-def test_autocast_runs_the_forward_passes_in_bfloat16_and_keeps_losses_and_parameters_float32():
+def test_autocast_runs_the_encoder_in_bfloat16_and_keeps_heads_losses_and_parameters_float32():
     agent, reference = make_agent(autocast=True), make_agent()
     data = batch(8)
-    seen = []
-    agent.critic.encoder.convs[0].register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
-    with agent.forward_precision():
-        assert agent.critic.encoder(data["obs"]).dtype == torch.float32, "the encoder boundary stays float32"
-    assert seen == [torch.bfloat16]
+    seen = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            seen.setdefault(name, output.dtype)
+        return hook
+
+    agent.critic.encoder.convs[0].register_forward_hook(record("conv"))
+    agent.critic.q1[0].register_forward_hook(record("head"))
+    assert agent.encode(agent.critic.encoder, data["obs"]).dtype == torch.float32, "the encoder boundary stays float32"
+    assert seen == {"conv": torch.bfloat16}
     encoder_before = snapshot(agent.critic.encoder)
     torch.manual_seed(1)
     metrics = agent.update(data)
@@ -115,6 +121,7 @@ def test_autocast_runs_the_forward_passes_in_bfloat16_and_keeps_losses_and_param
     expected = reference.update(data)
     assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in metrics.values())
     assert all(p.dtype == torch.float32 for p in agent.critic.parameters()) and changed(encoder_before, agent.critic.encoder)
+    assert seen["head"] == torch.float32, "Q-values keep float32 precision"
     assert metrics["q_mean"] == pytest.approx(expected["q_mean"].item(), abs=0.05), "bfloat16 rounding, not another update"
 
 
