@@ -4,7 +4,8 @@ it, success rate) against agent steps.
     python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
     python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
-Each seed is a separate `train_sac.py` process (`--parallel` at a time, one torch thread each). Writes
+Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, one torch thread each), so
+the same command run again continues every seed from its newest checkpoint (runs longer than a session). Writes
 <out>/learn.csv with columns frames,seed,return,success (plus env_step; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
 tasks) and prints one JSON line per seed and a summary.
@@ -45,11 +46,11 @@ def main() -> None:
     while pending or running:
         while pending and len(running) < args.parallel:
             seed = pending.pop(0)
-            command = [sys.executable, str(ROOT / "train_sac.py"), "--config", args.config,
+            command = [sys.executable, str(ROOT / "train_sac.py"), "--config", args.config, "--resume", "auto",
                        "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
                        "--set", f"checkpoint.dir={out / 'checkpoints'}", "--set", f"logging.tensorboard_dir={out / 'runs'}",
                        "--set", "logging.progress=false", *sum((["--set", s] for s in args.set), [])]
-            log = open(out / f"seed{seed}.log", "w")
+            log = open(out / f"seed{seed}.log", "a")
             running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
         for seed, (proc, start, log) in list(running.items()):
             if proc.poll() is None:

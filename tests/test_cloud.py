@@ -91,12 +91,12 @@ def run_command(tmp_path, name: str, **overrides: str) -> list[str]:
 
 @pytest.mark.parametrize("name", TASK_FILES)
 def test_run_trains_the_chosen_config_and_resumes_from_checkpoints_in_the_bucket(tmp_path, name):
-    args = run_command(tmp_path, name, CONFIG="configs/dmc/cheetah_run_video.yaml", RUN="cheetah_seed2",
+    args = run_command(tmp_path, name, CONFIG="configs/dmc/cheetah_run.yaml", RUN="cheetah_seed2",
                        ARGS="--set training.seed=2 --set training.episodes=7")
     options = list(zip(args[::2], args[1::2]))
     assert len(args) % 2 == 0 and {option for option, _ in options} <= TRAIN_OPTIONS, args
-    assert ("--config", "configs/dmc/cheetah_run_video.yaml") in options and ("--resume", "auto") in options
-    cfg = load_config(ROOT / "configs/dmc/cheetah_run_video.yaml", [value for option, value in options if option == "--set"])
+    assert ("--config", "configs/dmc/cheetah_run.yaml") in options and ("--resume", "auto") in options
+    cfg = load_config(ROOT / "configs/dmc/cheetah_run.yaml", [value for option, value in options if option == "--set"])
     [mount] = task(name)["file_mounts"]
     assert cfg.checkpoint.dir.startswith(f"{mount}/") and cfg.logging.tensorboard_dir.startswith(f"{mount}/")
     assert (cfg.run_name, cfg.training.seed, cfg.training.episodes) == ("cheetah_seed2", 2, 7)
@@ -145,7 +145,7 @@ def sweep(env: dict, *args: str, cwd=ROOT) -> subprocess.CompletedProcess:
 
 def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_run(fake_sky):
     env, calls = fake_sky
-    configs = [str(ROOT / "configs/dmc/cheetah_run_video.yaml"), "dmc/walker_walk_video.yaml"]  # the second from cwd
+    configs = [str(ROOT / "configs/dmc/cheetah_run.yaml"), "dmc/walker_walk.yaml"]  # the second from cwd
     result = sweep({**env, "SEEDS": "1 2"}, "my-bucket", *configs, cwd=ROOT / "configs")
     assert result.returncode == 0, result.stderr
     launches = recorded(calls)
@@ -159,7 +159,7 @@ def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_ru
         seed = envs["ARGS"].removeprefix("--set training.seed=")
         assert envs["RUN"] == f"{envs['CONFIG'].split('/')[-1].removesuffix('.yaml')}_seed{seed}"
         runs.add(envs["RUN"])
-    assert runs == {"cheetah_run_video_seed1", "cheetah_run_video_seed2", "walker_walk_video_seed1", "walker_walk_video_seed2"}
+    assert runs == {"cheetah_run_seed1", "cheetah_run_seed2", "walker_walk_seed1", "walker_walk_seed2"}
 
 
 @pytest.mark.parametrize("args, extra_env, expected", [

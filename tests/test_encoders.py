@@ -10,7 +10,7 @@ from trainer.config import EncoderConfig, load_config
 from trainer.errors import UserError
 
 EXAMPLES = {  # the shipped example config of each arch
-    "simple2dcnn": "configs/dmc/cartpole_swingup_video.yaml",
+    "simple2dcnn": "configs/dmc/cartpole_swingup.yaml",
     "simple3dcnn": "configs/dmc/cartpole_swingup_simple3dcnn.yaml",
     "r3d18": "configs/dmc/cartpole_swingup_r3d18.yaml",
     "timesformer": "configs/dmc/cartpole_swingup_timesformer.yaml",
