@@ -8,9 +8,12 @@ settings, and prints one JSON line; a last line holds the ratios the README repo
                     quality, same camera), against make_env(cfg).step, alternating: the wrapper overhead
   collect_<N>env    the trainer's own loop, random actions, no updates, N envs (frames into the replay);
                     `_1thread` rows with LP_NUM_THREADS=1 (one core per software renderer)
-  train             the trainer's own loop with one update per env step (after --seed-steps)
+  train             the trainer's own loop with one update per env step (after --seed-steps and one untimed
+                    episode of updates), the config's algorithm: DrQ, whose target critic has its own encoder
+  train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
+  train_fast        train_drqv2 with the speed options: bf16 autocast on the encoder, channels-last, compile
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
-                    (3 passes per update) and backward, optimiser steps, and one whole update
+                    (the config's passes per update) and backward, optimiser steps, and one whole update
   sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
   sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
@@ -28,8 +31,13 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_vs_wrapper", "collect_1env", "collect_2env", "collect_1env_1thread", "collect_2env_1thread", "train", "phases",
-        "sb3_equal_encoder", "sb3_cnnpolicy")
+ROWS = ("raw_vs_wrapper", "collect_1env", "collect_2env", "collect_1env_1thread", "collect_2env_1thread", "train", "train_drqv2",
+        "train_fast", "phases", "sb3_equal_encoder", "sb3_cnnpolicy")
+TRAIN_ROWS = {
+    "train": {},
+    "train_drqv2": {"sac.target_encoder": False},
+    "train_fast": {"sac.target_encoder": False, "training.autocast": True, "encoder.video.channels_last": True, "training.compile": True},
+}
 ONE_RENDER_THREAD = {"LP_NUM_THREADS": "1"}  # Mesa's software renderer otherwise draws each frame with every core
 
 
@@ -38,7 +46,7 @@ def config(args, **overrides):
 
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
-        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.steps + 10,
+        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.episode_steps + args.steps + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
@@ -126,8 +134,9 @@ def collect(args, num_envs: int) -> dict:
     return row | {"num_envs": num_envs}
 
 
-def train(args) -> dict:
-    row, trainer = run_trainer(config(args), args.seed_steps, args.steps)
+def train(args, overrides: dict) -> dict:
+    """Timed after the random seed steps and one episode of updates (allocations, compiling), as sb3() is."""
+    row, trainer = run_trainer(config(args, **overrides), args.seed_steps + args.episode_steps, args.steps)
     return row | {"device": str(trainer.device)}
 
 
@@ -165,7 +174,8 @@ def phases(args) -> dict:
         encoder(shifted)
         with torch.no_grad():
             encoder(shifted)
-            agent.critic_target.encoder(shifted)
+            if agent.critic_target.encoder is not None:
+                agent.critic_target.encoder(shifted)
 
     def forward_backward():
         encoder(shifted).mean().backward()
@@ -227,11 +237,11 @@ def sb3(args, equal_encoder: bool) -> dict:
     if equal_encoder:
         policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
     model = SB3SAC(
-        "CnnPolicy", env, batch_size=args.batch_size, buffer_size=args.seed_steps + args.steps + 10, learning_starts=args.seed_steps,
+        "CnnPolicy", env, batch_size=args.batch_size, buffer_size=args.seed_steps + args.episode_steps + args.steps + 10, learning_starts=args.seed_steps,
         train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
         device="cpu" if args.cpu else "auto", verbose=0,
     )
-    model.learn(args.seed_steps)
+    model.learn(args.seed_steps + args.episode_steps)
     start = time.perf_counter()
     model.learn(args.steps, reset_num_timesteps=False)
     seconds = time.perf_counter() - start
@@ -244,7 +254,7 @@ def run_row(name: str, args) -> dict:
     functions = {
         "raw_vs_wrapper": raw_vs_wrapper, "collect_1env": lambda a: collect(a, 1), "collect_2env": lambda a: collect(a, 2),
         "collect_1env_1thread": lambda a: collect(a, 1), "collect_2env_1thread": lambda a: collect(a, 2),
-        "train": train, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
+        **{row: lambda a, overrides=overrides: train(a, overrides) for row, overrides in TRAIN_ROWS.items()}, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
     }
     row = functions[name](args)
     peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
@@ -257,7 +267,7 @@ def summary(rows: dict) -> dict:
 
     return {
         "row": "summary",
-        "train_vs_sb3_equal_encoder": ratio("train", "sb3_equal_encoder"),
+        **{f"{row}_vs_sb3_equal_encoder": ratio(row, "sb3_equal_encoder") for row in TRAIN_ROWS},
         "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
         "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),

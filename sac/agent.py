@@ -1,6 +1,6 @@
 """Soft Actor-Critic for pixels, done the way DrQ (Kostrikov et al., 2020) and DrQ-v2 obtained their results:
 random-shift augmentation inside the update, the encoder trained by the critic loss only, the actor on detached
-features, a target critic holding its own encoder copy, clipped double Q and a learned temperature.
+features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q and a learned temperature.
 
 Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
 separate encoders (twice the encoder passes) and have no augmentation inside the update.
@@ -9,9 +9,10 @@ Shapes: `update` takes the replay batch (see sac/replay.py); `act` takes a batch
 envs return them and gives float32 (N, A).
 
 Encoder passes per update: the online encoder over obs (with gradient: the critic loss trains it), and over
-next_obs (no gradient, for the next action), the target encoder over next_obs; the actor reuses the obs features.
-Merging obs and next_obs into one online pass is not equivalent in cost: the next_obs half would sit in the
-autograd graph and double the encoder's backward; the target pass uses other weights. So the three stay.
+next_obs (no gradient, for the next action), and the target encoder over next_obs unless `sac.target_encoder` is off
+(DrQ-v2: the target heads read the online next_obs features) or the encoder is frozen (its copy would never differ);
+the actor reuses the obs features. Merging obs and next_obs into one online pass is not equivalent in cost: the
+next_obs half would sit in the autograd graph and double the encoder's backward.
 
 Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on the encoder and critics (state
 dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the encoder passes, where nearly all
@@ -96,10 +97,13 @@ class SAC:
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        if not (cfg.target_encoder and any(p.requires_grad for p in encoder.parameters())):
+            self.critic_target.encoder = None  # the target heads read the online encoder's next_obs features
         self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
         if compile:
             for module in (self.critic.encoder, self.critic, self.critic_target.encoder, self.critic_target):
-                module.compile()
+                if module is not None:
+                    module.compile()
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
         # fused: one kernel per step for all parameters, ~3x faster than the default on a CPU, fastest on CUDA too
@@ -140,10 +144,13 @@ class SAC:
 
     def update_critic(self, features, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
         with torch.no_grad():
-            next_dist = self.actor(self.encode(self.critic.encoder, next_obs))
+            next_features = self.encode(self.critic.encoder, next_obs)
+            next_dist = self.actor(next_features)
             next_action = next_dist.rsample()
             next_log_prob = next_dist.log_prob(next_action).sum(-1, keepdim=True)
-            target_q1, target_q2 = self.critic_target(self.encode(self.critic_target.encoder, next_obs), next_action)
+            if self.critic_target.encoder is not None:
+                next_features = self.encode(self.critic_target.encoder, next_obs)
+            target_q1, target_q2 = self.critic_target(next_features, next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha * next_log_prob
             target_q = reward + discount * self.cfg.discount * target_v
         q1, q2 = self.critic(features, action)
@@ -176,8 +183,9 @@ class SAC:
 
     @torch.no_grad()
     def update_target(self) -> None:
-        for param, target in zip(self.critic.parameters(), self.critic_target.parameters()):
-            target.lerp_(param, self.cfg.critic_tau)
+        online = dict(self.critic.named_parameters())
+        targets = dict(self.critic_target.named_parameters())
+        torch._foreach_lerp_(list(targets.values()), [online[name] for name in targets], self.cfg.critic_tau)
 
     def state_dict(self) -> dict:
         return {

@@ -9,7 +9,7 @@ import torch
 
 from encoders import build_encoder
 from sac.agent import SAC
-from trainer.config import EncoderConfig, SACConfig
+from trainer.config import EncoderConfig, SACConfig, VideoEncoderConfig
 
 OBS = (3, 3, 64, 64)
 
@@ -64,6 +64,37 @@ def test_target_critic_has_its_own_encoder_and_follows_by_tau():
     agent.update(batch())
     for old, new_online, new_target in zip(target_before, agent.critic.parameters(), agent.critic_target.parameters()):
         assert torch.allclose(new_target, old + 0.25 * (new_online.detach() - old), atol=1e-6)
+
+
+def encoder_passes(agent: SAC) -> list[str]:
+    """Records which encoder (online or target) each forward pass of an update goes through."""
+    passes = []
+    for name, critic in (("online", agent.critic), ("target", agent.critic_target)):
+        if critic.encoder is not None:
+            critic.encoder.register_forward_hook(lambda module, inputs, output, name=name: passes.append(name))
+    return passes
+
+
+def test_without_a_target_encoder_the_target_heads_read_the_online_next_obs_features():
+    agent = make_agent(target_encoder=False, critic_tau=0.25, target_update_every=1, actor_update_every=1)
+    assert agent.critic_target.encoder is None and not any("encoder" in key for key in agent.state_dict()["critic_target"])
+    heads_before = {name: p.clone() for name, p in agent.critic_target.named_parameters()}
+    passes = encoder_passes(agent)
+    agent.update(batch())
+    assert passes == ["online", "online"], "obs with gradient, next_obs without: one pass fewer than DrQ"
+    online = dict(agent.critic.named_parameters())
+    for name, new_target in agent.critic_target.named_parameters():
+        old = heads_before[name]
+        assert torch.allclose(new_target, old + 0.25 * (online[name].detach() - old), atol=1e-6)
+
+
+def test_a_separate_target_encoder_costs_a_third_pass_and_a_frozen_encoder_never_gets_one():
+    passes = encoder_passes(agent := make_agent())
+    agent.update(batch())
+    assert passes == ["online", "online", "target"]
+    frozen = SAC(build_encoder(EncoderConfig(type="video", video=VideoEncoderConfig(freeze=True)), OBS), 2, SACConfig(hidden_dim=64),
+                 torch.device("cpu"), pixels=True)
+    assert frozen.critic_target.encoder is None, "a frozen encoder's copy would never differ from it"
 
 
 def test_act_returns_one_action_per_observation_in_bounds_sampled_or_deterministic():
@@ -130,6 +161,7 @@ def test_compile_option_compiles_encoders_and_critics_and_a_compiled_encoder_mat
     agent, eager_agent = make_agent(compile=True), make_agent()
     for module in (agent.critic.encoder, agent.critic, agent.critic_target.encoder, agent.critic_target):
         assert module._compiled_call_impl is not None
+    assert make_agent(compile=True, target_encoder=False).critic_target.encoder is None
     assert agent.state_dict()["critic"].keys() == eager_agent.state_dict()["critic"].keys(), "checkpoints load either way"
 
     torch.manual_seed(0)

@@ -1,9 +1,11 @@
 """Environments: real MuJoCo tasks (Gymnasium and dm_control) in state and video mode, rendered headless."""
 
+import os
+
 import numpy as np
 import pytest
 
-from envs import make_env
+from envs import make_env, make_worker_env
 from envs.action_repeat import ActionRepeat
 from envs import make_task
 from trainer.config import Config
@@ -32,6 +34,17 @@ def test_video_observations_are_uint8_frame_stacks_that_show_motion(env_id, came
         frames.append(obs)
     assert not np.array_equal(frames[0][-1], frames[-1][-1]), "the picture changes as the body moves"
     env.close()
+
+
+def test_a_vector_worker_limits_its_software_renderer_to_its_share_of_the_cores_unless_the_user_chose(monkeypatch):
+    cfg = config("InvertedPendulum-v5", "video", image_size=32)
+    monkeypatch.setenv("LP_NUM_THREADS", "unset")
+    monkeypatch.delenv("LP_NUM_THREADS")  # monkeypatch restores whatever the worker function sets
+    make_worker_env(cfg, 3).close()
+    assert os.environ["LP_NUM_THREADS"] == "3"
+    monkeypatch.setenv("LP_NUM_THREADS", "7")
+    make_worker_env(cfg, 3).close()
+    assert os.environ["LP_NUM_THREADS"] == "7"
 
 
 def test_render_size_follows_the_config():

@@ -29,6 +29,7 @@ STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "
 PIXEL_KEYS = (
     "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
     "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",
+    "sac.target_encoder",  # whether the target critic holds encoder weights
     "encoder.lr",  # null <-> a value changes the critic optimiser's parameter groups
 )
 

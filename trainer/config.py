@@ -88,6 +88,9 @@ class SACConfig:
     log_std_max: float = 2.0
     augment_pad: int = 4  # random-shift pixels; 0 disables augmentation
     updates_per_step: int = 1
+    # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
+    # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
+    target_encoder: bool = True
 
 
 @dataclass
