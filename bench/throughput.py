@@ -6,8 +6,9 @@ Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers in
 settings, and prints one JSON line; a last line holds the ratios the README reports. Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
                     quality, same camera), against make_env(cfg).step, alternating: the wrapper overhead
-  collect_<N>env    the trainer's own loop, random actions, no updates, N envs (frames into the replay);
-                    `_1thread` rows with LP_NUM_THREADS=1 (one core per software renderer)
+  collect           the trainer's own loop, random actions, no updates (frames into the replay): 1 env against 2
+                    env workers in alternating chunks; `collect_1thread` with LP_NUM_THREADS=1 (one core per
+                    software renderer, in the 1-env process too)
   train             the trainer's own loop with one update per env step (after --seed-steps and one untimed
                     episode of updates), the config's algorithm: DrQ, whose target critic has its own encoder
   train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_vs_wrapper", "collect_1env", "collect_2env", "collect_1env_1thread", "collect_2env_1thread", "train", "train_drqv2",
+ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "train_drqv2",
         "train_fast", "phases", "sb3_equal_encoder", "sb3_cnnpolicy")
 TRAIN_ROWS = {
     "train": {},
@@ -46,7 +47,7 @@ def config(args, **overrides):
 
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
-        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.episode_steps + args.steps + 10,
+        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
@@ -105,33 +106,59 @@ def raw_vs_wrapper(args) -> dict:
     }
 
 
-def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
-    """The real training loop (`Trainer.run`) up to `steps_before` agent steps untimed, then `steps` more timed."""
+def quiet_trainer(cfg):
+    """The real Trainer with checkpoint writes and logging output switched off (they are not part of the step)."""
     from trainer.gpu_monitor import GpuMonitor
     from trainer.logger import Logger
     from trainer.loop import Trainer
-    from trainer.signals import GracefulStop
 
     trainer = Trainer(cfg)
-    trainer.save = lambda final_of_episode: None  # checkpoint writes are not part of the step
+    trainer.save = lambda final_of_episode: None
     trainer.logger = Logger(cfg, 0, cfg.training.episodes, 0)
     trainer.gpu_monitor = GpuMonitor(trainer.device, cfg.logging.gpu_every_s, lambda message: None)
+    return trainer
+
+
+def timed_run(trainer, steps: int, stop) -> tuple[int, int, float]:
+    """`Trainer.run` for about `steps` more agent steps (to the next episode boundary): (steps, updates, seconds)."""
+    trainer.cfg.training.max_env_steps = trainer.progress.env_step + steps
+    start, step_before, updates_before = time.perf_counter(), trainer.progress.env_step, trainer.agent.updates
+    trainer.run(stop)
+    return trainer.progress.env_step - step_before, trainer.agent.updates - updates_before, time.perf_counter() - start
+
+
+def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
+    """The real training loop up to `steps_before` agent steps untimed, then `steps` more timed."""
+    from trainer.signals import GracefulStop
+
+    trainer = quiet_trainer(cfg)
     with GracefulStop() as stop:
-        if steps_before:
-            cfg.training.max_env_steps = steps_before
-            trainer.run(stop)
-        cfg.training.max_env_steps = trainer.progress.env_step + steps
-        start, step_before, updates_before = time.perf_counter(), trainer.progress.env_step, trainer.agent.updates
-        trainer.run(stop)
-        seconds = time.perf_counter() - start
-    done, updates = trainer.progress.env_step - step_before, trainer.agent.updates - updates_before
+        timed_run(trainer, steps_before, stop)
+        done, updates, seconds = timed_run(trainer, steps, stop)
     trainer.close()
     return rate(done, seconds) | {"updates_per_s": round(updates / seconds, 1), "replay_bytes_per_transition": trainer.replay.bytes_per_slot}, trainer
 
 
-def collect(args, num_envs: int) -> dict:
-    row, _ = run_trainer(config(args, **{"env.num_envs": num_envs, "training.seed_steps": 10**9}), 0, args.steps)
-    return row | {"num_envs": num_envs}
+def collect(args, chunks: int = 10) -> dict:
+    """1 env (in process) against 2 env workers, random actions, no updates, alternating chunks of
+    --collect-steps / chunks steps so that load from other jobs on this shared machine hits both alike."""
+    from trainer.signals import GracefulStop
+
+    trainers = {n: quiet_trainer(config(args, **{"env.num_envs": n, "training.seed_steps": 10**9})) for n in (1, 2)}
+    totals = {n: [0, 0.0] for n in trainers}
+    with GracefulStop() as stop:
+        for trainer in trainers.values():
+            timed_run(trainer, args.episode_steps, stop)  # workers started, first resets done
+        for _ in range(chunks):
+            for n, trainer in trainers.items():
+                done, _, seconds = timed_run(trainer, args.collect_steps // chunks, stop)
+                totals[n][0] += done
+                totals[n][1] += seconds
+    for trainer in trainers.values():
+        trainer.close()
+    rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
+    return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
+            "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
 def train(args, overrides: dict) -> dict:
@@ -252,8 +279,7 @@ def sb3(args, equal_encoder: bool) -> dict:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect_1env": lambda a: collect(a, 1), "collect_2env": lambda a: collect(a, 2),
-        "collect_1env_1thread": lambda a: collect(a, 1), "collect_2env_1thread": lambda a: collect(a, 2),
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect,
         **{row: lambda a, overrides=overrides: train(a, overrides) for row, overrides in TRAIN_ROWS.items()}, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
     }
     row = functions[name](args)
@@ -271,8 +297,8 @@ def summary(rows: dict) -> dict:
         "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
         "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
-        "collect_2env_vs_1env": ratio("collect_2env", "collect_1env"),
-        "collect_2env_vs_1env_1thread": ratio("collect_2env_1thread", "collect_1env_1thread"),
+        "collect_2env_vs_1env": rows.get("collect", {}).get("scaling"),
+        "collect_2env_vs_1env_1thread": rows.get("collect_1thread", {}).get("scaling"),
     }
 
 
@@ -282,6 +308,7 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=300, help="timed agent steps per row")
+    parser.add_argument("--collect-steps", type=int, default=2000, help="timed agent steps per env count in the collect rows (cheap: no updates)")
     parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")

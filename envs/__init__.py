@@ -7,6 +7,7 @@ from envs import headless
 headless.configure()  # before anything imports mujoco's GL backends: see envs/headless.py
 
 import functools  # noqa: E402
+import multiprocessing  # noqa: E402
 import os  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
@@ -54,9 +55,11 @@ def make_vector_env(cfg) -> gym.vector.AsyncVectorEnv:
 
 def make_worker_env(cfg, render_threads: int) -> gym.Env:
     """A vector worker's env. Mesa's software renderer (llvmpipe, what EGL and OSMesa use without a GPU) starts a
-    thread per core in every process; N workers would fight over the cores, so each gets its share (1.4x more
-    frames/s for 2 workers on 2 cores, README). A user's LP_NUM_THREADS wins; GPU renderers ignore it."""
-    os.environ.setdefault("LP_NUM_THREADS", str(render_threads))
+    thread per core in every process; N workers would fight over the cores, so each gets its share. Only in the
+    worker processes: Gymnasium also calls this once in the trainer's process (for the spaces), whose environment
+    stays as it was. A user's LP_NUM_THREADS wins; GPU renderers ignore it."""
+    if multiprocessing.parent_process() is not None:
+        os.environ.setdefault("LP_NUM_THREADS", str(render_threads))
     return make_env(cfg)
 
 

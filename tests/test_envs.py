@@ -1,5 +1,6 @@
 """Environments: real MuJoCo tasks (Gymnasium and dm_control) in state and video mode, rendered headless."""
 
+import multiprocessing
 import os
 
 import numpy as np
@@ -40,6 +41,9 @@ def test_a_vector_worker_limits_its_software_renderer_to_its_share_of_the_cores_
     cfg = config("InvertedPendulum-v5", "video", image_size=32)
     monkeypatch.setenv("LP_NUM_THREADS", "unset")
     monkeypatch.delenv("LP_NUM_THREADS")  # monkeypatch restores whatever the worker function sets
+    make_worker_env(cfg, 3).close()
+    assert "LP_NUM_THREADS" not in os.environ, "in the trainer's own process (Gymnasium's call for the spaces) nothing changes"
+    monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a spawned worker
     make_worker_env(cfg, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "3"
     monkeypatch.setenv("LP_NUM_THREADS", "7")
