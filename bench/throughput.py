@@ -3,20 +3,23 @@
     python3 -m bench.throughput                       # HalfCheetah-v5, 84x84, stack 3, batch 32 (see --help)
 
 Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers included) with the same task and
-settings, and prints one JSON line; a last line holds the ratios the README reports. Rows:
+settings, and prints one JSON line; a last line holds the ratios the README reports. Where a row compares several
+contenders it alternates between them in chunks, so that load from other jobs on a shared machine hits all alike.
+Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
-                    quality, same camera), against make_env(cfg).step, alternating: the wrapper overhead
+                    quality, same camera), against make_env(cfg).step: the wrapper overhead
   collect           the trainer's own loop, random actions, no updates (frames into the replay): 1 env against 2
-                    env workers in alternating chunks; `collect_1thread` with LP_NUM_THREADS=1 (one core per
-                    software renderer, in the 1-env process too)
-  train             the trainer's own loop with one update per env step (after --seed-steps and one untimed
-                    episode of updates), the config's algorithm: DrQ, whose target critic has its own encoder
-  train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
-  train_fast        train_drqv2 with the speed options: bf16 autocast on the encoder, channels-last, compile
+                    env workers; `collect_1thread` with LP_NUM_THREADS=1 (one core per software renderer, in the
+                    1-env process too)
+  train             one update per env step, each contender timed after --seed-steps random steps and one untimed
+                    episode of updates (allocations, compiling), chunks of one episode:
+                      train             this trainer, the config's algorithm: DrQ, whose target critic has its own encoder
+                      train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
+                      train_fast        train_drqv2 with the speed options: bf16 autocast on the encoder, channels-last, compile
+                      sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
+                      sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
                     (the config's passes per update) and backward, optimiser steps, and one whole update
-  sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
-  sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
 """
 
@@ -32,9 +35,8 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "train_drqv2",
-        "train_fast", "phases", "sb3_equal_encoder", "sb3_cnnpolicy")
-TRAIN_ROWS = {
+ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "phases")
+OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
     "train_fast": {"sac.target_encoder": False, "training.autocast": True, "encoder.video.channels_last": True, "training.compile": True},
@@ -57,7 +59,7 @@ def config(args, **overrides):
 
 
 def rate(steps: int, seconds: float) -> dict:
-    return {"steps": steps, "seconds": round(seconds, 2), "steps_per_s": round(steps / seconds, 1)}
+    return {"steps": steps, "seconds": round(seconds, 2), "steps_per_s": round(steps / seconds, 2)}
 
 
 def raw_vs_wrapper(args) -> dict:
@@ -127,18 +129,6 @@ def timed_run(trainer, steps: int, stop) -> tuple[int, int, float]:
     return trainer.progress.env_step - step_before, trainer.agent.updates - updates_before, time.perf_counter() - start
 
 
-def run_trainer(cfg, steps_before: int, steps: int) -> tuple[dict, object]:
-    """The real training loop up to `steps_before` agent steps untimed, then `steps` more timed."""
-    from trainer.signals import GracefulStop
-
-    trainer = quiet_trainer(cfg)
-    with GracefulStop() as stop:
-        timed_run(trainer, steps_before, stop)
-        done, updates, seconds = timed_run(trainer, steps, stop)
-    trainer.close()
-    return rate(done, seconds) | {"updates_per_s": round(updates / seconds, 1), "replay_bytes_per_transition": trainer.replay.bytes_per_slot}, trainer
-
-
 def collect(args, chunks: int = 10) -> dict:
     """1 env (in process) against 2 env workers, random actions, no updates, alternating chunks of
     --collect-steps / chunks steps so that load from other jobs on this shared machine hits both alike."""
@@ -161,10 +151,39 @@ def collect(args, chunks: int = 10) -> dict:
             "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
-def train(args, overrides: dict) -> dict:
-    """Timed after the random seed steps and one episode of updates (allocations, compiling), as sb3() is."""
-    row, trainer = run_trainer(config(args, **overrides), args.seed_steps + args.episode_steps, args.steps)
-    return row | {"device": str(trainer.device)}
+class OurTrainer:
+    """This trainer as a `train` contender, with its config's settings plus `overrides`."""
+
+    def __init__(self, args, overrides: dict, stop):
+        self.trainer, self.stop = quiet_trainer(config(args, **overrides)), stop
+        timed_run(self.trainer, args.seed_steps + args.episode_steps, stop)
+
+    def run(self, steps: int) -> float:
+        return timed_run(self.trainer, steps, self.stop)[2]
+
+    def replay_bytes(self) -> int:
+        return self.trainer.replay.bytes_per_slot
+
+    def close(self) -> None:
+        self.trainer.close()
+
+
+def train(args) -> dict:
+    from trainer.signals import GracefulStop
+
+    with GracefulStop() as stop:
+        contenders = {name: OurTrainer(args, overrides, stop) for name, overrides in OURS.items()}
+        contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
+        seconds = dict.fromkeys(contenders, 0.0)
+        rounds = max(1, args.steps // args.episode_steps)
+        for _ in range(rounds):
+            for name, contender in contenders.items():
+                seconds[name] += contender.run(args.episode_steps)
+    row = {name: rate(rounds * args.episode_steps, seconds[name]) | {"replay_bytes_per_transition": contender.replay_bytes()}
+           for name, contender in contenders.items()}
+    for contender in contenders.values():
+        contender.close()
+    return row
 
 
 def phases(args) -> dict:
@@ -235,52 +254,62 @@ def channels_stacked(env):
     return gym.wrappers.TransformObservation(env, lambda obs: obs.reshape(space.shape), space)
 
 
-def sb3(args, equal_encoder: bool) -> dict:
-    import torch
-    from stable_baselines3 import SAC as SB3SAC
-    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+class SB3Trainer:
+    """Stable-Baselines3 SAC on the same task and settings as a `train` contender: this project's conv stack as its
+    features extractor (equal_encoder) or its default CnnPolicy."""
 
-    from encoders import build_encoder
-    from envs import make_env
+    def __init__(self, args, equal_encoder: bool):
+        import torch
+        from stable_baselines3 import SAC as SB3SAC
+        from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-    cfg = config(args)
-    env = channels_stacked(make_env(cfg))
-    stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
+        from encoders import build_encoder
+        from envs import make_env
 
-    class Simple2DCNNExtractor(BaseFeaturesExtractor):
-        """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as an SB3 extractor.
-        SB3 hands it floats in [0, 1]; the conv stack gets them centred, as Simple2DCNN does with uint8."""
+        cfg = config(args)
+        self.env = channels_stacked(make_env(cfg))
+        stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
 
-        def __init__(self, observation_space):
-            super().__init__(observation_space, cfg.sac.feature_dim)
-            self.convs = build_encoder(cfg.encoder, stack_shape).convs
-            repr_dim = self.convs(torch.zeros(1, *observation_space.shape)).shape[1]
-            self.trunk = torch.nn.Sequential(torch.nn.Linear(repr_dim, cfg.sac.feature_dim), torch.nn.LayerNorm(cfg.sac.feature_dim), torch.nn.Tanh())
+        class Simple2DCNNExtractor(BaseFeaturesExtractor):
+            """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as an SB3 extractor.
+            SB3 hands it floats in [0, 1]; the conv stack gets them centred, as Simple2DCNN does with uint8."""
 
-        def forward(self, obs):
-            return self.trunk(self.convs(obs - 0.5))
+            def __init__(self, observation_space):
+                super().__init__(observation_space, cfg.sac.feature_dim)
+                self.convs = build_encoder(cfg.encoder, stack_shape).convs
+                repr_dim = self.convs(torch.zeros(1, *observation_space.shape)).shape[1]
+                self.trunk = torch.nn.Sequential(torch.nn.Linear(repr_dim, cfg.sac.feature_dim), torch.nn.LayerNorm(cfg.sac.feature_dim), torch.nn.Tanh())
 
-    policy_kwargs = {"net_arch": [cfg.sac.hidden_dim] * cfg.sac.hidden_depth}
-    if equal_encoder:
-        policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
-    model = SB3SAC(
-        "CnnPolicy", env, batch_size=args.batch_size, buffer_size=args.seed_steps + args.episode_steps + args.steps + 10, learning_starts=args.seed_steps,
-        train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
-        device="cpu" if args.cpu else "auto", verbose=0,
-    )
-    model.learn(args.seed_steps + args.episode_steps)
-    start = time.perf_counter()
-    model.learn(args.steps, reset_num_timesteps=False)
-    seconds = time.perf_counter() - start
-    buffer = model.replay_buffer
-    arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
-    return rate(args.steps, seconds) | {"replay_bytes_per_transition": sum(a.nbytes for a in arrays) // buffer.buffer_size, "device": str(model.device)}
+            def forward(self, obs):
+                return self.trunk(self.convs(obs - 0.5))
+
+        policy_kwargs = {"net_arch": [cfg.sac.hidden_dim] * cfg.sac.hidden_depth}
+        if equal_encoder:
+            policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
+        self.model = SB3SAC(
+            "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size, learning_starts=args.seed_steps,
+            train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
+            device="cpu" if args.cpu else "auto", verbose=0,
+        )
+        self.model.learn(args.seed_steps + args.episode_steps)
+
+    def run(self, steps: int) -> float:
+        start = time.perf_counter()
+        self.model.learn(steps, reset_num_timesteps=False)
+        return time.perf_counter() - start
+
+    def replay_bytes(self) -> int:
+        buffer = self.model.replay_buffer
+        arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
+        return sum(a.nbytes for a in arrays) // buffer.buffer_size
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect,
-        **{row: lambda a, overrides=overrides: train(a, overrides) for row, overrides in TRAIN_ROWS.items()}, "phases": phases, "sb3_equal_encoder": lambda a: sb3(a, True), "sb3_cnnpolicy": lambda a: sb3(a, False),
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train, "phases": phases,
     }
     row = functions[name](args)
     peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
@@ -288,12 +317,14 @@ def run_row(name: str, args) -> dict:
 
 
 def summary(rows: dict) -> dict:
+    trained = rows.get("train", {})
+
     def ratio(a: str, b: str, key: str = "steps_per_s"):
-        return round(rows[a][key] / rows[b][key], 2) if a in rows and b in rows else None
+        return round(trained[a][key] / trained[b][key], 2) if a in trained and b in trained else None
 
     return {
         "row": "summary",
-        **{f"{row}_vs_sb3_equal_encoder": ratio(row, "sb3_equal_encoder") for row in TRAIN_ROWS},
+        **{f"{name}_vs_sb3_equal_encoder": ratio(name, "sb3_equal_encoder") for name in OURS},
         "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
         "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
