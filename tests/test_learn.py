@@ -25,6 +25,22 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
         assert png.format == "PNG"
 
 
+def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):
+    """Learning runs longer than a session: the second command picks each seed up where the first stopped."""
+    tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1, training__seed_steps=10,
+                sac__batch_size=8, sac__hidden_dim=32, checkpoint__every_episodes=2)
+    command = [sys.executable, str(ROOT / "bench" / "learn.py"), "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
+               "--seeds", "1", "2", "--out", str(tmp_path), *tiny]
+    for episodes in (2, 4):
+        result = subprocess.run(command + ["--set", f"training.episodes={episodes}"], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+    with open(tmp_path / "learn.csv", newline="") as f:
+        assert [(r["seed"], r["frames"]) for r in csv.DictReader(f)] == [(s, f) for s in ("1", "2") for f in ("240", "480")]
+    for seed in (1, 2):
+        log = (tmp_path / f"seed{seed}.log").read_text()
+        assert "episode 2," in log.split("resumed from", 1)[1], "the second run resumed at episode 2, the log kept both runs"
+
+
 def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):
     rows = [{"seed": 1, "frames": f, "return": f / 10} for f in (0, 100, 200, 300)]
     rows += [{"seed": 2, "frames": f, "return": f / 5} for f in (0, 150, 250)]
