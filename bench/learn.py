@@ -8,7 +8,7 @@ Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a 
 the same command run again continues every seed from its newest checkpoint (runs longer than a session). Writes
 <out>/learn.csv with columns frames,seed,return,success (plus env_step; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
-tasks) and prints one JSON line per seed and a summary.
+tasks) and prints one JSON line per seed and a summary. `--report` writes the CSV and PNG of a run in progress.
 """
 
 import argparse
@@ -37,11 +37,12 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="runs/bench_learn")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--report", action="store_true", help="train nothing: write the CSV and PNG from what the seeds have logged so far")
     args = parser.parse_args()
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    pending, running, results = list(args.seeds), {}, []
+    pending, running, results = ([] if args.report else list(args.seeds)), {}, []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     while pending or running:
         while pending and len(running) < args.parallel:
@@ -63,6 +64,9 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
         time.sleep(1)
 
+    if args.report:
+        results = [summarise(out, seed, None, args.target, args.target_success) for seed in args.seeds]
+        print("\n".join(json.dumps(r) for r in results), flush=True)
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
     with open(out / "learn.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -87,10 +91,10 @@ def first_step(rows: list[dict], key: str, target: float | None) -> int | None:
     return next((r["env_step"] for r in rows if target is not None and r[key] is not None and r[key] >= target), None)
 
 
-def summarise(out: Path, seed: int, seconds: float, target: float | None, target_success: float | None) -> dict:
+def summarise(out: Path, seed: int, seconds: float | None, target: float | None, target_success: float | None) -> dict:
     rows = read_eval(out, seed)
     successes = [r["success"] for r in rows if r["success"] is not None]
-    return {"seed": seed, "wall_s": round(seconds, 1), "evals": len(rows), "final_return": rows[-1]["return"] if rows else None,
+    return {"seed": seed, "wall_s": None if seconds is None else round(seconds, 1), "evals": len(rows), "final_return": rows[-1]["return"] if rows else None,
             "best_return": max((r["return"] for r in rows), default=None), "first_step_at_target": first_step(rows, "return", target),
             "final_success": successes[-1] if successes else None, "best_success": max(successes, default=None),
             "first_step_at_success_target": first_step(rows, "success", target_success)}

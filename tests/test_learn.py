@@ -36,6 +36,9 @@ def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint
         assert result.returncode == 0, result.stdout + result.stderr
     with open(tmp_path / "learn.csv", newline="") as f:
         assert [(r["seed"], r["frames"]) for r in csv.DictReader(f)] == [(s, f) for s in ("1", "2") for f in ("240", "480")]
+    (tmp_path / "learn.csv").unlink()
+    result = subprocess.run(command + ["--report"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and (tmp_path / "learn.csv").exists(), "--report rewrites the CSV without training"
     for seed in (1, 2):
         log = (tmp_path / f"seed{seed}.log").read_text()
         assert "episode 2," in log.split("resumed from", 1)[1], "the second run resumed at episode 2, the log kept both runs"
