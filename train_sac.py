@@ -1,6 +1,6 @@
 """Train SAC from MuJoCo camera frames (or states).
 
-    python3 train_sac.py --config configs/cartpole_swingup.yaml [--resume PATH|auto] [--set key=value ...]
+    python3 train_sac.py --config configs/dmc/cartpole_swingup.yaml [--resume PATH|auto] [--set key=value ...]
 """
 
 import argparse
@@ -9,7 +9,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/cartpole_swingup.yaml")
+    parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
     parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = newest valid one, or a fresh start")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     args = parser.parse_args(argv)

@@ -158,8 +158,9 @@ class OurTrainer:
         self.trainer, self.stop = quiet_trainer(config(args, **overrides)), stop
         timed_run(self.trainer, args.seed_steps + args.episode_steps, stop)
 
-    def run(self, steps: int) -> float:
-        return timed_run(self.trainer, steps, self.stop)[2]
+    def run(self, steps: int) -> tuple[int, float]:
+        done, _, seconds = timed_run(self.trainer, steps, self.stop)
+        return done, seconds
 
     def replay_bytes(self) -> int:
         return self.trainer.replay.bytes_per_slot
@@ -174,13 +175,13 @@ def train(args) -> dict:
     with GracefulStop() as stop:
         contenders = {name: OurTrainer(args, overrides, stop) for name, overrides in OURS.items()}
         contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
-        seconds = dict.fromkeys(contenders, 0.0)
-        rounds = max(1, args.steps // args.episode_steps)
-        for _ in range(rounds):
+        totals = {name: [0, 0.0] for name in contenders}
+        for _ in range(max(1, args.steps // args.episode_steps)):
             for name, contender in contenders.items():
-                seconds[name] += contender.run(args.episode_steps)
-    row = {name: rate(rounds * args.episode_steps, seconds[name]) | {"replay_bytes_per_transition": contender.replay_bytes()}
-           for name, contender in contenders.items()}
+                done, seconds = contender.run(args.episode_steps)
+                totals[name][0] += done
+                totals[name][1] += seconds
+    row = {name: rate(*totals[name]) | {"replay_bytes_per_transition": contender.replay_bytes()} for name, contender in contenders.items()}
     for contender in contenders.values():
         contender.close()
     return row
@@ -293,10 +294,10 @@ class SB3Trainer:
         )
         self.model.learn(args.seed_steps + args.episode_steps)
 
-    def run(self, steps: int) -> float:
+    def run(self, steps: int) -> tuple[int, float]:
         start = time.perf_counter()
         self.model.learn(steps, reset_num_timesteps=False)
-        return time.perf_counter() - start
+        return steps, time.perf_counter() - start
 
     def replay_bytes(self) -> int:
         buffer = self.model.replay_buffer

@@ -4,8 +4,8 @@ In: uint8 (B, T, C, H, W) frame stacks, as the env and the replay give them. Out
 A subclass builds its network, sets `repr_dim`, calls `finish()`, and implements `encode` on float (B, T, C, S, S)
 frames that this class has already resized to `input_size` (S) and normalised with the arch's MEAN/STD. Around it
 this class applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward) and channels-last
-memory, so an arch describes only its network. Nothing here registers parameters or buffers: state-dict keys are
-the subclass's own.
+memory, so an arch describes only its network. Nothing here registers parameters or persistent buffers: state-dict
+keys are the subclass's own.
 """
 
 import contextlib
@@ -41,6 +41,10 @@ class VideoEncoder(nn.Module):
         self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape  # what `encode` receives
         self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
         self.frozen = cfg.freeze
+        mean, std = torch.tensor(self.MEAN).view(-1, 1, 1), torch.tensor(self.STD).view(-1, 1, 1)
+        # (x / 255 - mean) / std as one multiply-add; non-persistent: on the encoder's device, not in its state dict
+        self.register_buffer("pixel_scale", 1 / (255 * std), persistent=False)
+        self.register_buffer("pixel_shift", -mean / std, persistent=False)
 
     def finish(self) -> None:
         """The end of a subclass's __init__: put the built network in channels-last memory, and freeze it."""
@@ -71,18 +75,15 @@ class VideoEncoder(nn.Module):
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
         """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised. Under autocast
-        the frames are normalised in its dtype (bfloat16): half the memory traffic of float32 and no cast at the
-        first conv; on a CPU this pass over the batch costs as much as a conv layer."""
+        unresized frames are normalised in its dtype (bfloat16): half the memory traffic of float32 and no cast at
+        the first conv; on a CPU this pass over the batch costs as much as a conv layer. Resized frames are
+        normalised in float32 and rounded once."""
         device = obs.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
-        if self.input_size:
-            x = F.interpolate(obs.flatten(0, 1).float(), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
-            x = x.unflatten(0, obs.shape[:2]).to(dtype)
-        else:
-            x = obs.to(dtype)
-        mean, std = torch.tensor(self.MEAN).view(-1, 1, 1), torch.tensor(self.STD).view(-1, 1, 1)
-        scale, shift = (1 / (255 * std)).to(x), (-mean / std).to(x)  # (x / 255 - mean) / std as one multiply-add
-        return x.mul_(scale).add_(shift)
+        if not self.input_size:
+            return obs.to(dtype).mul_(self.pixel_scale).add_(self.pixel_shift)
+        x = F.interpolate(obs.flatten(0, 1).float(), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
+        return x.unflatten(0, obs.shape[:2]).mul_(self.pixel_scale).add_(self.pixel_shift).to(dtype)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

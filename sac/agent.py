@@ -68,7 +68,8 @@ class Actor(nn.Module):
 
 
 class Critic(nn.Module):
-    """Owns the encoder, so the critic loss trains it and the target critic is a full copy, encoder included."""
+    """Owns the encoder, so the critic loss trains it; the target critic is a copy, with the encoder unless
+    `sac.target_encoder` is off or the encoder is frozen."""
 
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, pixels: bool):
         super().__init__()
@@ -96,9 +97,12 @@ class SAC:
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False):
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        if not (cfg.target_encoder and any(p.requires_grad for p in encoder.parameters())):
-            self.critic_target.encoder = None  # the target heads read the online encoder's next_obs features
+        trainable = any(p.requires_grad for p in encoder.parameters())
+        # without a target encoder the target heads read the online encoder's next_obs features; memo skips the copy
+        memo = {} if cfg.target_encoder and trainable else {id(self.critic.encoder): None}
+        self.critic_target = copy.deepcopy(self.critic, memo).requires_grad_(False)
+        online = dict(self.critic.named_parameters())
+        self.target_pairs = [(target, online[name]) for name, target in self.critic_target.named_parameters()]
         self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
         if compile:
             for module in (self.critic.encoder, self.critic, self.critic_target.encoder, self.critic_target):
@@ -183,9 +187,8 @@ class SAC:
 
     @torch.no_grad()
     def update_target(self) -> None:
-        online = dict(self.critic.named_parameters())
-        targets = dict(self.critic_target.named_parameters())
-        torch._foreach_lerp_(list(targets.values()), [online[name] for name in targets], self.cfg.critic_tau)
+        targets, online = zip(*self.target_pairs)
+        torch._foreach_lerp_(list(targets), list(online), self.cfg.critic_tau)
 
     def state_dict(self) -> dict:
         return {
@@ -201,7 +204,10 @@ class SAC:
 
     def load_state_dict(self, state: dict) -> None:
         self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        target = state["critic_target"]
+        if self.critic_target.encoder is None:  # a checkpoint from before frozen encoders lost their target copy
+            target = {key: value for key, value in target.items() if not key.startswith("encoder.")}
+        self.critic_target.load_state_dict(target)
         self.actor.load_state_dict(state["actor"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])

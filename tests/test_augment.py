@@ -15,7 +15,7 @@ def all_crops(image: torch.Tensor, pad: int) -> list[torch.Tensor]:
 
 def test_each_sample_is_one_crop_of_its_padded_stack():
     torch.manual_seed(0)
-    obs = torch.randint(0, 256, (16, 3, 3, 20, 20), dtype=torch.uint8)
+    obs = torch.randint(0, 256, (16, 3, 3, 20, 28), dtype=torch.uint8)  # not square: rows and columns kept apart
     out = random_shift(obs, pad=4)
     assert out.shape == obs.shape and out.dtype == torch.uint8
     for sample, shifted in zip(obs, out):

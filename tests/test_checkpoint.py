@@ -112,3 +112,12 @@ def test_structural_config_changes_are_refused_with_the_key_named():
     current = to_dict(Config())
     current["training"]["episodes"] = 5000
     checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+
+
+def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
+    saved, current = to_dict(Config()), to_dict(Config())
+    del saved["sac"]["target_encoder"]
+    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    current["sac"]["target_encoder"] = False
+    with pytest.raises(UserError, match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
+        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))

@@ -11,6 +11,7 @@ Every file is written to a temporary name, fsynced and renamed, so a kill leaves
 mirrors this folder; `fetch` callbacks below pull files from it on demand.
 """
 
+import dataclasses
 import os
 import re
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from trainer.config import Config
 from trainer.errors import UserError
 
 FORMAT = 1
@@ -29,7 +31,7 @@ STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "
 PIXEL_KEYS = (
     "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
     "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",
-    "sac.target_encoder",  # whether the target critic holds encoder weights
+    "sac.target_encoder", "encoder.video.freeze",  # whether the target critic holds encoder weights
     "encoder.lr",  # null <-> a value changes the critic optimiser's parameter groups
 )
 
@@ -147,8 +149,9 @@ def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,
 def check_compatible(saved: dict, current: dict, path: Path) -> None:
     """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay."""
     keys = STRUCTURAL_KEYS + (PIXEL_KEYS if current["encoder"]["type"] == "video" else ())
+    defaults = dataclasses.asdict(Config())  # for keys added after the checkpoint was written
     for key in keys:
-        old, new = _lookup(saved, key), _lookup(current, key)
+        old, new = _lookup(saved, key, _lookup(defaults, key)), _lookup(current, key)
         if old != new:
             raise UserError(
                 f"checkpoint {path.name} was trained with {key}={old} but the config says {key}={new}; "
@@ -156,7 +159,9 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
             )
 
 
-def _lookup(tree: dict, dotted: str):
+def _lookup(tree: dict, dotted: str, missing=None):
     for part in dotted.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
+        if not isinstance(tree, dict) or part not in tree:
+            return missing
+        tree = tree[part]
     return tree

@@ -108,8 +108,8 @@ class TrainingConfig:
     eval_episodes: int = 5
     device: str = "auto"  # auto | cpu | cuda
     auto_shutdown: str | None = None  # shell command run when training completes (not on a signal), e.g. a VM stop
-    compile: bool = False  # torch.compile the encoder and critics (minutes of compiling at start; for long GPU runs)
-    autocast: bool = False  # bfloat16 autocast for the networks' forward passes in the update
+    compile: bool = False  # torch.compile the encoder and critics (tens of seconds to minutes at start; for long runs)
+    autocast: bool = False  # bfloat16 autocast for the encoder passes (GPUs from Ampere on, CPUs with AMX)
 
 
 @dataclass
