@@ -5,10 +5,11 @@ import csv
 import subprocess
 import sys
 
+import pytest
 from PIL import Image
 
 from tests.conftest import ROOT, sets
-from trainer.plot import plot_seeds
+from trainer.plot import plot_seeds, seed_statistics
 
 
 def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
@@ -50,3 +51,6 @@ def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(t
     plot_seeds(rows, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)}, (100, 500))
     with Image.open(tmp_path / "seeds.png") as png:
         assert png.size == (600, 400)
+    grid, mean, std = seed_statistics(rows)
+    assert list(grid) == [0, 100, 200, 250], "seed 1's frames, up to the last frame both seeds reached"
+    assert mean[-1] == pytest.approx((25 + 50) / 2) and std[-1] == pytest.approx(12.5), "seed 1 interpolated at 250"

@@ -41,16 +41,23 @@ def plot_runs(csv_paths: list[Path], out: Path, title: str = "") -> None:
     plt.close(fig)
 
 
+def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frames, mean, std) of eval return over seeds, each seed interpolated onto the first seed's eval frames up to
+    the last frame every seed reached (frames differ a little between seeds after a mid-episode restart)."""
+    seeds = sorted({r["seed"] for r in rows})
+    curves = {s: sorted((r["frames"], r["return"]) for r in rows if r["seed"] == s) for s in seeds}
+    reached = min(c[-1][0] for c in curves.values())
+    grid = np.array(sorted({f for f, _ in curves[seeds[0]] if f < reached} | {reached}))
+    values = np.stack([np.interp(grid, *zip(*curves[s])) for s in seeds])
+    return grid, values.mean(0), values.std(0)
+
+
 def plot_seeds(rows: list[dict], out: Path, title: str, references: dict[str, tuple], reference_frames: tuple[int, ...]) -> None:
     """Mean +/- std of eval return over seeds, each seed interpolated onto the frames all seeds reached.
     `rows`: dicts with frames, seed, return; `references`: {label: (return at each of reference_frames)}."""
-    seeds = sorted({r["seed"] for r in rows})
-    curves = {s: sorted((r["frames"], r["return"]) for r in rows if r["seed"] == s) for s in seeds}
-    grid = np.array(sorted({f for f, _ in curves[seeds[0]]}))
-    grid = grid[grid <= min(c[-1][0] for c in curves.values())]
-    values = np.stack([np.interp(grid, *zip(*curves[s])) for s in seeds])
+    grid, mean, std = seed_statistics(rows)
+    seeds = {r["seed"] for r in rows}
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    mean, std = values.mean(0), values.std(0)
     ax.plot(grid, mean, label=f"this repo ({len(seeds)} seeds)")
     ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
     for label, returns in references.items():
