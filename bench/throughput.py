@@ -130,29 +130,34 @@ def timed_run(trainer, steps: int, stop) -> tuple[int, int, float]:
 
 
 def collect(args, chunks: int = 10) -> dict:
-    """1 env (in process) against 2 env workers, random actions, no updates, alternating chunks of
-    --collect-steps / chunks steps so that load from other jobs on this shared machine hits both alike."""
+    """1 env (in process) against 2 env workers, random actions, no updates."""
     from trainer.signals import GracefulStop
 
-    trainers = {n: quiet_trainer(config(args, **{"env.num_envs": n, "training.seed_steps": 10**9})) for n in (1, 2)}
-    totals = {n: [0, 0.0] for n in trainers}
     with GracefulStop() as stop:
-        for trainer in trainers.values():
-            timed_run(trainer, args.episode_steps, stop)  # workers started, first resets done
-        for _ in range(chunks):
-            for n, trainer in trainers.items():
-                done, _, seconds = timed_run(trainer, args.collect_steps // chunks, stop)
-                totals[n][0] += done
-                totals[n][1] += seconds
-    for trainer in trainers.values():
-        trainer.close()
+        contenders = {n: OurTrainer(args, {"env.num_envs": n, "training.seed_steps": 10**9}, stop) for n in (1, 2)}
+        totals = interleave(contenders, chunks, args.collect_steps // chunks)
     rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
     return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
             "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
+def interleave(contenders: dict, rounds: int, steps: int) -> dict:
+    """Each contender `steps` more agent steps per round, in turn, so that load from other jobs on a shared machine
+    hits all alike; closes them after. {name: [steps run, seconds]}."""
+    totals = {name: [0, 0.0] for name in contenders}
+    for _ in range(rounds):
+        for name, contender in contenders.items():
+            done, seconds = contender.run(steps)
+            totals[name][0] += done
+            totals[name][1] += seconds
+    for contender in contenders.values():
+        contender.close()
+    return totals
+
+
 class OurTrainer:
-    """This trainer as a `train` contender, with its config's settings plus `overrides`."""
+    """This trainer as a contender of the `train` and `collect` rows, with its config's settings plus `overrides`,
+    warmed up untimed by the seed steps and one episode."""
 
     def __init__(self, args, overrides: dict, stop):
         self.trainer, self.stop = quiet_trainer(config(args, **overrides)), stop
@@ -175,16 +180,9 @@ def train(args) -> dict:
     with GracefulStop() as stop:
         contenders = {name: OurTrainer(args, overrides, stop) for name, overrides in OURS.items()}
         contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
-        totals = {name: [0, 0.0] for name in contenders}
-        for _ in range(max(1, args.steps // args.episode_steps)):
-            for name, contender in contenders.items():
-                done, seconds = contender.run(args.episode_steps)
-                totals[name][0] += done
-                totals[name][1] += seconds
-    row = {name: rate(*totals[name]) | {"replay_bytes_per_transition": contender.replay_bytes()} for name, contender in contenders.items()}
-    for contender in contenders.values():
-        contender.close()
-    return row
+        replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
+        totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
+    return {name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders}
 
 
 def phases(args) -> dict:
