@@ -9,8 +9,8 @@ Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
                     quality, same camera), against make_env(cfg).step: the wrapper overhead
   collect           the trainer's own loop, random actions, no updates (frames into the replay): 1 env against 2
-                    env workers; `collect_1thread` with LP_NUM_THREADS=1 (one core per software renderer, in the
-                    1-env process too)
+                    env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer draws in its
+                    process's own thread, in the 1-env process too: one core per env)
   train             one update per env step, each contender timed after --seed-steps random steps and one untimed
                     episode of updates (allocations, compiling), chunks of one episode:
                       train             this trainer, the config's algorithm: DrQ, whose target critic has its own encoder
@@ -41,7 +41,7 @@ OURS = {
     "train_drqv2": {"sac.target_encoder": False},
     "train_fast": {"sac.target_encoder": False, "training.autocast": True, "encoder.video.channels_last": True, "training.compile": True},
 }
-ONE_RENDER_THREAD = {"LP_NUM_THREADS": "1"}  # Mesa's software renderer otherwise draws each frame with every core
+ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}  # Mesa's software renderer otherwise draws each frame with every core
 
 
 def config(args, **overrides):

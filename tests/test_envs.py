@@ -46,6 +46,9 @@ def test_a_vector_worker_limits_its_software_renderer_to_its_share_of_the_cores_
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a spawned worker
     make_worker_env(cfg, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "3"
+    monkeypatch.delenv("LP_NUM_THREADS")
+    make_worker_env(cfg, 1).close()
+    assert os.environ["LP_NUM_THREADS"] == "0", "one core per worker: rasterize in the worker's own thread"
     monkeypatch.setenv("LP_NUM_THREADS", "7")
     make_worker_env(cfg, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "7"
