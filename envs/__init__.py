@@ -17,6 +17,7 @@ from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleActi
 from envs import dishwashing  # noqa: E402,F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat  # noqa: E402
 from envs.pixels import PixelObservation  # noqa: E402
+from envs.workers import EnvWorkers  # noqa: E402
 from trainer.errors import UserError  # noqa: E402
 
 
@@ -41,16 +42,11 @@ def make_env(cfg) -> gym.Env:
     return DtypeObservation(env, np.float32)
 
 
-def make_vector_env(cfg) -> gym.vector.AsyncVectorEnv:
-    """`env.num_envs` envs, one worker process and one renderer each. Workers are spawned (fork is unsafe once torch
-    and GL are initialised) and write frames into shared memory; `copy=False` hands back views of it, valid until
-    the next step, which the trainer copies into the replay once. Autoreset is NEXT_STEP: the step after an
-    episode ends returns the reset frame as its own step (the action is ignored), as the replay stores it."""
+def make_vector_env(cfg) -> EnvWorkers:
+    """`env.num_envs` envs, one spawned worker process and one renderer each (fork is unsafe once torch and GL are
+    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py."""
     render_threads = max(1, (os.cpu_count() or 1) // cfg.env.num_envs)
-    return gym.vector.AsyncVectorEnv(
-        [functools.partial(make_worker_env, cfg, render_threads)] * cfg.env.num_envs, shared_memory=True, copy=False,
-        context="spawn", autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-    )
+    return EnvWorkers(functools.partial(make_worker_env, cfg, render_threads), cfg.env.num_envs)
 
 
 def make_worker_env(cfg, render_threads: int) -> gym.Env:

@@ -15,10 +15,10 @@ from envs import make_env
 from envs.dishwashing.scripted import scripted_action
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
-from trainer import checkpoint
+from trainer import checkpoint, loop
 from trainer.config import config_from_dict, load_config
 from trainer.errors import UserError
-from trainer.loop import Trainer, replay_frames_device
+from trainer.loop import Trainer, native_bfloat16, replay_frames_device
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:
@@ -149,3 +149,14 @@ def test_tasks_without_success_report_no_success_rate():
     run = trainer("inverted_pendulum_state.yaml", eval_episodes=1)
     mean_return, success_rate, _ = run.evaluate()
     assert success_rate is None and mean_return > 0
+
+
+def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(monkeypatch, capsys):
+    warning = "has no native bfloat16, so every update is emulated and several times slower; set training.autocast=false here"
+    trainer("inverted_pendulum_state.yaml", autocast="true")
+    assert (warning in capsys.readouterr().err) != native_bfloat16(torch.device("cpu")), "this machine's own answer"
+    monkeypatch.setattr(loop, "native_bfloat16", lambda device: False)
+    trainer("inverted_pendulum_state.yaml", autocast="true")
+    assert warning in capsys.readouterr().err
+    trainer("inverted_pendulum_state.yaml", autocast="false")
+    assert "autocast" not in capsys.readouterr().err

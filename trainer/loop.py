@@ -4,14 +4,16 @@ Determinism: with one env every episode starts from `env.reset(seed=training.see
 own fixed seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a
 CPU run stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
 
-With `env.num_envs` > 1 the workers step in lockstep and are seeded once per start, worker i with
-`training.seed + episode + i` (episode = completed episodes so far), then autoreset from their own RNGs. A save at
-an episode boundary leaves the other workers mid-episode; on resume they start fresh episodes, so their partial
-episodes end in the replay as truncated ones: no transition is lost or stored twice, but the run is not bitwise
-the one that never stopped.
+With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates
+behind, and are seeded once per start, worker i with `training.seed + episode + i` (episode = completed episodes so
+far), then autoreset from their own RNGs. A save at an episode boundary leaves the other workers mid-episode (and
+one step of every worker in flight, not yet stored or counted); on resume they start fresh episodes, so their
+partial episodes end in the replay as truncated ones: no transition is lost or stored twice, but the run is not
+bitwise the one that never stopped.
 """
 
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,6 +65,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; CPUs where oneDNN has bfloat16 kernels
+    (AVX512/AMX). Elsewhere autocast emulates it: an update took 7-12x longer on an AVX2-only EPYC core."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) -> torch.device | None:
     """Where replay frames live: the training device when it is a GPU and they fit (`replay.device: auto`), CUDA
     when asked, host memory (None) otherwise."""
@@ -83,6 +93,9 @@ class Trainer:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
+        if cfg.training.autocast and not native_bfloat16(self.device):
+            print(f"warning: training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
+                  "update is emulated and several times slower; set training.autocast=false here", file=sys.stderr)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
@@ -221,16 +234,16 @@ class Trainer:
             yield True
 
     def parallel_episodes(self, stop: GracefulStop):
-        """`env.num_envs` workers stepped as a batch; yields once per episode any of them completes."""
+        """`env.num_envs` workers stepped in turn (envs/workers.py); yields once per episode any of them completes.
+        The workers compute their next steps while this process runs the updates."""
         cfg, progress, n = self.cfg, self.progress, self.num_envs
-        obs, _ = self.env.reset(seed=cfg.training.seed + progress.episode)
+        obs = self.env.reset(seed=cfg.training.seed + progress.episode)
         self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
         first = np.zeros(n, dtype=bool)  # workers whose next frame is a reset frame (NEXT_STEP autoreset)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
         steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
         while not stop.requested:
-            action = self.act(obs)
-            obs, reward, terminated, truncated, _ = self.env.step(action)
+            action, obs, reward, terminated, truncated = self.env.step(self.act)
             self.replay.add_batch(obs, action, reward, terminated, first)
             stepped = ~first  # a resetting worker ignored its action: no agent step
             before, taken = progress.env_step, int(stepped.sum())

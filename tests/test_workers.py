@@ -1,0 +1,97 @@
+"""Env workers stepped in turn with pipelined actions: each step returns what sequential envs return for the same
+seeds and actions, the actions it reports are the ones the workers stepped with, episodes autoreset on the next
+step, and a reset with steps in flight starts clean."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from envs import make_env, make_vector_env
+from envs.workers import EnvWorkers
+from trainer.config import Config
+
+SEED = 5
+
+
+def pendulum(mode: str = "state") -> Config:
+    """InvertedPendulum falls within a few random steps: episodes end often."""
+    cfg = Config()
+    cfg.env.id, cfg.encoder.type, cfg.env.image_size, cfg.env.num_envs = "InvertedPendulum-v5", mode, 32, 2
+    return cfg
+
+
+class Recorder:
+    """A policy that hands out known actions and remembers which observation each was chosen for."""
+
+    def __init__(self, action_dim: int):
+        self.rng, self.action_dim, self.seen = np.random.default_rng(0), action_dim, []
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        actions = self.rng.uniform(-1, 1, (len(obs), self.action_dim)).astype(np.float32)
+        self.seen += [(o.copy(), a.copy()) for o, a in zip(obs, actions)]
+        return actions
+
+
+@pytest.mark.parametrize("mode", ["state", "video"])
+def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_reported_actions(mode):
+    cfg = pendulum(mode)
+    workers = make_vector_env(cfg)
+    policy = Recorder(workers.single_action_space.shape[0])
+    first = workers.reset(seed=SEED)
+    rounds = [workers.step(policy) for _ in range(25)]
+    workers.close()
+
+    for i in range(cfg.env.num_envs):
+        env = make_env(cfg)
+        obs, _ = env.reset(seed=SEED + i)
+        assert np.array_equal(first[i], obs)
+        resetting, episodes = False, 0
+        for actions, observations, rewards, terminated, truncated in rounds:
+            if resetting:  # NEXT_STEP autoreset: the worker's own RNG picks the new start, so only check its shape
+                obs, _ = env.reset()
+                assert rewards[i] == 0 and not terminated[i]
+                resetting = False
+                continue
+            obs, reward, term, trunc, _ = env.step(actions[i])
+            assert np.array_equal(observations[i], obs), f"worker {i}"
+            assert rewards[i] == pytest.approx(reward) and terminated[i] == term and truncated[i] == trunc
+            resetting = term or trunc
+            episodes += resetting
+        assert episodes >= 1, "the pendulum fell at least once: autoreset was exercised"
+        env.close()
+
+
+def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_previous_step_returned():
+    cfg = pendulum()
+    workers = make_vector_env(cfg)
+    policy = Recorder(workers.single_action_space.shape[0])
+    obs = workers.reset(seed=SEED)
+    for _ in range(5):
+        actions, next_obs, *_ = workers.step(policy)
+        chosen_for = {a.tobytes(): o for o, a in policy.seen}
+        for i in range(cfg.env.num_envs):
+            assert np.array_equal(chosen_for[actions[i].tobytes()], obs[i]), f"worker {i}"
+        obs = next_obs
+    workers.close()
+
+
+def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
+    cfg = pendulum()
+    workers = make_vector_env(cfg)
+    policy = Recorder(workers.single_action_space.shape[0])
+    workers.reset(seed=SEED)
+    workers.step(policy)
+    assert workers.actions is not None, "a step is in flight"
+    again = workers.reset(seed=SEED)
+    assert workers.actions is None
+    reference = make_env(cfg)
+    assert np.array_equal(again[1], reference.reset(seed=SEED + 1)[0])
+    reference.close()
+    workers.close()
+
+
+def test_workers_take_any_env_factory():
+    workers = EnvWorkers(functools.partial(make_env, pendulum()), 3)
+    assert workers.reset(seed=0).shape == (3, *workers.single_observation_space.shape)
+    workers.close()
