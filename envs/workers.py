@@ -33,7 +33,8 @@ class EnvWorkers:
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
-        self.actions = None  # (N, A) the actions the workers are stepping with now; None when none is in flight
+        self.actions = None  # (N, A) the actions the workers are stepping with now; None before the first step
+        self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""
@@ -49,24 +50,30 @@ class EnvWorkers:
         """One step of every worker. `act` maps observations (n, ...) to actions (n, A). Returns the actions that
         led to this step's results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each.
         Autoreset is NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
-        if self.actions is None:
+        if not any(self.in_flight):
             self.actions = np.array(act(self.obs), dtype=np.float32)  # our own copy: it is written in place
-            for i, worker in enumerate(self.workers):
-                worker.step_async(self.actions[i:i + 1])
+            for i in range(self.num_envs):
+                self._send(i)
         taken = self.actions.copy()
         reward, terminated, truncated = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
         for i, worker in enumerate(self.workers):
+            self.in_flight[i] = False
             obs, rewards, terminations, truncations, _ = worker.step_wait()
             self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
             self.actions[i] = act(self.obs[i:i + 1])[0]
-            worker.step_async(self.actions[i:i + 1])
+            self._send(i)
         return taken, self.obs.copy(), reward, terminated, truncated
 
+    def _send(self, i: int) -> None:
+        self.workers[i].step_async(self.actions[i:i + 1])
+        self.in_flight[i] = True
+
     def _drain(self) -> None:
-        if self.actions is not None:
-            for worker in self.workers:
+        """Read and drop every step in flight (also after a worker's error, which ends only its own step)."""
+        for i, worker in enumerate(self.workers):
+            if self.in_flight[i]:
+                self.in_flight[i] = False
                 worker.step_wait()
-            self.actions = None
 
     def close(self) -> None:
         self._drain()

@@ -82,9 +82,9 @@ def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
     policy = Recorder(workers.single_action_space.shape[0])
     workers.reset(seed=SEED)
     workers.step(policy)
-    assert workers.actions is not None, "a step is in flight"
+    assert all(workers.in_flight), "every worker has its next step running"
     again = workers.reset(seed=SEED)
-    assert workers.actions is None
+    assert not any(workers.in_flight)
     reference = make_env(cfg)
     assert np.array_equal(again[1], reference.reset(seed=SEED + 1)[0])
     reference.close()
