@@ -115,6 +115,7 @@ class SAC:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, fused=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), fused=True)
         self.updates = 0
+        self.actor_metrics = {}  # the last actor update's, reported with every update (for logging only)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -140,7 +141,8 @@ class SAC:
         features = self.encode(self.critic.encoder, obs)
         metrics = self.update_critic(features, batch["action"], batch["reward"], batch["discount"], next_obs)
         if self.updates % self.cfg.actor_update_every == 0:
-            metrics |= self.update_actor(features.detach())
+            self.actor_metrics = self.update_actor(features.detach())
+        metrics |= self.actor_metrics  # the trainer logs every N updates, which may never be an actor update
         if self.updates % self.cfg.target_update_every == 0:
             self.update_target()
         self.updates += 1
