@@ -11,7 +11,8 @@ envs return them and gives float32 (N, A).
 Encoder passes per update: the online encoder over obs (with gradient: the critic loss trains it), and over
 next_obs (no gradient, for the next action), and the target encoder over next_obs unless `sac.target_encoder` is off
 (DrQ-v2: the target heads read the online next_obs features) or the encoder is frozen (its copy would never differ);
-the actor reuses the obs features. Merging obs and next_obs into one online pass is not equivalent in cost: the
+the actor reuses the obs features. With `sac.augment_samples` = K (DrQ's K = M, 2 in its published results) each
+pass covers K shifted copies of the batch. Merging obs and next_obs into one online pass is not equivalent in cost: the
 next_obs half would sit in the autograd graph and double the encoder's backward.
 
 Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on the encoder and critics (state
@@ -136,12 +137,14 @@ class SAC:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs, next_obs = batch["obs"], batch["next_obs"]
-        if self.pixels:
-            obs, next_obs = random_shift(obs, self.cfg.augment_pad), random_shift(next_obs, self.cfg.augment_pad)
+        if self.pixels:  # `augment_samples` independently shifted copies, stacked along the batch axis
+            copies = self.cfg.augment_samples
+            obs = random_shift(obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
+            next_obs = random_shift(next_obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
         features = self.encode(self.critic.encoder, obs)
         metrics = self.update_critic(features, batch["action"], batch["reward"], batch["discount"], next_obs)
         if self.updates % self.cfg.actor_update_every == 0:
-            self.actor_metrics = self.update_actor(features.detach())
+            self.actor_metrics = self.update_actor(features[: len(batch["action"])].detach())
         metrics |= self.actor_metrics  # the trainer logs every N updates, which may never be an actor update
         if self.updates % self.cfg.target_update_every == 0:
             self.update_target()
@@ -149,6 +152,10 @@ class SAC:
         return metrics
 
     def update_critic(self, features, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
+        """`features` and `next_obs` may hold several augmented copies of the batch, stacked (DrQ's K = M): the
+        target is averaged over the next_obs copies, each with its own next action, and the loss summed over the
+        obs copies."""
+        copies = len(next_obs) // len(action)
         with torch.no_grad():
             next_features = self.encode(self.critic.encoder, next_obs)
             next_dist = self.actor(next_features)
@@ -158,9 +165,10 @@ class SAC:
                 next_features = self.encode(self.critic_target.encoder, next_obs)
             target_q1, target_q2 = self.critic_target(next_features, next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha * next_log_prob
-            target_q = reward + discount * self.cfg.discount * target_v
-        q1, q2 = self.critic(features, action)
-        loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+            target_q = reward + discount * self.cfg.discount * target_v.unflatten(0, (copies, -1)).mean(0)
+        q1, q2 = self.critic(features, action.repeat(copies, 1))
+        target_q = target_q.repeat(copies, 1)
+        loss = copies * (F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q))
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()

@@ -9,6 +9,7 @@ import torch
 
 from encoders import build_encoder
 from sac.agent import SAC
+from sac.augment import random_shift
 from trainer.config import EncoderConfig, SACConfig, VideoEncoderConfig
 
 OBS = (3, 3, 64, 64)
@@ -110,6 +111,30 @@ def test_a_separate_target_encoder_costs_a_third_pass_and_a_frozen_encoder_never
     older = frozen.state_dict()
     older["critic_target"] |= {f"encoder.{key}": value for key, value in frozen.critic.encoder.state_dict().items()}
     frozen.load_state_dict(older)  # checkpoints from before the copy was dropped still resume
+
+
+def test_two_shifted_copies_average_the_target_over_next_obs_and_sum_the_loss_over_obs(monkeypatch):
+    """DrQ's K = M = 2. A near-deterministic policy and a negligible temperature make the next action a function of
+    the shifted next_obs, so the expected loss can be computed from the recorded shifts."""
+    agent = make_agent(augment_samples=2, log_std_min=-10.0, log_std_max=-10.0, init_temperature=1e-9)
+    shifted = []
+    monkeypatch.setattr("sac.agent.random_shift", lambda obs, pad: shifted.append(random_shift(obs, pad)) or shifted[-1])
+    passes = encoder_passes(agent)
+    before, data = copy.deepcopy(agent), batch()
+    metrics = agent.update(data)
+    assert passes == ["online", "online", "target"], "each copy rides in the same three passes"
+    obs, next_obs = (copies.unflatten(0, (2, -1)) for copies in shifted)
+    assert not torch.equal(obs[0], obs[1]) and not torch.equal(next_obs[0], next_obs[1]), "independent shifts"
+    with torch.no_grad():
+        targets = []
+        for view in next_obs:
+            next_action = torch.tanh(before.actor(before.critic.encoder(view)).base_dist.loc)
+            q1, q2 = before.critic_target(before.critic_target.encoder(view), next_action)
+            targets.append(data["reward"] + data["discount"] * agent.cfg.discount * torch.min(q1, q2))
+        target = (targets[0] + targets[1]) / 2
+        expected = sum(torch.nn.functional.mse_loss(q, target)
+                       for view in obs for q in before.critic(before.critic.encoder(view), data["action"]))
+    assert torch.allclose(metrics["critic_loss"], expected, rtol=1e-4)
 
 
 def test_act_returns_one_action_per_observation_in_bounds_sampled_or_deterministic():

@@ -51,6 +51,17 @@ def test_every_shipped_config_resolves(config):
     assert to_dict(cfg)["env"]["id"]
 
 
+@pytest.mark.parametrize("task, action_repeat", [("cartpole_swingup", 8), ("reacher_easy", 4), ("finger_spin", 2),
+                                                  ("cheetah_run", 4), ("walker_walk", 2)])
+def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_a_smaller_batch_on_a_cpu(task, action_repeat):
+    gpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=gpu"])
+    assert (gpu.env.image_size, gpu.env.frame_stack, gpu.env.action_repeat) == (84, 3, action_repeat)
+    assert (gpu.sac.batch_size, gpu.sac.augment_samples, gpu.sac.augment_pad) == (512, 2, 4)
+    assert (gpu.sac.lr, gpu.sac.critic_tau, gpu.sac.actor_update_every, gpu.sac.init_temperature) == (1e-3, 0.01, 2, 0.1)
+    cpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu"])
+    assert (cpu.sac.batch_size, cpu.sac.augment_samples) == (128, 1)
+
+
 @pytest.mark.parametrize(
     "text, overrides, expected",
     [
@@ -67,6 +78,9 @@ def test_every_shipped_config_resolves(config):
         ("", ["encoder.video.weights=/tmp/w.pth"], "encoder.video.weights is set but encoder.video.pretrained is false"),
         ("", ["encoder.video.input_size=16"], "encoder.video.input_size must be >= 32 or null"),
         ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr must be > 0 and applies to video encoders only"),
+        ("", ["sac.augment_samples=0"], "config key 'sac.augment_samples' must be >= 1"),
+        ("", ["sac.augment_samples=2", "sac.augment_pad=0"], "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0"),
+        ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
     ],
 )
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):

@@ -87,6 +87,9 @@ class SACConfig:
     log_std_min: float = -10.0
     log_std_max: float = 2.0
     augment_pad: int = 4  # random-shift pixels; 0 disables augmentation
+    # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
+    # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
+    augment_samples: int = 1
     updates_per_step: int = 1
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
@@ -310,6 +313,7 @@ def _validate(cfg: Config) -> None:
         "sac.feature_dim": cfg.sac.feature_dim,
         "sac.actor_update_every": cfg.sac.actor_update_every,
         "sac.target_update_every": cfg.sac.target_update_every,
+        "sac.augment_samples": cfg.sac.augment_samples,
         "training.episodes": cfg.training.episodes,
         "checkpoint.every_episodes": cfg.checkpoint.every_episodes,
         "checkpoint.keep_replays": cfg.checkpoint.keep_replays,
@@ -327,6 +331,8 @@ def _validate(cfg: Config) -> None:
             raise UserError(f"config key 'checkpoint.{key}' must be >= 0 (0 = off), got {getattr(cfg.checkpoint, key)}")
     if cfg.checkpoint.upload_retries < 1:
         raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
+    if cfg.sac.augment_samples > 1 and (cfg.encoder.type != "video" or cfg.sac.augment_pad == 0):
+        raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
 
