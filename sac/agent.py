@@ -165,7 +165,7 @@ class SAC:
                 next_features = self.encode(self.critic_target.encoder, next_obs)
             target_q1, target_q2 = self.critic_target(next_features, next_action)
             target_v = torch.min(target_q1, target_q2) - self.alpha * next_log_prob
-            target_q = reward + discount * self.cfg.discount * target_v.unflatten(0, (copies, -1)).mean(0)
+            target_q = reward + discount * target_v.unflatten(0, (copies, -1)).mean(0)
         q1, q2 = self.critic(features, action.repeat(copies, 1))
         target_q = target_q.repeat(copies, 1)
         loss = copies * (F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q))

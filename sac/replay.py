@@ -12,12 +12,17 @@ frame i, both from ring e. Stacks are rebuilt at sample time from the T+1 frames
 first frame (the same padding the env's frame stack uses at reset). Truncation needs no flag: the next slot simply
 starts a new episode (pos = 0).
 
+With `nstep` = n > 1 a sampled transition runs on through the next n-1 frames of its episode: reward = the sum of
+discount^k * reward over the m <= n steps taken, next_obs = the stack ending at the m-th frame. It stops early at
+a termination, at the episode's end, or at the newest frame written (a valid m-step return either way).
+
 Frames live either in host memory (numpy; a sampled batch is gathered into pinned memory and copied to a CUDA
 device without blocking) or, with `frames_on` set, in a torch tensor on that device, where the batch is gathered
 without any host-device copy of frames. Both paths sample the same transitions for the same RNG state.
 
 Shapes out of `sample`: obs/next_obs uint8 (B, T, C, H, W) for frame stacks, or (B, *frame_shape) when
-`frame_stack` is None (state vectors); action float32 (B, A); reward and discount float32 (B, 1).
+`frame_stack` is None (state vectors); action float32 (B, A); reward and discount float32 (B, 1), where discount is
+the factor on the value of next_obs: `discount`^m, 0 after a termination.
 """
 
 import numpy as np
@@ -43,12 +48,13 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
 
 class ReplayBuffer:
     def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
-                 num_envs: int = 1, frames_on: torch.device | None = None):
+                 num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1, discount: float = 1.0):
         """`capacity` frames in all, split evenly across `num_envs` rings; `frames_on` a device to keep frames on
-        (None = host memory)."""
+        (None = host memory); `nstep` steps per sampled transition, `discount` per step."""
         self.capacity = capacity // num_envs  # slots per env ring
         self.num_envs = num_envs
         self.frame_stack = frame_stack
+        self.nstep, self.discount = nstep, discount
         self._window = (frame_stack or 1) + 1
         if self.capacity <= self._window:
             raise UserError(f"sac.buffer_size={capacity} leaves {self.capacity} slots per env; raise it above {self._window * num_envs} or lower env.num_envs")
@@ -116,19 +122,37 @@ class ReplayBuffer:
         assert self.num_transitions > self._window, "too few transitions to sample from"
         ends, envs = self._sample_ends(batch_size)
         slots = ends % self.capacity
-        back = np.minimum(np.arange(self._window - 1, -1, -1)[None, :], self.pos[slots, envs][:, None])
+        lasts, reward, discount = self._returns(ends, slots, envs)
+        stack = self.frame_stack or 1
+        obs_back = np.minimum(np.arange(stack, 0, -1)[None, :], self.pos[slots, envs][:, None])
+        next_back = np.minimum(np.arange(stack - 1, -1, -1)[None, :], self.pos[lasts % self.capacity, envs][:, None])
+        frames = np.concatenate([ends[:, None] - obs_back, lasts[:, None] - next_back], axis=1)
         device = torch.device(device)
-        window = self._gather_frames((ends[:, None] - back) % self.capacity, envs[:, None], device)  # (B, T+1, *frame)
-        if self.frame_stack:
-            obs, next_obs = window[:, :-1], window[:, 1:]
-        else:
-            obs, next_obs = window[:, 0], window[:, 1]
+        window = self._gather_frames(frames % self.capacity, envs[:, None], device)  # (B, 2T, *frame)
+        obs, next_obs = window[:, :stack], window[:, stack:]
+        if not self.frame_stack:
+            obs, next_obs = obs[:, 0], next_obs[:, 0]
         batch = {
             "action": torch.from_numpy(self.actions[slots, envs]),
-            "reward": torch.from_numpy(self.rewards[slots, envs])[:, None],
-            "discount": torch.from_numpy(1.0 - self.terminated[slots, envs].astype(np.float32))[:, None],
+            "reward": torch.from_numpy(reward)[:, None],
+            "discount": torch.from_numpy(discount)[:, None],
         }
         return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
+
+    def _returns(self, ends: np.ndarray, slots: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For transitions ending at frames `ends` (in `slots`): the frame each n-step transition ends at, its
+        discounted reward sum and the discount on the value there."""
+        lasts = ends.copy()
+        reward = self.rewards[slots, envs].copy()
+        discount = np.float32(self.discount) * ~self.terminated[slots, envs]
+        for k in range(1, self.nstep):
+            frame = ends + k
+            slot = frame % self.capacity
+            same_episode = (frame < self.count) & (self.pos[slot, envs] == self.pos[slots, envs] + k)
+            reward += np.where(same_episode, discount * self.rewards[slot, envs], 0.0).astype(np.float32)
+            discount = np.where(same_episode, discount * np.float32(self.discount) * ~self.terminated[slot, envs], discount)
+            lasts = np.where(same_episode, frame, lasts)
+        return lasts, reward, discount.astype(np.float32)
 
     def _gather_frames(self, slots: np.ndarray, envs: np.ndarray, device: torch.device) -> torch.Tensor:
         """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""

@@ -130,7 +130,7 @@ def test_two_shifted_copies_average_the_target_over_next_obs_and_sum_the_loss_ov
         for view in next_obs:
             next_action = torch.tanh(before.actor(before.critic.encoder(view)).base_dist.loc)
             q1, q2 = before.critic_target(before.critic_target.encoder(view), next_action)
-            targets.append(data["reward"] + data["discount"] * agent.cfg.discount * torch.min(q1, q2))
+            targets.append(data["reward"] + data["discount"] * torch.min(q1, q2))
         target = (targets[0] + targets[1]) / 2
         expected = sum(torch.nn.functional.mse_loss(q, target)
                        for view in obs for q in before.critic(before.critic.encoder(view), data["action"]))

@@ -79,6 +79,7 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_a_smaller_batch_on_a_
         ("", ["encoder.video.input_size=16"], "encoder.video.input_size must be >= 32 or null"),
         ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr must be > 0 and applies to video encoders only"),
         ("", ["sac.augment_samples=0"], "config key 'sac.augment_samples' must be >= 1"),
+        ("", ["sac.nstep=0"], "config key 'sac.nstep' must be >= 1"),
         ("", ["sac.augment_samples=2", "sac.augment_pad=0"], "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0"),
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
     ],

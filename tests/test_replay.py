@@ -86,6 +86,35 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparo
     assert len(replay) >= len(valid)
 
 
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at_its_end(num_envs):
+    """The naive n-step return: follow the episode step by step from the sampled transition, at most n steps, never past
+    a termination, the episode's last frame or the newest frame written."""
+    nstep, gamma = 3, 0.9
+    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
+                          seed=0, num_envs=num_envs, nstep=nstep, discount=gamma)
+    reference = fill_envs(replay, steps=200)
+    by_obs = {stack[-1]: key for key, (_, stack, *_) in reference.items()}  # a transition is known by its obs's newest frame
+    lengths = set()
+    for _ in range(100):
+        batch = replay.sample(16)
+        for i in range(16):
+            key = by_obs[int(batch["obs"][i, -1, 0])]
+            env, stack, action, reward, terminated, next_stack = reference[key]
+            total, discount, steps = reward, gamma * (not terminated), 1
+            while steps < nstep and discount > 0 and key + num_envs in reference and reference[key + num_envs][1] == next_stack:
+                key += num_envs
+                _, _, _, reward, terminated, next_stack = reference[key]
+                total, discount, steps = total + discount * reward, discount * gamma * (not terminated), steps + 1
+            lengths.add((steps, discount == 0))
+            assert batch["obs"][i, :, 0].tolist() == stack
+            assert np.allclose(batch["action"][i].numpy(), action), "the first step's action"
+            assert batch["next_obs"][i, :, 0].tolist() == next_stack
+            assert batch["reward"][i, 0].item() == pytest.approx(total, rel=1e-5)
+            assert batch["discount"][i, 0].item() == pytest.approx(discount)
+    assert {(1, True), (2, True), (3, False), (1, False)} <= lengths, "cut short by terminations and episode ends, and whole"
+
+
 def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
     kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, num_envs=2)
     host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))

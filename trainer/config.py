@@ -77,6 +77,7 @@ class SACConfig:
     alpha_lr: float = 1e-3
     alpha_beta: float = 0.5
     discount: float = 0.99
+    nstep: int = 1  # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
     critic_tau: float = 0.01
     init_temperature: float = 0.1
     actor_update_every: int = 2
@@ -314,6 +315,7 @@ def _validate(cfg: Config) -> None:
         "sac.actor_update_every": cfg.sac.actor_update_every,
         "sac.target_update_every": cfg.sac.target_update_every,
         "sac.augment_samples": cfg.sac.augment_samples,
+        "sac.nstep": cfg.sac.nstep,
         "training.episodes": cfg.training.episodes,
         "checkpoint.every_episodes": cfg.checkpoint.every_episodes,
         "checkpoint.keep_replays": cfg.checkpoint.keep_replays,

@@ -116,7 +116,7 @@ class Trainer:
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed,
-            num_envs=self.num_envs, frames_on=frames_on,
+            num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep, discount=cfg.sac.discount,
         )
         self.progress = Progress()
         ckpt = cfg.checkpoint
