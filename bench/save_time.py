@@ -33,7 +33,7 @@ def main() -> None:
     cfg = Config()
     obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
     agent = SAC(build_encoder(cfg.encoder, obs_shape), 6, cfg.sac, torch.device("cpu"), pixels=True)
-    replay = ReplayBuffer(args.transitions, obs_shape[1:], np.uint8, 6, cfg.env.frame_stack, seed=0)
+    replay = ReplayBuffer(args.transitions, obs_shape[1:], np.uint8, 6, cfg.env.frame_stack, seed=0, discount=cfg.sac.discount)
     rng = np.random.default_rng(0)
     noise = rng.integers(0, 256, (1000, *obs_shape[1:]), dtype=np.uint8)
     replay.add_first(noise[0][None])

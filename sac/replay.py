@@ -8,7 +8,7 @@ Layout: one ring per env (an env axis: `num_envs` rings of `capacity // num_envs
 frame per env per `add_batch`), so a frame stack never mixes envs. A slot holds the frame, the action and reward
 that led to it, the `terminated` flag, and `pos`, the frame's index within its episode (0 = the reset frame, which
 ends no transition). Transition at slot i of env e: obs = stack ending at frame i-1, next_obs = stack ending at
-frame i, both from ring e. Stacks are rebuilt at sample time from the T+1 frames i-T..i, clamped to the episode's
+frame i, both from ring e. Stacks are rebuilt at sample time from frames i-T..i, clamped to the episode's
 first frame (the same padding the env's frame stack uses at reset). Truncation needs no flag: the next slot simply
 starts a new episode (pos = 0).
 
@@ -48,9 +48,10 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
 
 class ReplayBuffer:
     def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
-                 num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1, discount: float = 1.0):
-        """`capacity` frames in all, split evenly across `num_envs` rings; `frames_on` a device to keep frames on
-        (None = host memory); `nstep` steps per sampled transition, `discount` per step."""
+                 discount: float, num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1):
+        """`capacity` frames in all, split evenly across `num_envs` rings; `discount` per step (sampled batches carry
+        the whole bootstrap factor); `frames_on` a device to keep frames on (None = host memory); `nstep` steps per
+        sampled transition."""
         self.capacity = capacity // num_envs  # slots per env ring
         self.num_envs = num_envs
         self.frame_stack = frame_stack

@@ -12,6 +12,7 @@ from sac.replay import ReplayBuffer
 from trainer.errors import UserError
 
 T = 3
+GAMMA = 0.9
 
 
 def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
@@ -61,7 +62,7 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
 
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparound(num_envs):
-    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, num_envs=num_envs)
+    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA, num_envs=num_envs)
     reference = fill_envs(replay, steps=200)
     assert replay.count > 3 * replay.capacity, "the ring must have wrapped for this test to mean anything"
     oldest = (replay.count - replay.capacity) * num_envs
@@ -80,7 +81,7 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparo
             assert batch["next_obs"][i, :, 0].tolist() == next_stack
             assert np.allclose(batch["action"][i].numpy(), action)
             assert batch["reward"][i, 0].item() == pytest.approx(reward)
-            assert batch["discount"][i, 0].item() == (0.0 if terminated else 1.0)
+            assert batch["discount"][i, 0].item() == pytest.approx(0.0 if terminated else GAMMA)
             seen.add(key)
     assert seen == valid, "sampling must reach every stored transition"
     assert len(replay) >= len(valid)
@@ -90,33 +91,35 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparo
 def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at_its_end(num_envs):
     """The naive n-step return: follow the episode step by step from the sampled transition, at most n steps, never past
     a termination, the episode's last frame or the newest frame written."""
-    nstep, gamma = 3, 0.9
+    nstep = 3
     replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
-                          seed=0, num_envs=num_envs, nstep=nstep, discount=gamma)
+                          seed=0, discount=GAMMA, num_envs=num_envs, nstep=nstep)
     reference = fill_envs(replay, steps=200)
     by_obs = {stack[-1]: key for key, (_, stack, *_) in reference.items()}  # a transition is known by its obs's newest frame
-    lengths = set()
+    stops = set()
     for _ in range(100):
         batch = replay.sample(16)
+        assert batch["reward"].dtype == batch["discount"].dtype == torch.float32
         for i in range(16):
             key = by_obs[int(batch["obs"][i, -1, 0])]
             env, stack, action, reward, terminated, next_stack = reference[key]
-            total, discount, steps = reward, gamma * (not terminated), 1
+            total, discount, steps = reward, GAMMA * (not terminated), 1
             while steps < nstep and discount > 0 and key + num_envs in reference and reference[key + num_envs][1] == next_stack:
                 key += num_envs
                 _, _, _, reward, terminated, next_stack = reference[key]
-                total, discount, steps = total + discount * reward, discount * gamma * (not terminated), steps + 1
-            lengths.add((steps, discount == 0))
+                total, discount, steps = total + discount * reward, discount * GAMMA * (not terminated), steps + 1
+            newest = key + num_envs >= replay.count * num_envs
+            stops.add("whole" if steps == nstep else "terminated" if discount == 0 else "newest" if newest else "episode end")
             assert batch["obs"][i, :, 0].tolist() == stack
             assert np.allclose(batch["action"][i].numpy(), action), "the first step's action"
             assert batch["next_obs"][i, :, 0].tolist() == next_stack
             assert batch["reward"][i, 0].item() == pytest.approx(total, rel=1e-5)
             assert batch["discount"][i, 0].item() == pytest.approx(discount)
-    assert {(1, True), (2, True), (3, False), (1, False)} <= lengths, "cut short by terminations and episode ends, and whole"
+    assert stops == {"whole", "terminated", "episode end", "newest"}
 
 
 def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
-    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, num_envs=2)
+    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, discount=GAMMA, num_envs=2, nstep=3)
     host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
     assert isinstance(on_device.frames, torch.Tensor) and isinstance(host.frames, np.ndarray)
     fill_envs(host, steps=80)
@@ -130,7 +133,7 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
 
 
 def test_reset_frames_are_not_transitions():
-    replay = ReplayBuffer(capacity=100, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0)
+    replay = ReplayBuffer(capacity=100, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
     for _ in range(5):
         replay.add_first(np.zeros((T, 1)))
     assert len(replay) == 0
@@ -138,20 +141,24 @@ def test_reset_frames_are_not_transitions():
     assert len(replay) == len(reference)
 
 
-def test_state_vectors_are_stored_without_a_stack_axis():
-    replay = ReplayBuffer(capacity=50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None, seed=0)
+@pytest.mark.parametrize("nstep", [1, 2])
+def test_state_vectors_are_stored_without_a_stack_axis(nstep):
+    replay = ReplayBuffer(capacity=50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None, seed=0, discount=GAMMA, nstep=nstep)
     replay.add_first(np.full(4, 0.0, np.float32))
     for step in range(1, 20):
         replay.add(np.array([step], np.float32), float(step), step == 19, np.full(4, step, np.float32))
     batch = replay.sample(8)
+    obs, next_obs = batch["obs"][:, 0], batch["next_obs"][:, 0]
     assert batch["obs"].shape == (8, 4) and batch["next_obs"].shape == (8, 4)
-    assert torch.equal(batch["next_obs"][:, 0], batch["obs"][:, 0] + 1)
-    assert torch.equal(batch["action"][:, 0], batch["next_obs"][:, 0])
-    assert torch.equal(batch["discount"][:, 0] == 0, batch["next_obs"][:, 0] == 19)
+    assert torch.equal(next_obs, torch.clamp(obs + nstep, max=19)), "n steps on, never past the terminal state"
+    assert torch.equal(batch["action"][:, 0], obs + 1)
+    steps = next_obs - obs
+    assert torch.allclose(batch["reward"][:, 0], obs + 1 + (steps > 1) * GAMMA * (obs + 2))
+    assert torch.equal(batch["discount"][:, 0] == 0, next_obs == 19)
 
 
 def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacked_storage():
-    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0, num_envs=2)
+    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0, discount=GAMMA, num_envs=2)
     frame_bytes = 3 * 84 * 84
     assert replay.bytes_per_slot <= 22 * 1024
     assert 2 * T * frame_bytes / replay.bytes_per_slot > 5.9
@@ -159,16 +166,16 @@ def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacke
 
 def test_a_buffer_larger_than_free_ram_is_refused_before_allocation():
     with pytest.raises(UserError, match=r"needs .* GiB .* lower sac.buffer_size to at most \d+"):
-        ReplayBuffer(capacity=10**9, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0)
+        ReplayBuffer(capacity=10**9, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0, discount=GAMMA)
 
 
 def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_samples():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=3)
+    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=3, discount=GAMMA)
     fill(replay, episodes=12)
     buffer = io.BytesIO()
     torch.save(replay.state_dict(), buffer)
     buffer.seek(0)
-    restored = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=99)
+    restored = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=99, discount=GAMMA)
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     for _ in range(3):
         a, b = replay.sample(8), restored.sample(8)
@@ -180,12 +187,12 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
 
 def test_a_ring_too_short_for_a_stack_is_a_clear_error():
     with pytest.raises(UserError, match="lower env.num_envs"):
-        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, num_envs=2)
+        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA, num_envs=2)
 
 
 def test_restoring_into_a_different_capacity_is_a_clear_error():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0)
+    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
     fill(replay, episodes=3)
-    other = ReplayBuffer(capacity=40, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0)
+    other = ReplayBuffer(capacity=40, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
     with pytest.raises(UserError, match="sac.buffer_size"):
         other.load_state_dict(replay.state_dict())

@@ -115,8 +115,8 @@ class Trainer:
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
-            frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed,
-            num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep, discount=cfg.sac.discount,
+            frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
+            num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.progress = Progress()
         ckpt = cfg.checkpoint
