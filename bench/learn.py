@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's mo
 
 from bench.references import FRAMES, PUBLISHED  # noqa: E402
 from trainer.config import load_config  # noqa: E402
-from trainer.plot import plot_seeds  # noqa: E402
+from trainer.plot import plot_curves  # noqa: E402
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def main() -> None:
         writer.writerow(["frames", "seed", "return", "success", "env_step"])
         writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"], r["env_step"]) for r in rows)
     env_id = load_config(args.config, args.set).env.id
-    plot_seeds(rows, out / "learn.png", title=f"{Path(args.config).stem}", references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
+    plot_curves({"this repo": rows}, out / "learn.png", title=Path(args.config).stem, references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
     reached = [r for r in results if r["first_step_at_target"] is not None]
     reached_success = [r for r in results if r["first_step_at_success_target"] is not None]
     print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target, "seeds_reaching_target": len(reached),

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import ROOT, sets
-from trainer.plot import plot_seeds, seed_statistics
+from trainer.plot import plot_curves, seed_statistics
 
 
 def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
@@ -48,7 +48,7 @@ def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint
 def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):
     rows = [{"seed": 1, "frames": f, "return": f / 10} for f in (0, 100, 200, 300)]
     rows += [{"seed": 2, "frames": f, "return": f / 5} for f in (0, 150, 250)]
-    plot_seeds(rows, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)}, (100, 500))
+    plot_curves({"this repo": rows}, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)}, (100, 500))
     with Image.open(tmp_path / "seeds.png") as png:
         assert png.size == (600, 400)
     grid, mean, std = seed_statistics(rows)

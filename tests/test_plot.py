@@ -1,4 +1,4 @@
-"""Plotting any run's eval.csv, from the command line."""
+"""Plotting any run's eval.csv, or several seeds' bench/learn.py CSVs side by side, from the command line."""
 
 import csv
 
@@ -23,6 +23,33 @@ def test_plot_writes_one_png_for_several_runs(tmp_path, capsys):
     with Image.open(tmp_path / "curves.png") as image:
         assert image.format == "PNG" and image.size == (600, 400)
     assert "wrote" in capsys.readouterr().out
+
+
+def write_seeds(path, seeds, returns):
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["frames", "seed", "return", "success", "env_step"])
+        writer.writerows((i * 10_000, seed, r + seed, "", i * 1250) for seed in seeds for i, r in enumerate(returns))
+
+
+def test_bench_csvs_of_several_seeds_compare_as_mean_curves_in_one_png(tmp_path, capsys, monkeypatch):
+    write_seeds(tmp_path / "batch64.csv", [1, 2, 3], [10, 200, 400])
+    write_seeds(tmp_path / "nstep3.csv", [1, 2], [10, 300])
+    drawn = {}
+    monkeypatch.setattr("matplotlib.axes.Axes.fill_between", lambda ax, x, low, high, **kw: drawn.setdefault("bands", []).append(list(high - low)))
+    main([str(tmp_path / "batch64.csv"), str(tmp_path / "nstep3.csv"), "--out", str(tmp_path / "compare.png")])
+    with Image.open(tmp_path / "compare.png") as image:
+        assert image.format == "PNG"
+    (three, two) = drawn["bands"]  # seeds offset by 1 from each other: std sqrt(2/3) over 3 seeds, 1/2 over 2
+    assert three == pytest.approx([2 * (2 / 3) ** 0.5] * 3) and two == pytest.approx([1.0, 1.0]), "a +/- std band over each file's seeds"
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_a_csv_without_evaluations_is_a_usage_error(tmp_path, capsys):
+    write_seeds(tmp_path / "empty.csv", [1], [])
+    with pytest.raises(SystemExit) as exit:
+        main([str(tmp_path / "empty.csv")])
+    assert exit.value.code == 2 and "no evaluations yet" in capsys.readouterr().err
 
 
 def test_a_folder_without_eval_csv_is_a_usage_error(tmp_path, capsys):

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from trainer.config import Config, to_dict, to_yaml
 from trainer.errors import UserError
-from trainer.plot import plot_runs
+from trainer.plot import plot_curves, read_rows
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
@@ -70,7 +70,7 @@ class Logger:
                 writer.writerow(EVAL_COLUMNS)
             writer.writerow((step, frames, episode, f"{mean_return:.3f}", "" if success_rate is None else f"{success_rate:.3f}"))
         if self.cfg.logging.curve:
-            plot_runs([self.eval_csv], self.dir / "curve.png", title=self.cfg.run_name)
+            plot_curves({self.cfg.run_name: read_rows(self.eval_csv)}, self.dir / "curve.png", title=self.cfg.run_name)
         if clip:
             if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
                 picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)

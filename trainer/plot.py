@@ -1,10 +1,12 @@
-"""Learning curves as PNG, from the eval.csv every run writes.
+"""Learning curves as PNG, from the CSVs runs and bench/learn.py write.
 
     python3 -m trainer.plot runs/sac_video [runs/other ...] --out curves.png
+    python3 -m trainer.plot docs/cartpole_swingup.csv docs/cartpole_swingup_nstep3.csv --out compare.png
 
-Each run folder (or eval.csv path) becomes one line of evaluation return against env frames. The trainer calls
-`plot_runs` after every evaluation to keep runs/<run>/curve.png current; bench/learn.py calls `plot_seeds` for the
-mean and spread over seeds with published reference points.
+Each input becomes one curve of evaluation return against env frames: a run folder or its eval.csv one line, a
+bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so settings can be compared seed for seed.
+The trainer keeps runs/<run>/curve.png current with the same function; bench/learn.py adds the published
+reference points.
 """
 
 import argparse
@@ -18,27 +20,10 @@ matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read_csv(path: Path) -> tuple[list[float], list[float]]:
-    """(frames, return) columns of an eval.csv."""
+def read_rows(path: Path) -> list[dict]:
+    """(frames, seed, return) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV."""
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return [float(r["frames"]) for r in rows], [float(r["return"]) for r in rows]
-
-
-def plot_runs(csv_paths: list[Path], out: Path, title: str = "") -> None:
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for path in csv_paths:
-        frames, returns = read_csv(path)
-        ax.plot(frames, returns, marker=".", label=path.parent.name)
-    ax.set_xlabel("env frames")
-    ax.set_ylabel("eval return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if len(csv_paths) > 1:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+        return [{"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"])} for r in csv.DictReader(f)]
 
 
 def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,22 +37,26 @@ def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return grid, values.mean(0), values.std(0)
 
 
-def plot_seeds(rows: list[dict], out: Path, title: str, references: dict[str, tuple], reference_frames: tuple[int, ...]) -> None:
-    """Mean +/- std of eval return over seeds, each seed interpolated onto the frames all seeds reached.
-    `rows`: dicts with frames, seed, return; `references`: {label: (return at each of reference_frames)}."""
-    grid, mean, std = seed_statistics(rows)
-    seeds = {r["seed"] for r in rows}
+def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", references: dict[str, tuple] | None = None,
+                reference_frames: tuple[int, ...] = ()) -> None:
+    """One curve per label: the mean over its rows' seeds, with a +/- std band when there are several.
+    `references`: {label: (return at each of reference_frames, None where unpublished)}, drawn as crosses."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.plot(grid, mean, label=f"this repo ({len(seeds)} seeds)")
-    ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
-    for label, returns in references.items():
+    for label, rows in curves.items():
+        grid, mean, std = seed_statistics(rows)
+        seeds = len({r["seed"] for r in rows})
+        ax.plot(grid, mean, marker=".", label=label if seeds == 1 else f"{label} ({seeds} seeds)")
+        if seeds > 1:
+            ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+    for label, returns in (references or {}).items():
         points = [(f, r) for f, r in zip(reference_frames, returns) if r is not None]
         ax.scatter(*zip(*points), marker="x", label=label)
     ax.set_xlabel("env frames")
     ax.set_ylabel("eval return")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(curves) + len(references or {}) > 1:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -75,14 +64,17 @@ def plot_seeds(rows: list[dict], out: Path, title: str, references: dict[str, tu
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (runs/<run>) or eval.csv files")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs")
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
     args = parser.parse_args(argv)
     paths = [p / "eval.csv" if p.is_dir() else p for p in args.runs]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no eval.csv at {', '.join(missing)}; pass run folders such as runs/sac_video")
-    plot_runs(paths, args.out)
+    empty = [str(p) for p in paths if not read_rows(p)]
+    if empty:
+        parser.error(f"no evaluations yet in {', '.join(empty)}; plot it after the run's first evaluation")
+    plot_curves({(p.parent.name if p.name == "eval.csv" else p.stem): read_rows(p) for p in paths}, args.out)
     print(f"wrote {args.out}")
 
 
