@@ -150,10 +150,10 @@ class ReplayBuffer:
             frame = ends + k
             slot = frame % self.capacity
             same_episode = (frame < self.count) & (self.pos[slot, envs] == self.pos[slots, envs] + k)
-            reward += np.where(same_episode, discount * self.rewards[slot, envs], 0.0).astype(np.float32)
+            reward += np.where(same_episode, discount * self.rewards[slot, envs], 0.0)
             discount = np.where(same_episode, discount * np.float32(self.discount) * ~self.terminated[slot, envs], discount)
             lasts = np.where(same_episode, frame, lasts)
-        return lasts, reward, discount.astype(np.float32)
+        return lasts, reward, discount
 
     def _gather_frames(self, slots: np.ndarray, envs: np.ndarray, device: torch.device) -> torch.Tensor:
         """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""
