@@ -25,6 +25,15 @@ def test_plot_writes_one_png_for_several_runs(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+def test_runs_in_folders_of_the_same_name_each_get_a_curve(tmp_path, monkeypatch):
+    write_eval(tmp_path / "a" / "seed1", [1, 5])
+    write_eval(tmp_path / "b" / "seed1", [2, 3])
+    labels = []
+    monkeypatch.setattr("matplotlib.axes.Axes.plot", lambda ax, x, y, **kw: labels.append(kw["label"]))
+    main([str(tmp_path / "a" / "seed1"), str(tmp_path / "b" / "seed1"), "--out", str(tmp_path / "curves.png")])
+    assert labels == [str(tmp_path / "a" / "seed1" / "eval.csv"), str(tmp_path / "b" / "seed1" / "eval.csv")]
+
+
 def write_seeds(path, seeds, returns):
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)

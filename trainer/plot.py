@@ -71,10 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no eval.csv at {', '.join(missing)}; pass run folders such as runs/sac_video")
-    empty = [str(p) for p in paths if not read_rows(p)]
+    rows = [read_rows(p) for p in paths]
+    empty = [str(p) for p, r in zip(paths, rows) if not r]
     if empty:
         parser.error(f"no evaluations yet in {', '.join(empty)}; plot it after the run's first evaluation")
-    plot_curves({(p.parent.name if p.name == "eval.csv" else p.stem): read_rows(p) for p in paths}, args.out)
+    labels = [p.parent.name if p.name == "eval.csv" else p.stem for p in paths]
+    if len(set(labels)) < len(labels):  # runs/a/seed1 and runs/b/seed1: the full paths tell them apart
+        labels = [str(p) for p in paths]
+    plot_curves(dict(zip(labels, rows)), args.out)
     print(f"wrote {args.out}")
 
 
