@@ -114,6 +114,17 @@ def test_structural_config_changes_are_refused_with_the_key_named():
     checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
 
 
+def test_settings_a_resume_may_change_are_listed_old_to_new():
+    saved, current = to_dict(Config()), to_dict(Config())
+    assert checkpoint.changed_settings(saved, current) == []
+    current["sac"]["batch_size"], current["sac"]["nstep"], current["training"]["episodes"] = 64, 3, 130
+    del saved["sac"]["augment_samples"]  # a checkpoint older than the key: nothing it could have changed from
+    assert checkpoint.changed_settings(saved, current) == [
+        f"sac.batch_size {Config().sac.batch_size} -> 64", "sac.nstep 1 -> 3",
+        f"training.episodes {Config().training.episodes} -> 130",
+    ]
+
+
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     saved, current = to_dict(Config()), to_dict(Config())
     del saved["sac"]["target_encoder"]

@@ -43,6 +43,7 @@ def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint
     for seed in (1, 2):
         log = (tmp_path / f"seed{seed}.log").read_text()
         assert "episode 2," in log.split("resumed from", 1)[1], "the second run resumed at episode 2, the log kept both runs"
+        assert "settings changed since that checkpoint: training.episodes 2 -> 4\n" in log
 
 
 def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):

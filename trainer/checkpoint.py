@@ -159,6 +159,19 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
             )
 
 
+def changed_settings(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
+    "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed."""
+    changes = []
+    for key in sorted(saved.keys() | current.keys()):
+        old, new = saved.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += changed_settings(old, new, f"{prefix}{key}.")
+        elif old != new and key in saved:  # a key newer than the checkpoint had no value to change from
+            changes.append(f"{prefix}{key} {old} -> {new}")
+    return changes
+
+
 def _lookup(tree: dict, dotted: str, missing=None):
     for part in dotted.split("."):
         if not isinstance(tree, dict) or part not in tree:

@@ -172,6 +172,9 @@ class Trainer:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
         print(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
+        if changes:
+            print(f"settings changed since that checkpoint: {', '.join(changes)}")
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
