@@ -53,13 +53,13 @@ def test_every_shipped_config_resolves(config):
 
 @pytest.mark.parametrize("task, action_repeat", [("cartpole_swingup", 8), ("reacher_easy", 4), ("finger_spin", 2),
                                                   ("cheetah_run", 4), ("walker_walk", 2)])
-def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_a_smaller_batch_on_a_cpu(task, action_repeat):
+def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_variant_on_a_cpu(task, action_repeat):
     gpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=gpu"])
     assert (gpu.env.image_size, gpu.env.frame_stack, gpu.env.action_repeat) == (84, 3, action_repeat)
-    assert (gpu.sac.batch_size, gpu.sac.augment_samples, gpu.sac.augment_pad) == (512, 2, 4)
+    assert (gpu.sac.batch_size, gpu.sac.augment_samples, gpu.sac.augment_pad, gpu.sac.nstep) == (512, 2, 4, 1)
     assert (gpu.sac.lr, gpu.sac.critic_tau, gpu.sac.actor_update_every, gpu.sac.init_temperature) == (1e-3, 0.01, 2, 0.1)
     cpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu"])
-    assert (cpu.sac.batch_size, cpu.sac.augment_samples) == (128, 1)
+    assert (cpu.sac.batch_size, cpu.sac.augment_samples, cpu.sac.nstep) == (64, 1, 3), "the README's cartpole CPU run"
 
 
 @pytest.mark.parametrize(
