@@ -118,11 +118,13 @@ def test_settings_a_resume_may_change_are_listed_old_to_new():
     saved, current = to_dict(Config()), to_dict(Config())
     assert checkpoint.changed_settings(saved, current) == []
     current["sac"]["batch_size"], current["sac"]["nstep"], current["training"]["episodes"] = 64, 3, 130
-    del saved["sac"]["augment_samples"]  # a checkpoint older than the key: nothing it could have changed from
+    del saved["sac"]["augment_samples"]  # a checkpoint older than the key trained with its default, as now
     assert checkpoint.changed_settings(saved, current) == [
         f"sac.batch_size {Config().sac.batch_size} -> 64", "sac.nstep 1 -> 3",
         f"training.episodes {Config().training.episodes} -> 130",
     ]
+    del saved["sac"]["nstep"]  # a checkpoint from before n-step returns trained with the default, one step
+    assert "sac.nstep 1 -> 3" in checkpoint.changed_settings(saved, current)
 
 
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():

@@ -149,32 +149,32 @@ def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,
 def check_compatible(saved: dict, current: dict, path: Path) -> None:
     """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay."""
     keys = STRUCTURAL_KEYS + (PIXEL_KEYS if current["encoder"]["type"] == "video" else ())
-    defaults = dataclasses.asdict(Config())  # for keys added after the checkpoint was written
+    old, new = _saved_settings(saved), _flat(current)
     for key in keys:
-        old, new = _lookup(saved, key, _lookup(defaults, key)), _lookup(current, key)
-        if old != new:
+        if old[key] != new[key]:
             raise UserError(
-                f"checkpoint {path.name} was trained with {key}={old} but the config says {key}={new}; "
+                f"checkpoint {path.name} was trained with {key}={old[key]} but the config says {key}={new[key]}; "
                 "resume with the config it was trained with, or start a new run with another checkpoint.name"
             )
 
 
-def changed_settings(saved: dict, current: dict, prefix: str = "") -> list[str]:
+def changed_settings(saved: dict, current: dict) -> list[str]:
     """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
     "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed."""
-    changes = []
-    for key in sorted(saved.keys() | current.keys()):
-        old, new = saved.get(key), current.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            changes += changed_settings(old, new, f"{prefix}{key}.")
-        elif old != new and key in saved:  # a key newer than the checkpoint had no value to change from
-            changes.append(f"{prefix}{key} {old} -> {new}")
-    return changes
+    old, new = _saved_settings(saved), _flat(current)
+    return [f"{key} {old.get(key)} -> {value}" for key, value in sorted(new.items()) if old.get(key) != value]
 
 
-def _lookup(tree: dict, dotted: str, missing=None):
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return missing
-        tree = tree[part]
-    return tree
+def _saved_settings(saved: dict) -> dict:
+    """A checkpoint's config as {dotted key: value}; keys added after it was written count as their defaults."""
+    return _flat(dataclasses.asdict(Config())) | _flat(saved)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
