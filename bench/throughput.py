@@ -56,7 +56,7 @@ def config(args, **overrides):
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
         "logging.tensorboard_dir": tempfile.mkdtemp(), **overrides,
     }
-    return load_config(args.config, [f"{key}={value}" for key, value in sets.items()])
+    return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
 
 
 def rate(steps: int, seconds: float) -> dict:
@@ -347,6 +347,7 @@ def main() -> None:
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)")
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
