@@ -176,7 +176,7 @@ class OurTrainer:
 
 
 def train(args) -> dict:
-    from trainer.loop import native_bfloat16, resolve_device
+    from trainer.device import native_bfloat16, resolve_device
     from trainer.signals import GracefulStop
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))

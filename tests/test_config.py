@@ -3,9 +3,11 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
+from trainer import device
 from trainer.config import Config, load_config, main, to_dict
 from trainer.errors import UserError
 
@@ -38,6 +40,22 @@ def test_auto_profile_picks_cpu_without_cuda(tmp_path):
     assert cfg.profile == "cpu" and cfg.sac.batch_size == 32
 
 
+def test_auto_profile_picks_cpu_bf16_where_the_config_has_it_and_the_cpu_computes_bfloat16(tmp_path, monkeypatch):
+    both = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n  cpu_bf16: {sac: {batch_size: 64}}\n")
+    native = device.native_bfloat16(torch.device("cpu"))
+    assert load_config(both).profile == ("cpu_bf16" if native else "cpu"), "this machine's own answer"
+    monkeypatch.setattr(device, "native_bfloat16", lambda _: True)
+    assert (load_config(both).profile, load_config(both).sac.batch_size) == ("cpu_bf16", 64)
+    assert load_config(both, ["profile=cpu"]).sac.batch_size == 32, "an explicit profile wins"
+    cpu_only = (tmp_path / "cpu_only.yaml")
+    cpu_only.write_text("profiles:\n  cpu: {sac: {batch_size: 32}}\n")
+    assert load_config(cpu_only).profile == "cpu", "a config without cpu_bf16 keeps cpu"
+    monkeypatch.setattr(device, "native_bfloat16", lambda _: False)
+    assert load_config(both).profile == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert load_config(both).profile == "gpu"
+
+
 def test_int_is_accepted_for_float_and_null_for_optional(tmp_path):
     cfg = load_config(write(tmp_path, "sac: {lr: 1, alpha_lr: 3e-4}\nenv: {max_episode_steps: null, camera: track}\n"))
     assert cfg.sac.lr == 1.0 and isinstance(cfg.sac.lr, float)
@@ -53,13 +71,17 @@ def test_every_shipped_config_resolves(config):
 
 @pytest.mark.parametrize("task, action_repeat", [("cartpole_swingup", 8), ("reacher_easy", 4), ("finger_spin", 2),
                                                   ("cheetah_run", 4), ("walker_walk", 2)])
-def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_variant_on_a_cpu(task, action_repeat):
+def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_variants_on_a_cpu(task, action_repeat):
     gpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=gpu"])
     assert (gpu.env.image_size, gpu.env.frame_stack, gpu.env.action_repeat) == (84, 3, action_repeat)
     assert (gpu.sac.batch_size, gpu.sac.augment_samples, gpu.sac.augment_pad, gpu.sac.nstep) == (512, 2, 4, 1)
     assert (gpu.sac.lr, gpu.sac.critic_tau, gpu.sac.actor_update_every, gpu.sac.init_temperature) == (1e-3, 0.01, 2, 0.1)
     cpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu"])
     assert (cpu.sac.batch_size, cpu.sac.augment_samples, cpu.sac.nstep) == (64, 1, 3), "the README's cartpole CPU run"
+    assert not (cpu.training.autocast or cpu.training.compile)
+    bf16 = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu_bf16"])
+    assert (bf16.sac.batch_size, bf16.sac.augment_samples, bf16.sac.nstep) == (128, 1, 3), "the README's bf16 cartpole run"
+    assert bf16.training.autocast and bf16.training.compile
 
 
 @pytest.mark.parametrize(

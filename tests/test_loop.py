@@ -17,8 +17,8 @@ from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
 from trainer import checkpoint, loop
 from trainer.config import config_from_dict, load_config
-from trainer.errors import UserError
-from trainer.loop import Trainer, native_bfloat16, replay_frames_device
+from trainer.device import native_bfloat16
+from trainer.loop import Trainer
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:
@@ -121,14 +121,6 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
         env.close()
 
 
-def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
-    assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
-    with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
-        replay_frames_device("cuda", torch.device("cpu"), 10**6)
-
-
 def trainer(config: str, **training) -> Trainer:
     overrides = ["sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=1000", "logging.eval_video=false",
                  *(f"training.{k}={v}" for k, v in training.items())]
@@ -160,3 +152,13 @@ def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(monkeypatch, cap
     assert warning in capsys.readouterr().err
     trainer("inverted_pendulum_state.yaml", autocast="false")
     assert "autocast" not in capsys.readouterr().err
+
+
+def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_trains_uncompiled(monkeypatch, capsys):
+    warning = "training.compile is on but no C++ compiler was found"
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    run = trainer("inverted_pendulum_state.yaml", compile="true")
+    assert warning in capsys.readouterr().err and run.agent.critic._compiled_call_impl is None
+    monkeypatch.setattr(loop, "can_compile", lambda device: True)
+    run = trainer("inverted_pendulum_state.yaml", compile="true")
+    assert warning not in capsys.readouterr().err and run.agent.critic._compiled_call_impl is not None

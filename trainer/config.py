@@ -1,6 +1,6 @@
 """Run configuration: every default lives in the dataclasses below.
 
-Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|gpu>` block <- `--set key=value`.
+Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block <- `--set key=value`.
 Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
 
 Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
@@ -23,7 +23,7 @@ import yaml
 
 from trainer.errors import UserError
 
-PROFILES = ("cpu", "gpu")
+PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
 
 
@@ -147,7 +147,7 @@ class LoggingConfig:
 
 @dataclass
 class Config:
-    profile: str = "auto"  # auto | cpu | gpu; auto = gpu when CUDA is available
+    profile: str = "auto"  # auto | cpu | cpu_bf16 | gpu: see _choose_profile
     profiles: dict = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -173,11 +173,11 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
-    cfg.profile = _choose_profile(cfg.profile)
+    cfg.profile = _choose_profile(cfg.profile, profiles)
     _apply(cfg, profiles.get(cfg.profile, {}))
     for override in sets:  # --set always has the last word
         _apply(cfg, override)
-    cfg.profile = _choose_profile(cfg.profile)
+    cfg.profile = _choose_profile(cfg.profile, profiles)
     _validate(cfg)
     return cfg
 
@@ -233,7 +233,7 @@ def _parse_set(item: str) -> dict:
 
 def _check_profiles(profiles) -> None:
     if not isinstance(profiles, dict):
-        raise UserError("profiles must be a mapping with keys cpu and/or gpu")
+        raise UserError(f"profiles must be a mapping with keys among {', '.join(PROFILES)}")
     for name, block in profiles.items():
         if name not in PROFILES:
             raise UserError(f"unknown profile 'profiles.{name}'; allowed: {', '.join(PROFILES)}")
@@ -244,11 +244,17 @@ def _check_profiles(profiles) -> None:
         _apply(Config(), block, prefix=f"profiles.{name}.")  # validate now, even if this profile is not chosen
 
 
-def _choose_profile(profile: str) -> str:
+def _choose_profile(profile: str, profiles: dict) -> str:
+    """`auto`: gpu where CUDA is available; else cpu_bf16 where the config has one and the CPU computes bfloat16
+    natively (AMX, AVX-512 BF16), because there it buys twice the batch for the same time per update; else cpu."""
     if profile == "auto":
         import torch
 
-        return "gpu" if torch.cuda.is_available() else "cpu"
+        from trainer.device import native_bfloat16
+
+        if torch.cuda.is_available():
+            return "gpu"
+        return "cpu_bf16" if "cpu_bf16" in profiles and native_bfloat16(torch.device("cpu")) else "cpu"
     if profile not in PROFILES:
         raise UserError(f"profile must be one of auto, {', '.join(PROFILES)}; got '{profile}'")
     return profile

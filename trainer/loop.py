@@ -25,9 +25,10 @@ from encoders import build_encoder
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
 from sac.agent import SAC
-from sac.replay import MEMORY_HEADROOM, ReplayBuffer, frame_bytes
+from sac.replay import ReplayBuffer, frame_bytes
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
+from trainer.device import can_compile, native_bfloat16, replay_frames_device, resolve_device
 from trainer.errors import UserError
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
@@ -57,38 +58,6 @@ def crossed(n: int, before: int, after: int) -> bool:
     return n > 0 and after // n > before // n
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("training.device is cuda but no CUDA device is available; use training.device=auto or cpu")
-    return torch.device(name)
-
-
-def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; CPUs where oneDNN has bfloat16 kernels
-    (AVX512/AMX). Elsewhere autocast emulates it: an update took 7-12x longer on an AVX2-only EPYC core."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-
-
-def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) -> torch.device | None:
-    """Where replay frames live: the training device when it is a GPU and they fit (`replay.device: auto`), CUDA
-    when asked, host memory (None) otherwise."""
-    if setting == "cpu" or (setting == "auto" and device.type != "cuda"):
-        return None
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise UserError("replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu")
-    target = torch.device("cuda") if setting == "cuda" else device
-    free = torch.cuda.mem_get_info(target)[0]
-    if needed_bytes <= MEMORY_HEADROOM * free:
-        return target
-    if setting == "cuda":
-        raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of GPU memory is free; lower sac.buffer_size or set replay.device=auto")
-    return None
-
-
 class Trainer:
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -96,6 +65,10 @@ class Trainer:
         if cfg.training.autocast and not native_bfloat16(self.device):
             print(f"warning: training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
                   "update is emulated and several times slower; set training.autocast=false here", file=sys.stderr)
+        compiled = cfg.training.compile and can_compile(self.device)
+        if cfg.training.compile and not compiled:
+            print("warning: training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
+                  "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false", file=sys.stderr)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
@@ -110,7 +83,7 @@ class Trainer:
         self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
         self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr,
-                         compile=cfg.training.compile, autocast=cfg.training.autocast)
+                         compile=compiled, autocast=cfg.training.autocast)
         frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
         self.replay = ReplayBuffer(

@@ -1,0 +1,30 @@
+"""Hardware questions: replay frames stay in host memory without a GPU, and compiling on a CPU needs the C++
+compiler that torch.compile would call."""
+
+import os
+import stat
+
+import pytest
+import torch
+
+from trainer.device import can_compile, replay_frames_device
+from trainer.errors import UserError
+
+
+def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
+    assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
+    with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
+        replay_frames_device("cuda", torch.device("cpu"), 10**6)
+
+
+def test_compiling_on_a_cpu_needs_the_compiler_named_by_cxx(monkeypatch, tmp_path):
+    compiler = tmp_path / "my-c++"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(compiler.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CXX", "my-c++")
+    assert can_compile(torch.device("cpu"))
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    assert not can_compile(torch.device("cpu"))

@@ -1,0 +1,49 @@
+"""What the hardware offers: the training device, whether it computes bfloat16 natively, whether `torch.compile`
+can build CPU kernels, and where replay frames live. The config's `profile: auto` and the trainer ask the same
+questions here, so they cannot disagree."""
+
+import os
+import shutil
+
+import torch
+
+from sac.replay import MEMORY_HEADROOM
+from trainer.errors import UserError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("training.device is cuda but no CUDA device is available; use training.device=auto or cpu")
+    return torch.device(name)
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; CPUs where oneDNN has bfloat16 kernels
+    (AVX512/AMX). Elsewhere autocast emulates it: an update took 7-12x longer on an AVX2-only EPYC core."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def can_compile(device: torch.device) -> bool:
+    """On a CPU, whether the C++ compiler Inductor builds kernels with ($CXX, default g++) exists: slim container
+    images lack one, and then the first compiled update would fail deep inside torch. GPUs are not checked."""
+    return device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++")) is not None
+
+
+def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) -> torch.device | None:
+    """Where replay frames live: the training device when it is a GPU and they fit (`replay.device: auto`), CUDA
+    when asked, host memory (None) otherwise."""
+    if setting == "cpu" or (setting == "auto" and device.type != "cuda"):
+        return None
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise UserError("replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu")
+    target = torch.device("cuda") if setting == "cuda" else device
+    free = torch.cuda.mem_get_info(target)[0]
+    if needed_bytes <= MEMORY_HEADROOM * free:
+        return target
+    if setting == "cuda":
+        raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of GPU memory is free; lower sac.buffer_size or set replay.device=auto")
+    return None
