@@ -1,14 +1,22 @@
-"""Hardware questions: replay frames stay in host memory without a GPU, and compiling on a CPU needs the C++
-compiler that torch.compile would call."""
+"""Hardware questions: bfloat16 counts as native on a CPU only with bfloat16 units, replay frames stay in host
+memory without a GPU, and compiling on a CPU needs the C++ compiler that torch.compile would call."""
 
 import os
+import platform
 import stat
+from pathlib import Path
 
 import pytest
 import torch
 
-from trainer.device import can_compile, replay_frames_device
+from trainer.device import can_compile, native_bfloat16, replay_frames_device
 from trainer.errors import UserError
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(), reason="reads Linux x86 CPU flags")
+def test_a_cpu_computes_bfloat16_natively_only_with_avx512_bf16_or_amx_units():
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert native_bfloat16(torch.device("cpu")) == bool(flags & {"avx512_bf16", "amx_bf16"}), "plain AVX-512 emulates it"
 
 
 def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):

@@ -3,6 +3,7 @@ can build CPU kernels, and where replay frames live. The config's `profile: auto
 questions here, so they cannot disagree."""
 
 import os
+import platform
 import shutil
 
 import torch
@@ -20,10 +21,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; CPUs where oneDNN has bfloat16 kernels
-    (AVX512/AMX). Elsewhere autocast emulates it: an update took 7-12x longer on an AVX2-only EPYC core."""
+    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; x86 CPUs with AVX-512 BF16 or AMX. oneDNN
+    also calls plain AVX-512 (Skylake, Cascade Lake) bfloat16-capable, but emulates it there; on an AVX2-only EPYC
+    core an emulated update took 7-12x longer. Other CPUs (Arm) as oneDNN says."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
