@@ -13,7 +13,8 @@ Rows:
                     process's own thread, in the 1-env process too: one core per env)
   train             one update per env step, each contender timed after --seed-steps random steps and one untimed
                     episode of updates (allocations, compiling), chunks of one episode:
-                      train             this trainer, the config's algorithm: DrQ, whose target critic has its own encoder
+                      train             this trainer, the config's algorithm in float32, uncompiled (whatever its
+                                        profile says): DrQ, whose target critic has its own encoder
                       train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
                       train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast on the
                                         encoder where the device computes bf16 natively (emulated, it is several times slower)
@@ -54,7 +55,9 @@ def config(args, **overrides):
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
-        "logging.tensorboard_dir": tempfile.mkdtemp(), **overrides,
+        "logging.tensorboard_dir": tempfile.mkdtemp(),
+        "training.autocast": False, "training.compile": False,  # float32 unless a row says otherwise, whatever the profile
+        **overrides,
     }
     return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
 

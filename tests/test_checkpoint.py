@@ -127,6 +127,14 @@ def test_settings_a_resume_may_change_are_listed_old_to_new():
     assert "sac.nstep 1 -> 3" in checkpoint.changed_settings(saved, current)
 
 
+def test_a_config_gaining_a_profile_block_is_no_changed_setting_but_the_settings_it_chooses_are():
+    saved, current = to_dict(Config()), to_dict(Config())
+    current["profiles"] = {"cpu_bf16": {"sac": {"batch_size": 128}}}
+    assert checkpoint.changed_settings(saved, current) == []
+    current["profile"], current["sac"]["batch_size"] = "cpu_bf16", 128
+    assert checkpoint.changed_settings(saved, current) == ["profile auto -> cpu_bf16", f"sac.batch_size {Config().sac.batch_size} -> 128"]
+
+
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     saved, current = to_dict(Config()), to_dict(Config())
     del saved["sac"]["target_encoder"]

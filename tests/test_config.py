@@ -50,6 +50,9 @@ def test_auto_profile_picks_cpu_bf16_where_the_config_has_it_and_the_cpu_compute
     cpu_only = (tmp_path / "cpu_only.yaml")
     cpu_only.write_text("profiles:\n  cpu: {sac: {batch_size: 32}}\n")
     assert load_config(cpu_only).profile == "cpu", "a config without cpu_bf16 keeps cpu"
+    monkeypatch.setattr(device, "can_compile", lambda _: False)
+    assert load_config(both).profile == "cpu", "cpu_bf16 was measured compiled; uncompiled it is not the better choice"
+    monkeypatch.setattr(device, "can_compile", lambda _: True)
     monkeypatch.setattr(device, "native_bfloat16", lambda _: False)
     assert load_config(both).profile == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -93,6 +96,7 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("", ["encoder.type=audio"], "encoder.type must be one of video, state"),
         ("profiles: {tpu: {}}\n", [], "unknown profile 'profiles.tpu'"),
         ("profiles: {gpu: {sac: {bach_size: 1}}}\n", [], "unknown config key 'profiles.gpu.sac.bach_size'"),
+        ("profiles: {cpu: {}, gpu: {}}\n", ["profile=cpu_bf16"], "profile cpu_bf16 has no profiles.cpu_bf16 block in"),
         ("sac: 5\n", [], "'sac' must be a mapping"),
         ("sac: {lr: fast}\n", [], "'sac.lr' must be float"),
         ("env: [unclosed\n", [], "cannot parse"),

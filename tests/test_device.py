@@ -19,6 +19,16 @@ def test_a_cpu_computes_bfloat16_natively_only_with_avx512_bf16_or_amx_units():
     assert native_bfloat16(torch.device("cpu")) == bool(flags & {"avx512_bf16", "amx_bf16"}), "plain AVX-512 emulates it"
 
 
+def test_plain_avx512_does_not_count_as_native_bfloat16_although_onednn_runs_it(monkeypatch):
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert not native_bfloat16(torch.device("cpu"))
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert native_bfloat16(torch.device("cpu"))
+
+
 def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None

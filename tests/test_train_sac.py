@@ -106,6 +106,18 @@ def test_resuming_with_an_incompatible_config_is_a_clear_error(smoke_run, tmp_pa
     assert "trained with env.frame_stack=3 but the config says env.frame_stack=2" in result.stderr
 
 
+def test_resuming_under_another_profile_names_the_changed_settings_and_how_to_keep_the_saved_ones(smoke_run, tmp_path):
+    tmp, args, _ = smoke_run
+    shutil.copytree(tmp / "ckpt", tmp_path / "ckpt")
+    args = args + sets(checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs", training__episodes=3)
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "profile=gpu", "--set", "training.device=cpu",
+                     "--set", "env.num_envs=1", "--resume", "auto")
+    assert result.returncode == 0, result.stderr
+    [changed] = [line for line in result.stdout.splitlines() if line.startswith("settings changed since that checkpoint:")]
+    assert "profile cpu -> gpu" in changed
+    assert "the checkpoint trained with profile cpu; --set profile=cpu keeps its settings" in result.stdout
+
+
 def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smoke_run):
     tmp, _, _ = smoke_run
     run = tmp / "runs" / "sac_video"

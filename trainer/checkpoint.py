@@ -160,9 +160,11 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
 
 def changed_settings(saved: dict, current: dict) -> list[str]:
     """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
-    "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed."""
+    "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed. The config's
+    table of profiles is left out: what counts is the settings the chosen one gave."""
     old, new = _saved_settings(saved), _flat(current)
-    return [f"{key} {old.get(key)} -> {value}" for key, value in sorted(new.items()) if old.get(key) != value]
+    return [f"{key} {old.get(key)} -> {value}" for key, value in sorted(new.items())
+            if old.get(key) != value and not key.startswith("profiles.")]
 
 
 def _saved_settings(saved: dict) -> dict:

@@ -173,7 +173,10 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
+    named = cfg.profile != "auto"
     cfg.profile = _choose_profile(cfg.profile, profiles)
+    if named and profiles and cfg.profile not in profiles:  # else the run would name one profile and train another's settings
+        raise UserError(f"profile {cfg.profile} has no profiles.{cfg.profile} block in {path}; use auto or one of {', '.join(profiles)}")
     _apply(cfg, profiles.get(cfg.profile, {}))
     for override in sets:  # --set always has the last word
         _apply(cfg, override)
@@ -245,16 +248,18 @@ def _check_profiles(profiles) -> None:
 
 
 def _choose_profile(profile: str, profiles: dict) -> str:
-    """`auto`: gpu where CUDA is available; else cpu_bf16 where the config has one and the CPU computes bfloat16
-    natively (AMX, AVX-512 BF16), because there it buys twice the batch for the same time per update; else cpu."""
+    """`auto`: gpu where CUDA is available; else cpu_bf16 where the config has one, the CPU computes bfloat16
+    natively (AMX, AVX-512 BF16) and torch.compile can build kernels, because there it buys twice the batch for the
+    same time per update; else cpu."""
     if profile == "auto":
         import torch
 
-        from trainer.device import native_bfloat16
+        from trainer.device import can_compile, native_bfloat16
 
+        cpu = torch.device("cpu")
         if torch.cuda.is_available():
             return "gpu"
-        return "cpu_bf16" if "cpu_bf16" in profiles and native_bfloat16(torch.device("cpu")) else "cpu"
+        return "cpu_bf16" if "cpu_bf16" in profiles and native_bfloat16(cpu) and can_compile(cpu) else "cpu"
     if profile not in PROFILES:
         raise UserError(f"profile must be one of auto, {', '.join(PROFILES)}; got '{profile}'")
     return profile

@@ -148,6 +148,9 @@ class Trainer:
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
         if changes:
             print(f"settings changed since that checkpoint: {', '.join(changes)}")
+        saved_profile = payload["config"].get("profile")
+        if saved_profile and saved_profile != self.cfg.profile:
+            print(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
