@@ -154,7 +154,7 @@ def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(monkeypatch, cap
     assert "autocast" not in capsys.readouterr().err
 
 
-def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_trains_uncompiled(monkeypatch, capsys):
+def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_uncompiled(monkeypatch, capsys):
     warning = "training.compile is on but no C++ compiler was found"
     monkeypatch.setenv("CXX", "no-such-compiler")
     run = trainer("inverted_pendulum_state.yaml", compile="true")
