@@ -42,9 +42,11 @@ def test_auto_profile_picks_cpu_without_cuda(tmp_path):
 
 def test_auto_profile_picks_cpu_bf16_where_the_config_has_it_and_the_cpu_computes_bfloat16(tmp_path, monkeypatch):
     both = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n  cpu_bf16: {sac: {batch_size: 64}}\n")
-    native = device.native_bfloat16(torch.device("cpu"))
-    assert load_config(both).profile == ("cpu_bf16" if native else "cpu"), "this machine's own answer"
+    cpu = torch.device("cpu")
+    suited = device.native_bfloat16(cpu) and device.can_compile(cpu)
+    assert load_config(both).profile == ("cpu_bf16" if suited else "cpu"), "this machine's own answer"
     monkeypatch.setattr(device, "native_bfloat16", lambda _: True)
+    monkeypatch.setattr(device, "can_compile", lambda _: True)
     assert (load_config(both).profile, load_config(both).sac.batch_size) == ("cpu_bf16", 64)
     assert load_config(both, ["profile=cpu"]).sac.batch_size == 32, "an explicit profile wins"
     cpu_only = (tmp_path / "cpu_only.yaml")
