@@ -20,8 +20,14 @@ dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over
 the FLOPs are (tensor cores on a GPU, AMX on recent Xeons). The heads, losses and optimiser steps stay float32: a
 bfloat16 Q-value near 800 (cartpole with action repeat 8) would be rounded to a multiple of 4. Nothing in `update`
 reads a value back to the host: metrics stay on the device until the trainer logs them.
+
+Modes: the update runs every network in training mode, the target critic included, as DrQ and DrQ-v2 keep it
+(`critic_target.train()`): a BatchNorm in the target encoder (r3d18) normalises by the batch like the online encoder
+whose parameters it averages, so its running statistics (those of its own passes) are never read. `act` runs the
+online encoder and the actor in eval mode.
 """
 
+import contextlib
 import copy
 import math
 
@@ -46,6 +52,21 @@ def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int) -> nn.Sequential
             nn.init.orthogonal_(layer.weight)
             nn.init.zeros_(layer.bias)
     return net
+
+
+@contextlib.contextmanager
+def eval_mode(*modules: nn.Module):
+    """Eval mode for the duration, then every submodule's own mode back (DrQ's and SAC-AE's `utils.eval_mode`, but
+    per submodule, so a frozen encoder inside a training critic stays as it was): BatchNorm normalises by its running
+    statistics and leaves them alone, so an observation's action does not depend on the rest of its batch."""
+    modes = [(module, module.training) for root in modules for module in root.modules()]
+    for root in modules:
+        root.train(False)
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def trunk(repr_dim: int, feature_dim: int, pixels: bool) -> tuple[nn.Module, int]:
@@ -129,9 +150,11 @@ class SAC:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
-        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation."""
+        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation.
+        The networks run in eval mode, so BatchNorm uses (and keeps) its running statistics."""
         obs = torch.as_tensor(obs, device=self.device)
-        dist = self.actor(self.encode(self.critic.encoder, obs))
+        with eval_mode(self.critic.encoder, self.actor):
+            dist = self.actor(self.encode(self.critic.encoder, obs))
         action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
         return action.cpu().numpy()
 
