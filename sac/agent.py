@@ -19,7 +19,8 @@ Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on 
 dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the encoder passes, where nearly all
 the FLOPs are (tensor cores on a GPU, AMX on recent Xeons). The heads, losses and optimiser steps stay float32: a
 bfloat16 Q-value near 800 (cartpole with action repeat 8) would be rounded to a multiple of 4. Nothing in `update`
-reads a value back to the host: metrics stay on the device until the trainer logs them.
+reads a value back to the host: metrics stay on the device until the trainer logs them, and the policy's
+distributions skip torch's argument validation, whose checks would each wait for the device.
 
 Modes: the update runs every network in training mode, the target critic included, as DrQ and DrQ-v2 keep it
 (`critic_target.train()`): a BatchNorm in the target encoder (r3d18) normalises by the batch like the online encoder
@@ -86,7 +87,9 @@ class Actor(nn.Module):
     def forward(self, features: torch.Tensor) -> TransformedDistribution:
         mu, log_std = self.policy(self.trunk(features)).chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
-        return TransformedDistribution(Normal(mu, log_std.exp()), [TanhTransform(cache_size=1)])
+        # no argument validation: its checks branch on tensor values, a host-device sync each (4 per policy pass)
+        base = Normal(mu, log_std.exp(), validate_args=False)
+        return TransformedDistribution(base, [TanhTransform(cache_size=1)], validate_args=False)
 
 
 class Critic(nn.Module):
