@@ -197,6 +197,14 @@ def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr(
     assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"
 
 
+def test_the_temperatures_adam_uses_torchs_default_betas_as_drq_does():
+    """DrQ: Adam(lr=1e-3) with default betas for all three optimisers; SAC-AE's beta1 0.5 goes with its lr 1e-4."""
+    agent = make_agent()
+    defaults = torch.optim.Adam([torch.zeros(1)]).defaults["betas"]
+    assert agent.alpha_opt.param_groups[0]["betas"] == defaults == agent.actor_opt.param_groups[0]["betas"]
+    assert agent.alpha_opt.param_groups[0]["lr"] == agent.actor_opt.param_groups[0]["lr"], "DrQ's one lr for all"
+
+
 def test_autocast_runs_the_encoder_in_bfloat16_and_keeps_heads_losses_and_parameters_float32():
     agent, reference = make_agent(autocast=True), make_agent()
     data = batch(8)
