@@ -75,7 +75,9 @@ class SACConfig:
     buffer_size: int = 100_000
     lr: float = 1e-3
     alpha_lr: float = 1e-3
-    alpha_beta: float = 0.5
+    # the temperature's Adam beta1: torch's default 0.9, as DrQ (lr 1e-3, default betas); SAC-AE's 0.5 goes with its
+    # alpha_lr 1e-4. The key stays so that configs saved with it still load.
+    alpha_beta: float = 0.9
     discount: float = 0.99
     nstep: int = 1  # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
     critic_tau: float = 0.01
