@@ -247,7 +247,11 @@ class SAC:
         self.actor.load_state_dict(state["actor"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        for name in ("critic_opt", "actor_opt", "alpha_opt"):
+            optimiser = getattr(self, name)
+            # torch restores the saved groups' lr and betas too; a resumed run trains with its config's, as it says
+            settings = [{key: group[key] for key in ("lr", "betas")} for group in optimiser.param_groups]
+            optimiser.load_state_dict(state[name])
+            for group, setting in zip(optimiser.param_groups, settings):
+                group.update(setting)
         self.updates = state["updates"]

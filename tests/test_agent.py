@@ -184,6 +184,21 @@ def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
     assert all(torch.equal(a[k], b[k]) for k in b)
 
 
+def test_a_loaded_state_keeps_this_configs_learning_rates_and_betas_and_the_saved_moments():
+    """Resume's changed-settings line says sac.lr 0.001 -> 0.0001: the optimisers must then train with 1e-4."""
+    agent = make_agent()
+    agent.update(batch())
+    agent.update(batch())
+    other = make_agent(lr=1e-4, alpha_lr=3e-4, alpha_beta=0.5)
+    other.load_state_dict(agent.state_dict())
+    for name in ("critic_opt", "actor_opt"):
+        group = getattr(other, name).param_groups[0]
+        assert group["lr"] == 1e-4 and group["betas"] == (0.9, 0.999)
+    assert other.alpha_opt.param_groups[0]["lr"] == 3e-4 and other.alpha_opt.param_groups[0]["betas"] == (0.5, 0.999)
+    saved = agent.critic_opt.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(other.critic_opt.state_dict()["state"][0]["exp_avg"], saved), "Adam's moments come back"
+
+
 def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr():
     agent = make_agent()
     assert len(agent.critic_opt.param_groups) == 1
