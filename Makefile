@@ -7,7 +7,7 @@ CONFIG ?= configs/default.yaml
 ARGS ?= --resume auto
 PY := $(VENV)/bin/python
 
-.PHONY: setup train test clean
+.PHONY: setup train test lint clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ train: setup
 # one torch thread per process: the suite's processes fill both cores.
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
+
+# ruff's rules and line length live in pyproject.toml.
+lint: setup
+	$(PY) -m ruff check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -3,8 +3,8 @@
     python3 -m bench.save_time --transitions 100000 --dir /tmp/save_bench
 
 Builds the default video agent (simple2dcnn, 84x84, T=3, DrQ sizes) and a replay buffer holding `--transitions`
-frames of noise, makes one update (so the optimiser state exists), then times `checkpoint.save` (replay sidecar + `_latest`, each written, fsynced and renamed), the
-same call the trainer makes on SIGTERM. Prints one JSON line.
+frames of noise, makes one update (so the optimiser state exists), then times `checkpoint.save` (replay sidecar +
+`_latest`, each written, fsynced and renamed), the same call the trainer makes on SIGTERM. Prints one JSON line.
 """
 
 import argparse

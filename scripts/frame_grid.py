@@ -61,7 +61,8 @@ def main() -> None:
     grid = join(rows, axis=0)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(grid).save(args.out, optimize=True)
-    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {', '.join(map(str, picks))} of {len(frames) - 1} (columns)")
+    steps = ", ".join(map(str, picks))
+    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {steps} of {len(frames) - 1} (columns)")
 
 
 if __name__ == "__main__":
