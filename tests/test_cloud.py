@@ -315,3 +315,11 @@ def test_sweep_launch_rejects_bad_arguments_before_launching_anything(fake_sky_a
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
     assert recorded(calls) == [] and recorded(wandb_calls) == []
+
+
+def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path):
+    from tests.conftest import run_cli
+
+    result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set", "training.episodes=5",
+                     "training.episodes=0")
+    assert result.returncode == 2 and result.stderr == "error: config key 'training.episodes' must be >= 1, got 0\n"

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_sweep(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     space = read_space(Path(args.space))
-    load_config(args.config, args.set + [f"{name}={first_value(spec)}" for name, spec in space["parameters"].items()])
+    check_parameters(args.config, args.set, space["parameters"])
     if args.trials < 1:
         raise UserError(f"--trials must be >= 1, got {args.trials}")
     name = args.study or Path(args.config).stem
@@ -110,7 +110,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             try:
                 study.optimize(trial_runner, callbacks=[optuna.study.MaxTrialsCallback(args.trials, states=finished)])
             except Stopped as err:
-                [interrupted] = [t for t in study.get_trials(deep=False) if t.number == trial_runner.number]
+                [interrupted] = [t for t in study.trials if t.number == trial_runner.number]
                 optuna.storages.RetryHeartbeatStaleTrialCallback()(study, interrupted)  # queued first next time
                 print(f"sweep stopped by signal {err.signum}; trial {interrupted.number} ({interrupted.user_attrs['run']}) "
                       "saved its run and is queued again; run the same command to continue", file=sys.stderr)
@@ -140,11 +140,13 @@ def read_space(path: Path) -> dict:
     return space
 
 
-def first_value(spec: dict):
-    """A value the parameter can take, to check its key and type against the config before any trial starts."""
-    if "value" in spec:
-        return spec["value"]
-    return spec["values"][0] if "values" in spec else spec["min"]
+def check_parameters(config: str, sets: list[str], parameters: dict) -> None:
+    """Every parameter's distribution and key, with a value drawn from it, before any trial starts."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the probe study is no news
+    probe = optuna.create_study().ask()
+    optuna.logging.set_verbosity(verbosity)
+    load_config(config, sets + [f"{name}={suggest(probe, name, spec)}" for name, spec in parameters.items()])
 
 
 def suggest(trial, name: str, spec: dict):
@@ -249,7 +251,7 @@ class TrialRunner:
 
 def results_table(study, metric: str) -> str:
     """The study's trials as a Markdown table, best first."""
-    trials = [t for t in study.get_trials(deep=False) if t.state.name != "WAITING"]
+    trials = [t for t in study.trials if t.state.name != "WAITING"]
     names = sorted({name for t in trials for name in t.params})
     sign = -1 if study.direction.name == "MAXIMIZE" else 1
 

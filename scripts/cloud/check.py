@@ -16,8 +16,6 @@ import warnings
 import yaml
 
 PLACEHOLDER = "placeholder"
-# sweeps 0.2.0 predates run_cap, which W&B's sweep controller and docs accept (stop the sweep after N runs).
-SCHEMA_LAG = ("'run_cap' was unexpected",)
 
 
 def check_task(config: dict) -> dict:
@@ -37,10 +35,10 @@ def check_task(config: dict) -> dict:
 
 def check_sweep(config: dict) -> dict:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # sweeps' pydantic v1 style config
+        warnings.simplefilter("ignore")  # sweeps' models still name pydantic v1 config keys
         from sweeps.config import schema_violations_from_proposed_config
 
-    violations = [v for v in schema_violations_from_proposed_config(config) if not any(lag in v for lag in SCHEMA_LAG)]
+    violations = schema_violations_from_proposed_config(config)
     if violations:
         raise ValueError("; ".join(violations))
     return {"kind": "wandb-sweep", "method": config["method"], "metric": config["metric"],
