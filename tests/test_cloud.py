@@ -105,7 +105,8 @@ def test_wandb_sweep_engine_rejects_a_misspelt_method_and_distribution(tmp_path)
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     status, reports = check_with_the_tools(tmp_path / "bad.yaml")
     error = reports["bad.yaml"]["error"]
-    assert status == 1 and "'bayesian' is not one of" in error and "invalid hyperparameter configuration: sac.lr" in error
+    assert status == 1 and "'bayesian' is not one of" in error
+    assert "invalid hyperparameter configuration: sac.lr" in error
 
 
 @pytest.mark.parametrize("name", TASK_FILES)

@@ -96,24 +96,27 @@ def run_sweep(args: argparse.Namespace) -> int:
     study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True)
     # A restarted sweep must not redraw the parameters of its first trials: the seed moves on with the study.
     seed = args.seed + len(study.trials)
-    study.sampler = optuna.samplers.TPESampler(seed=seed) if space["method"] == "bayes" else optuna.samplers.RandomSampler(seed=seed)
+    sampler = optuna.samplers.TPESampler if space["method"] == "bayes" else optuna.samplers.RandomSampler
+    study.sampler = sampler(seed=seed)
     early = space.get("early_terminate")
-    study.pruner = (optuna.pruners.HyperbandPruner(min_resource=early.get("min_iter", 1), reduction_factor=early.get("eta", 3))
-                    if early else optuna.pruners.NopPruner())
+    study.pruner = optuna.pruners.NopPruner()
+    if early:
+        study.pruner = optuna.pruners.HyperbandPruner(min_resource=early.get("min_iter", 1),
+                                                      reduction_factor=early.get("eta", 3))
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
     status = 0
     if len(study.get_trials(states=finished)) < args.trials:
-        trial_runner = TrialRunner(args.config, args.set, space, out, study_name=name)
         with GracefulStop() as stop:
-            trial_runner.stop = stop
+            trial_runner = TrialRunner(args.config, args.set, space, out, study_name=name, stop=stop)
             try:
                 study.optimize(trial_runner, callbacks=[optuna.study.MaxTrialsCallback(args.trials, states=finished)])
             except Stopped as err:
                 [interrupted] = [t for t in study.trials if t.number == trial_runner.number]
                 optuna.storages.RetryHeartbeatStaleTrialCallback()(study, interrupted)  # queued first next time
-                print(f"sweep stopped by signal {err.signum}; trial {interrupted.number} ({interrupted.user_attrs['run']}) "
-                      "saved its run and is queued again; run the same command to continue", file=sys.stderr)
+                run = interrupted.user_attrs["run"]
+                print(f"sweep stopped by signal {err.signum}; trial {interrupted.number} ({run}) saved its run and is "
+                      "queued again; run the same command to continue", file=sys.stderr)
                 status = 128 + err.signum
             except TrialFailed as err:
                 print(f"error: {err}", file=sys.stderr)
@@ -124,10 +127,11 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def read_space(path: Path) -> dict:
     if not path.is_file():
-        raise UserError(f"sweep file not found: {path}; pass --space scripts/cloud/sweep.yaml or another W&B sweep file")
+        raise UserError(f"sweep file not found: {path}; pass --space scripts/cloud/sweep.yaml or another sweep file")
     space = yaml.safe_load(path.read_text()) or {}
     if space.get("method") not in METHODS:
-        raise UserError(f"{path}: method must be one of {', '.join(METHODS)} for a local sweep; got {space.get('method')!r}")
+        raise UserError(f"{path}: method must be one of {', '.join(METHODS)} for a local sweep; "
+                        f"got {space.get('method')!r}")
     metric = space.get("metric") or {}
     if metric.get("name") not in METRIC_COLUMNS or metric.get("goal", "maximize") not in ("maximize", "minimize"):
         raise UserError(f"{path}: metric.name must be one of {', '.join(METRIC_COLUMNS)} (what the trainer writes to "
@@ -187,10 +191,10 @@ def _die_with_parent() -> None:
 class TrialRunner:
     """The objective: one trainer process per trial, its evaluations reported to Optuna as they appear."""
 
-    def __init__(self, config: str, sets: list[str], space: dict, out: Path, *, study_name: str):
+    def __init__(self, config: str, sets: list[str], space: dict, out: Path, *, study_name: str, stop: GracefulStop):
         self.config, self.sets, self.space, self.out, self.study_name = config, sets, space, out, study_name
         self.column = METRIC_COLUMNS[space["metric"]["name"]]
-        self.stop: GracefulStop | None = None
+        self.stop = stop
         self.number: int | None = None  # the trial now running
 
     def __call__(self, trial) -> float:
@@ -208,20 +212,23 @@ class TrialRunner:
                      f"logging.tensorboard_dir={self.out / 'runs'}", "logging.progress=false"]:
             command += ["--set", item]
         log = run_dir / "train.log"
-        print(f"trial {trial.number} ({run}): {' '.join(f'{k}={v}' for k, v in params.items())}; log: {log}", flush=True)
+        values = " ".join(f"{key}={value}" for key, value in params.items())
+        print(f"trial {trial.number} ({run}): {values}; log: {log}", flush=True)
         with open(log, "a") as output:
-            # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (a second would kill at once).
+            # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (two would kill at once).
             process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True, preexec_fn=_die_with_parent)
             values = self._follow(trial, process, run_dir / "eval.csv")
         if process.returncode == 2:
             lines = [line for line in log.read_text().splitlines() if line.startswith("error:")]
-            raise UserError(f"trial {trial.number} ({run}): {lines[-1].removeprefix('error: ') if lines else 'bad input'}")
+            reason = lines[-1].removeprefix("error: ") if lines else f"bad input, see {log}"
+            raise UserError(f"trial {trial.number} ({run}): {reason}")
         if process.returncode != 0:
             raise TrialFailed(f"trial {trial.number} ({run}) exited with status {process.returncode}; see {log}")
         if not values:
-            raise UserError(f"trial {trial.number} ({run}) finished without an evaluation of {self.space['metric']['name']}; "
-                            "raise training.episodes or lower training.eval_every_episodes")
+            raise UserError(f"trial {trial.number} ({run}) finished without an evaluation of "
+                            f"{self.space['metric']['name']}; raise training.episodes or lower "
+                            "training.eval_every_episodes")
         return values[-1]
 
     def _follow(self, trial, process: subprocess.Popen, eval_csv: Path) -> list[float]:
