@@ -192,7 +192,8 @@ class TrialRunner:
     """The objective: one trainer process per trial, its evaluations reported to Optuna as they appear."""
 
     def __init__(self, config: str, sets: list[str], space: dict, out: Path, *, study_name: str, stop: GracefulStop):
-        self.config, self.sets, self.space, self.out, self.study_name = config, sets, space, out, study_name
+        self.config = Path(config).resolve()  # the trainer runs in the repository, wherever the sweep was started
+        self.sets, self.space, self.out, self.study_name = sets, space, out, study_name
         self.column = METRIC_COLUMNS[space["metric"]["name"]]
         self.stop = stop
         self.number: int | None = None  # the trial now running
@@ -212,8 +213,8 @@ class TrialRunner:
                      f"logging.tensorboard_dir={self.out / 'runs'}", "logging.progress=false"]:
             command += ["--set", item]
         log = run_dir / "train.log"
-        values = " ".join(f"{key}={value}" for key, value in params.items())
-        print(f"trial {trial.number} ({run}): {values}; log: {log}", flush=True)
+        sampled = " ".join(f"{key}={value}" for key, value in params.items())
+        print(f"trial {trial.number} ({run}): {sampled}; log: {log}", flush=True)
         with open(log, "a") as output:
             # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (two would kill at once).
             process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
@@ -227,8 +228,8 @@ class TrialRunner:
             raise TrialFailed(f"trial {trial.number} ({run}) exited with status {process.returncode}; see {log}")
         if not values:
             raise UserError(f"trial {trial.number} ({run}) finished without an evaluation of "
-                            f"{self.space['metric']['name']}; raise training.episodes or lower "
-                            "training.eval_every_episodes")
+                            f"{self.space['metric']['name']} (a task without success has no eval/success_rate); "
+                            "raise training.episodes or lower training.eval_every_episodes")
         return values[-1]
 
     def _follow(self, trial, process: subprocess.Popen, eval_csv: Path) -> list[float]:
