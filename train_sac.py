@@ -1,18 +1,29 @@
 """Train SAC from MuJoCo camera frames (or states).
 
     python3 train_sac.py --config configs/dmc/cartpole_swingup.yaml [--resume PATH|auto] [--set key=value ...]
+    [key=value ...]
+
+A bare key=value is the same as --set key=value: it is what `wandb agent` passes a sweep trial (${args_no_hyphens}).
 """
 
 import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
     parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = newest valid one, or a fresh start")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
+    args = parser.parse_intermixed_args(argv)
+    args.set += args.overrides
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     from trainer.errors import UserError
 
