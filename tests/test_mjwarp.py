@@ -195,3 +195,85 @@ def _copy(env: DishwashingEnv) -> mujoco.MjData:
     data = mujoco.MjData(env.model)
     mujoco.mj_copyData(data, env.model, env.data)
     return data
+
+
+# ---- worlds, frames, episodes -------------------------------------------------------------------------------------
+def test_worlds_depend_only_on_their_seed():
+    """Env A's worlds 1 and 2 and env B's worlds 0 and 1 share seeds (seed + i) and actions; A's world 0 and every
+    other action differ. Over 5 steps with 2-step episodes (two autoresets), the shared worlds' frames, rewards and
+    flags are identical: neither a neighbour's seed nor its actions move a world. A reset frame fills the stack."""
+    a = warp_env(CARTPOLE, 3, pixels=True, max_episode_steps=2)
+    b = warp_env(CARTPOLE, 2, pixels=True, max_episode_steps=2)
+    obs_a, obs_b = a.reset(seed=10), b.reset(seed=11)
+    torch.testing.assert_close(obs_a[1:], obs_b, rtol=0, atol=0)
+    rng = np.random.default_rng(2)
+    for step in range(5):
+        shared = rng.uniform(-1, 1, (2, 1))
+        _, obs_a, reward_a, terminated_a, truncated_a = a.step(constant(np.vstack([rng.uniform(-1, 1, (1, 1)), shared])))
+        _, obs_b, reward_b, terminated_b, truncated_b = b.step(constant(shared))
+        torch.testing.assert_close(obs_a[1:], obs_b, rtol=0, atol=0)
+        torch.testing.assert_close(reward_a[1:], reward_b, rtol=0, atol=0)
+        assert torch.equal(truncated_a[1:], truncated_b) and not terminated_a.any()
+        assert truncated_a.all() == (step % 3 == 1)  # steps 2 and 4 end episodes; the step after each is a reset
+        if step % 3 == 2:  # a reset frame: the first frame fills the stack
+            assert (reward_a == 0).all() and (obs_a == obs_a[:, -1:]).all()
+
+
+def test_frames_show_each_world():
+    """Three dishwashing worlds (plate and gripper placed at random): frames are not blank and differ between
+    worlds, at reset and after a step."""
+    env = warp_env(FULL, 3, pixels=True)
+    for obs in (env.reset(seed=0), env.step(constant(np.zeros((3, 4))))[1]):
+        frames = obs[:, -1].float()
+        assert frames.std(dim=(1, 2, 3)).min() > 10, "frames should show the scene, not a blank image"
+        for i in range(3):
+            for j in range(i):
+                assert (frames[i] - frames[j]).abs().mean() > 0.1, f"worlds {i} and {j} rendered the same frame"
+
+
+def test_an_episode_restarts_from_its_world_seed_and_episode_count():
+    """NEXT_STEP autoreset on termination: the scripted policy places the plate in both worlds (success terminates
+    with reward 0); the next step returns each world's second start (reward 0, no flags), unlike its first (a
+    fresh env's reset with the same seed). Rewards stay in [-1, 0]."""
+    env = warp_env(FEASIBLE, 2)
+    obs = env.reset(seed=7)
+    act = lambda o: torch.as_tensor(np.array([scripted_action(row) for row in o.numpy()]))  # noqa: E731
+    ended = torch.zeros(2, dtype=torch.bool)
+    for _ in range(env.task.time_limit):
+        _, obs, reward, terminated, truncated = env.step(act)
+        assert ((reward >= -1) & (reward <= 0)).all() and not truncated.any()
+        for i in torch.nonzero(terminated & ~ended).flatten().tolist():
+            assert reward[i] == 0.0
+        ended |= terminated
+        if ended.all():
+            break
+    assert ended.all(), "the scripted policy should place the plate in every world"
+    _, restarted, reward, terminated, truncated = env.step(act)
+    assert not terminated.any() and not truncated.any() and (reward == 0).all()
+    assert not torch.equal(restarted, obs), "the reset observations should be new starts"
+    fresh = warp_env(FEASIBLE, 2)
+    first = fresh.reset(seed=7)
+    assert not torch.allclose(first, restarted), "a world's second episode should not repeat its first"
+
+
+def test_action_repeat_sums_rewards_of_the_repeated_steps():
+    """action_repeat 3 equals three single steps with the same action: the same state and the summed reward."""
+    repeated, single_steps = warp_env(CARTPOLE, 2, action_repeat=3), warp_env(CARTPOLE, 2)
+    repeated.reset(seed=4), single_steps.reset(seed=4)
+    actions = np.array([[0.7], [-0.4]])
+    _, obs, reward, _, _ = repeated.step(constant(actions))
+    total = torch.zeros(2)
+    for _ in range(3):
+        _, expected, step_reward, _, _ = single_steps.step(constant(actions))
+        total += step_reward
+    torch.testing.assert_close(obs, expected, rtol=0, atol=0)
+    torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
+
+
+def test_make_batched_env_rejects_what_it_cannot_run():
+    cfg = Config()
+    cfg.env.backend = "opengl"
+    with pytest.raises(UserError, match="env.backend must be one of mujoco, mujoco_warp"):
+        envs.make_batched_env(cfg, CPU)
+    with pytest.raises(UserError, match="has no task 'HalfCheetah-v5'"):
+        make_task("HalfCheetah-v5", CPU)
