@@ -29,7 +29,8 @@ def make_task(env_id: str, device: torch.device):
         return CartpoleSwingup(device)
     if env_id in DISHWASHING_VARIANTS:
         return Dishwashing(DISHWASHING_VARIANTS[env_id], time_limit=gym.spec(env_id).max_episode_steps, device=device)
-    raise UserError(f"env.backend=mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} (or use env.backend=mujoco)")
+    raise UserError(f"env.backend=mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} "
+                    "(or use env.backend=mujoco)")
 
 
 def make_warp_env(cfg, device: torch.device) -> WarpVectorEnv:

@@ -73,5 +73,6 @@ class CartpoleSwingup:
 
     def observation(self, sim) -> torch.Tensor:
         pole = sim.xmat[:, self._pole]
-        return torch.stack([sim.qpos[:, self._slider], pole[:, 2, 2], pole[:, 0, 2], sim.qvel[:, self._slider_dof], sim.qvel[:, self._hinge_dof]],
-                           dim=1).float()
+        columns = (sim.qpos[:, self._slider], pole[:, 2, 2], pole[:, 0, 2], sim.qvel[:, self._slider_dof],
+                   sim.qvel[:, self._hinge_dof])
+        return torch.stack(columns, dim=1).float()

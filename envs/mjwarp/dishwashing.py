@@ -39,8 +39,13 @@ class Dishwashing:
         reference = single.DishwashingEnv(variant=variant)  # checks the variant and the scene, measures its geometry
         self.variant, self.time_limit, self.device = variant, time_limit, device
         self.mjm, self.substeps = reference.model, reference.frame_skip
-        as_tensor = lambda value, dtype=torch.float32: torch.as_tensor(np.asarray(value), dtype=dtype, device=device)  # noqa: E731
-        index = lambda value: as_tensor(value, torch.long)  # noqa: E731
+
+        def as_tensor(value, dtype=torch.float32) -> torch.Tensor:
+            return torch.as_tensor(np.asarray(value), dtype=dtype, device=device)
+
+        def index(value) -> torch.Tensor:
+            return as_tensor(value, torch.long)
+
         self._hand, self._plate, self._grip, self._weld = (
             reference._hand, reference._plate, reference._grip, reference._weld)
         self._grip_body, self._plate_root = self.mjm.site_bodyid[self._grip], self.mjm.body_rootid[self._plate]
@@ -148,9 +153,10 @@ class Dishwashing:
         droppable = (over_slot & (height < single.DROP_HEIGHT)).float()
         path = torch.where(over_slot, torch.linalg.vector_norm(plate - self._slot, dim=1),
                            torch.linalg.vector_norm(plate - self._hover_point, dim=1) + single.HOVER)
+        reach = torch.linalg.vector_norm(plate - grip, dim=1)
         lifted = torch.clamp((plate[:, 2] - self._basin_rest_z) / self._lift_height, 0.0, 1.0)
         terms = {
-            "reach": single.W_REACH * (1.0 - torch.tanh(single.K_REACH * torch.linalg.vector_norm(plate - grip, dim=1))),
+            "reach": single.W_REACH * (1.0 - torch.tanh(single.K_REACH * reach)),
             "grasp": single.W_GRASP * secured,
             "lift": single.W_LIFT * secured * lifted,
             "place": single.W_PLACE * (1.0 - torch.tanh(single.K_PLACE * path)),

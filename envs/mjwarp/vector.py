@@ -45,7 +45,7 @@ class WarpVectorEnv:
         self.obs = torch.zeros((num_envs, *self.single_observation_space.shape),
                                dtype=torch.uint8 if pixels else torch.float32, device=self.device)
         self._pixels = pixels
-        n, long = num_envs, dict(dtype=torch.long, device=self.device)
+        n, long = num_envs, {"dtype": torch.long, "device": self.device}
         self._seeds, self._episodes = torch.zeros(n, **long), torch.zeros(n, **long)
         self._task_steps, self._agent_steps = torch.zeros(n, **long), torch.zeros(n, **long)
         self._resetting = torch.zeros(n, dtype=torch.bool, device=self.device)
