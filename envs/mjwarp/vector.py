@@ -55,6 +55,7 @@ class WarpVectorEnv:
         everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self._seeds = seed + torch.arange(self.num_envs, dtype=torch.long, device=self.device)
         self._episodes.zero_()
+        self._resetting.zero_()  # a world that had just ended starts now, not at the next step
         self._restart(everyone)
         self.sim.sync()
         self.task.after_reset(self.sim, everyone)
