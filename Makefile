@@ -12,7 +12,7 @@ TOOLS_VENV ?= .tools-venv
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt scripts/setup_system.sh
+$(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt requirements-warp.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt

@@ -1,6 +1,7 @@
 """Environments: `make_env(cfg)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations are
 float32 state vectors (`encoder.type: state`) or uint8 frame stacks (T, 3, H, W) (`encoder.type: video`).
-`make_vector_env(cfg)` runs `env.num_envs` of them in worker processes, observations batched (N, ...)."""
+`make_vector_env(cfg)` runs `env.num_envs` of them in worker processes, observations batched (N, ...);
+`make_batched_env(cfg, device)` runs `env.num_envs` MuJoCo Warp worlds in this process (`env.backend: mujoco_warp`)."""
 
 from envs import headless
 
@@ -47,6 +48,23 @@ def make_vector_env(cfg) -> EnvWorkers:
     initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py."""
     render_threads = max(1, (os.cpu_count() or 1) // cfg.env.num_envs)
     return EnvWorkers(functools.partial(make_worker_env, cfg, render_threads), cfg.env.num_envs)
+
+
+BACKENDS = ("mujoco", "mujoco_warp")
+
+
+def make_batched_env(cfg, device):
+    """`env.backend: mujoco_warp`: `env.num_envs` worlds in this process on `device` (a torch device), stepped and
+    rendered by MuJoCo Warp; the interface of make_vector_env's workers with torch tensors on `device` in and out
+    (envs/mjwarp/vector.py)."""
+    if cfg.env.backend not in BACKENDS:
+        raise UserError(f"env.backend must be one of {', '.join(BACKENDS)}; got '{cfg.env.backend}'")
+    try:
+        from envs.mjwarp import make_warp_env
+    except ImportError as err:
+        raise UserError(f"env.backend=mujoco_warp needs MuJoCo Warp ({err}); install it with "
+                        "'pip install -r requirements-warp.txt'") from None
+    return make_warp_env(cfg, device)
 
 
 def make_worker_env(cfg, render_threads: int) -> gym.Env:

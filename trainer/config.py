@@ -47,6 +47,9 @@ class EnvConfig:
     render_shadow_size: int = 512  # MuJoCo's default 4096 costs ~7x in software rendering
     render_offsamples: int = 0  # multisample anti-aliasing samples; 0 is fastest
     num_envs: int = 1  # parallel env worker processes (frames through shared memory); resume is exact only for 1
+    # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
+    # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
+    backend: str = "mujoco"
 
 
 @dataclass
