@@ -14,11 +14,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     args = parser.parse_args(argv)
 
-    from trainer.errors import UserError
+    from errors import UserError
+    from trainer.config import explain, load_config
 
     try:
-        from trainer.config import load_config
-
         cfg = load_config(args.config, args.set)
         from trainer.loop import Trainer
 
@@ -27,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer.resume(args.resume)
         return trainer.train()
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {explain(err)}", file=sys.stderr)
         return 2
 
 

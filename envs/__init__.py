@@ -18,7 +18,7 @@ from envs import dishwashing  # noqa: E402,F401  (registers Dishwashing-v0 and D
 from envs.action_repeat import ActionRepeat  # noqa: E402
 from envs.pixels import PixelObservation  # noqa: E402
 from envs.workers import EnvWorkers  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
+from errors import UserError  # noqa: E402
 
 
 def make_env(cfg) -> gym.Env:
@@ -72,6 +72,6 @@ def make_task(env_id: str) -> gym.Env:
     except gym.error.Error as err:
         reason = str(err).splitlines()[0]
         raise UserError(
-            f"unknown env.id '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
+            f"unknown `env_id` '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
             "or dm_control/<domain>-<task>-v0, e.g. dm_control/cartpole-swingup-v0"
         ) from None

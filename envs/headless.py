@@ -10,7 +10,7 @@ Two facts of this torch build and headless Mesa drive it:
 import ctypes.util
 import os
 
-from trainer.errors import UserError
+from errors import UserError
 
 _BACKEND_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from errors import UserError
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
-from trainer.errors import UserError
 
 
 def payload(step: int) -> dict:

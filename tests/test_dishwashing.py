@@ -13,9 +13,9 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from envs.dishwashing.env import OBS_HELD, OBS_SIZE, SCENE, DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from errors import UserError  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 from trainer.config import load_config  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
 
 ENV_IDS = ("Dishwashing-v0", "DishwashingFeasible-v0")  # the full task and its feasible variant
 CAMERAS = ("overview", "close")

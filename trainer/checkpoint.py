@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
+from errors import UserError
 from trainer.config import Config
-from trainer.errors import UserError
 
 FORMAT = 1
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")

@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from errors import UserError
 from trainer.config import Config, to_dict, to_yaml
-from trainer.errors import UserError
 from trainer.plot import plot_curves, read_rows
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it

@@ -24,12 +24,12 @@ import torch
 from encoders import build_encoder
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
+from errors import UserError
 from sac.agent import SAC
-from sac.replay import ReplayBuffer, frame_bytes
+from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
-from trainer.device import can_compile, native_bfloat16, replay_frames_device, resolve_device
-from trainer.errors import UserError
+from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote
@@ -86,6 +86,7 @@ class Trainer:
                          compile=compiled, autocast=cfg.training.autocast)
         frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
+        check_host_memory(cfg.sac.buffer_size, host_bytes_per_slot(frame_shape, obs_space.dtype, self.action_dim, frames_on is None))
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,

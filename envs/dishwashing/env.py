@@ -45,7 +45,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.mujoco import MujocoEnv
 
-from trainer.errors import UserError
+from errors import UserError
 
 SCENE = Path(__file__).with_name("scene.xml")
 VARIANTS = ("full", "feasible")
