@@ -16,9 +16,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from errors import UserError
     from trainer.config import explain, load_config
+    from trainer.headless import configure
 
     try:
         cfg = load_config(args.config, args.set)
+        configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
         trainer = Trainer(cfg)

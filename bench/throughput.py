@@ -7,7 +7,7 @@ settings, and prints one JSON line; a last line holds the ratios the README repo
 contenders it alternates between them in chunks, so that load from other jobs on a shared machine hits all alike.
 Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
-                    quality, same camera), against make_env(cfg).step: the wrapper overhead
+                    quality, same camera), against make_env(...).step: the wrapper overhead
   collect           the trainer's own loop, random actions, no updates (frames into the replay): 1 env against 2
                     env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer draws in its
                     process's own thread, in the 1-env process too: one core per env)
@@ -69,14 +69,14 @@ def rate(steps: int, seconds: float) -> dict:
 def raw_vs_wrapper(args) -> dict:
     """The same model, camera and render quality stepped and drawn two ways, alternating in chunks so that load from
     other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene + render into a preallocated
-    buffer, and `make_env(cfg).step` (Gymnasium wrappers, action scaling, frame stack)."""
-    from envs import make_env  # headless GL set-up, before mujoco is imported
-    from envs.pixels import resolve_camera
-
+    buffer, and `make_env(...).step` (Gymnasium wrappers, action scaling, frame stack)."""
     import mujoco
 
+    from envs import make_env
+    from envs.pixels import resolve_camera
+
     cfg = config(args)
-    env = make_env(cfg)
+    env = make_env(cfg.env, cfg.pixels)
     base = env.unwrapped
     model, data = base.model, base.data  # the wrapper's own model: its render quality is already set
     camera = resolve_camera(model, cfg.env.camera, base.mujoco_renderer.default_cam_config)
@@ -273,7 +273,7 @@ class SB3Trainer:
         from envs import make_env
 
         cfg = config(args)
-        self.env = channels_stacked(make_env(cfg))
+        self.env = channels_stacked(make_env(cfg.env, cfg.pixels))
         stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
 
         class Simple2DCNNExtractor(BaseFeaturesExtractor):
@@ -354,6 +354,9 @@ def main() -> None:
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
+        from trainer.headless import configure
+
+        configure()  # before any row imports mujoco
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
     rows = {}

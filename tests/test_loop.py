@@ -108,7 +108,7 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
     cfg = config_from_dict(data["config"])
     seed, restart = cfg.training.seed, saved_replay["count"]
     for worker in range(2):
-        env = make_env(cfg)
+        env = make_env(cfg.env, cfg.pixels)
         for slot in range(replay["count"]):
             if replay["pos"][slot, worker] == 0:
                 start_seed = {0: seed + worker, restart: seed + saved["progress"]["episode"] + worker}.get(slot)

@@ -168,6 +168,11 @@ class Config:
     def run_name(self) -> str:
         return self.checkpoint.name or f"sac_{self.encoder.type}"
 
+    @property
+    def pixels(self) -> bool:
+        """Whether the envs render camera frames (a video encoder) rather than return state vectors."""
+        return self.encoder.type == "video"
+
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""

@@ -72,13 +72,13 @@ class Trainer:
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
-        self.env = make_env(cfg) if self.num_envs == 1 else make_vector_env(cfg)
-        self.eval_env = make_env(cfg)
+        self.env = make_env(cfg.env, cfg.pixels) if self.num_envs == 1 else make_vector_env(cfg.env, cfg.pixels)
+        self.eval_env = make_env(cfg.env, cfg.pixels)
         self.eval_camera = None
         if cfg.logging.eval_video:
             env = cfg.env
             self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
-        pixels = cfg.encoder.type == "video"
+        pixels = cfg.pixels
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
