@@ -51,7 +51,7 @@ def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_hos
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
+    def __init__(self, *, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
                  discount: float, num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1):
         """`capacity` frames in all, split evenly across `num_envs` rings; `discount` per step (sampled batches carry
         the whole bootstrap factor); `frames_on` a device to keep frames on (None = host memory); `nstep` steps per

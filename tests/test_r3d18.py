@@ -81,7 +81,7 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     path, _ = kinetics_like
     torch.manual_seed(0)
     encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path), freeze=True), OBS)
-    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), torch.device("cpu"), pixels=True)
+    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), device=torch.device("cpu"), pixels=True)
     before = {key: value.clone() for key, value in encoder.state_dict().items()}
     heads_before = [p.detach().clone() for p in agent.critic.q1.parameters()]
     batch = {

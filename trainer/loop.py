@@ -82,13 +82,13 @@ class Trainer:
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr,
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=pixels, encoder_lr=cfg.encoder.lr,
                          compile=compiled, autocast=cfg.training.autocast)
         frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
         check_host_memory(cfg.sac.buffer_size, host_bytes_per_slot(frame_shape, obs_space.dtype, self.action_dim, frames_on is None))
         self.replay = ReplayBuffer(
-            cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
+            capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=obs_space.dtype, action_dim=self.action_dim,
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
@@ -115,7 +115,8 @@ class Trainer:
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
-                                self.progress.env_step, episode, ckpt.keep_replays, ckpt.keep_last)
+                                env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
+                                keep_last=ckpt.keep_last)
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
