@@ -1,6 +1,7 @@
 """Environments: `make_env(cfg, pixels)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations
 are uint8 frame stacks (T, 3, H, W) (`pixels`) or float32 state vectors; `cfg` is the `env` config section.
-`make_vector_env(cfg, pixels)` runs `cfg.num_envs` of them in worker processes, observations batched (N, ...).
+`make_vector_env(cfg, pixels)` gives `cfg.num_envs` of them behind one interface, observations batched (N, ...): worker
+processes, or with one env, that env in this process.
 Rendering is headless: the process chooses MuJoCo's GL backend before importing this package (trainer/headless.py)."""
 
 import functools
@@ -14,7 +15,7 @@ from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleActi
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
 from envs.pixels import PixelObservation
-from envs.workers import EnvWorkers
+from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
 
 
@@ -39,9 +40,12 @@ def make_env(cfg, pixels: bool) -> gym.Env:
     return DtypeObservation(env, np.float32)
 
 
-def make_vector_env(cfg, pixels: bool) -> EnvWorkers:
+def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
     """`cfg.num_envs` envs, one spawned worker process and one renderer each (fork is unsafe once torch and GL are
-    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py."""
+    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py. One env
+    steps in this process: no worker to wait for, and every episode seeded."""
+    if cfg.num_envs == 1:
+        return InProcessEnv(make_env(cfg, pixels))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 

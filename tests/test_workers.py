@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs import make_env, make_vector_env
-from envs.workers import EnvWorkers
+from envs.workers import EnvWorkers, InProcessEnv
 from trainer.config import Config
 
 SEED = 5
@@ -95,3 +95,24 @@ def test_workers_take_any_env_factory():
     workers = EnvWorkers(functools.partial(make_env, pendulum().env, False), 3)
     assert workers.reset(seed=0).shape == (3, *workers.single_observation_space.shape)
     workers.close()
+
+
+def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choosing_an_action():
+    cfg = pendulum()
+    cfg.env.num_envs = 1
+    one = make_vector_env(cfg.env, cfg.pixels)
+    assert isinstance(one, InProcessEnv)
+    reference = make_env(cfg.env, cfg.pixels)
+    policy = Recorder(one.single_action_space.shape[0])
+    assert np.array_equal(one.reset(seed=SEED)[0], reference.reset(seed=SEED)[0])
+    terminated = truncated = [False]
+    while not (terminated[0] or truncated[0]):
+        actions, obs, _, terminated, truncated = one.step(policy)
+        assert np.array_equal(obs[0], reference.step(actions[0])[0])
+    chosen = len(policy.seen)
+    actions, obs, reward, terminated, truncated = one.step(policy)
+    assert len(policy.seen) == chosen, "no action is drawn for the reset frame"
+    assert not actions.any() and reward[0] == 0 and not terminated[0] and not truncated[0]
+    assert np.array_equal(obs[0], reference.reset(seed=SEED + 1)[0]), "the next episode starts from the next seed"
+    one.close()
+    reference.close()

@@ -1,8 +1,12 @@
 """The training loop: episodes of acting and learning, with evaluation, logging and checkpoints.
 
-Determinism: with one env every episode starts from `env.reset(seed=training.seed + episode)`, evaluation uses its
-own fixed seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a
-CPU run stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
+One loop acts in every setting: the envs are a vector (envs/workers.py), with one env a vector of one in this
+process. Each vector step steps every env once; an env whose episode ended returns its reset frame the step after
+(NEXT_STEP autoreset), which stores a first frame and counts no agent step.
+
+Determinism: with one env every episode starts from seed `training.seed + episode`, evaluation uses its own fixed
+seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a CPU run
+stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
 
 With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates
 behind, and are seeded once per start, worker i with `training.seed + episode + i` (episode = completed episodes so
@@ -72,7 +76,7 @@ class Trainer:
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
-        self.env = make_env(cfg.env, cfg.pixels) if self.num_envs == 1 else make_vector_env(cfg.env, cfg.pixels)
+        self.env = make_vector_env(cfg.env, cfg.pixels)
         self.eval_env = make_env(cfg.env, cfg.pixels)
         self.eval_camera = None
         if cfg.logging.eval_video:
@@ -93,6 +97,7 @@ class Trainer:
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.progress = Progress()
+        self.saved_episode = 0  # the last episode a checkpoint was saved at the end of
         ckpt = cfg.checkpoint
         self.remote = None
         if is_remote(ckpt.dir):
@@ -114,6 +119,8 @@ class Trainer:
         }
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
+        if final_of_episode:
+            self.saved_episode = self.progress.episode
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
                                 env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
                                 keep_last=ckpt.keep_last)
@@ -142,6 +149,7 @@ class Trainer:
         if replay_state is not None:
             self.replay.load_state_dict(replay_state)
         self.progress = Progress(**payload["progress"])
+        self.saved_episode = self.progress.episode
         torch.set_rng_state(payload["rng"]["torch"])
         if payload["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
@@ -161,7 +169,7 @@ class Trainer:
             return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
         return self.agent.act(obs, sample=True)
 
-    def learn(self, env_steps: int = 1) -> None:
+    def learn(self, env_steps: int) -> None:
         """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
         seed phase is over and the replay can fill a batch."""
         sac = self.cfg.sac
@@ -172,76 +180,6 @@ class Trainer:
             metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
-
-    def run_episode(self, stop: GracefulStop) -> bool:
-        """One training episode; False if a stop signal cut it short."""
-        obs, _ = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
-        self.replay.add_first(obs)
-        episode_return, length, updates_before, start = 0.0, 0, self.agent.updates, time.perf_counter()
-        done = False
-        while not done:
-            if stop.requested:
-                return False
-            action = self.act(obs[None])[0]
-            obs, reward, terminated, truncated, _ = self.env.step(action)
-            self.replay.add(action, reward, terminated, obs)
-            self.progress.env_step += 1
-            episode_return += float(reward)
-            length += 1
-            self.learn()
-            if every(self.cfg.checkpoint.every_steps, self.progress.env_step):
-                self.save(final_of_episode=False)
-            done = terminated or truncated
-        seconds = time.perf_counter() - start
-        self.log_episode(episode_return, length, length, self.agent.updates - updates_before, seconds)
-        return True
-
-    def log_episode(self, episode_return: float, length: int, env_steps: int, updates: int, seconds: float) -> None:
-        """One finished episode; the rates are over the `env_steps` and `updates` done in the last `seconds`."""
-        self.logger.episode({
-            "episode_return": episode_return,
-            "episode_length": length,
-            "env_steps_per_s": env_steps / seconds,
-            "updates_per_s": updates / seconds,
-        }, self.progress.env_step)
-        self.logger.scalars(self.gpu_monitor.poll(), self.progress.env_step, "gpu")
-
-    def episodes(self, stop: GracefulStop):
-        """Yield once per completed training episode; return when a stop signal cuts an episode short."""
-        if self.num_envs > 1:
-            yield from self.parallel_episodes(stop)
-            return
-        while self.run_episode(stop):
-            yield True
-
-    def parallel_episodes(self, stop: GracefulStop):
-        """`env.num_envs` workers stepped in turn (envs/workers.py); yields once per episode any of them completes.
-        The workers compute their next steps while this process runs the updates."""
-        cfg, progress, n = self.cfg, self.progress, self.num_envs
-        obs = self.env.reset(seed=cfg.training.seed + progress.episode)
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
-        first = np.zeros(n, dtype=bool)  # workers whose next frame is a reset frame (NEXT_STEP autoreset)
-        returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
-        steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
-        while not stop.requested:
-            action, obs, reward, terminated, truncated = self.env.step(self.act)
-            self.replay.add_batch(obs, action, reward, terminated, first)
-            stepped = ~first  # a resetting worker ignored its action: no agent step
-            before, taken = progress.env_step, int(stepped.sum())
-            progress.env_step += taken
-            steps_since += taken
-            returns += np.where(stepped, reward, 0.0)
-            lengths += stepped
-            self.learn(taken)
-            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
-                self.save(final_of_episode=False)
-            first = stepped & (terminated | truncated)
-            for worker in np.flatnonzero(first):
-                seconds = time.perf_counter() - start
-                self.log_episode(float(returns[worker]), int(lengths[worker]), steps_since, self.agent.updates - updates_before, seconds)
-                returns[worker], lengths[worker] = 0.0, 0
-                steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
-                yield True
 
     def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
@@ -271,11 +209,15 @@ class Trainer:
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         try:
             with GracefulStop() as stop:
+                self.start_episodes()
                 self.run(stop)
                 if stop.requested:
                     path = self.save(final_of_episode=False)
                     self.logger.message(f"stopped by signal {stop.signum}; saved {path}; continue with --resume auto")
                     return 128 + stop.signum
+                if self.progress.episode != self.saved_episode:
+                    self.save(final_of_episode=True)
+                self.logger.message(f"done: {self.progress.episode} episodes, {self.progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
         finally:
             self.close()
         if cfg.training.auto_shutdown:
@@ -284,24 +226,63 @@ class Trainer:
         return 0
 
     def run(self, stop: GracefulStop) -> None:
-        """The episodes themselves, with evaluation and checkpoints; returns early when a stop is requested."""
+        """Act and learn until the run is complete or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
-        saved_episode = progress.episode
-        episodes = self.episodes(stop)
-        while progress.episode < cfg.training.episodes and until(cfg.training.max_env_steps, progress.env_step):
-            if not next(episodes, False):
-                return
-            progress.episode += 1
-            if every(cfg.training.eval_every_episodes, progress.episode):
-                mean_return, success_rate, clip = self.evaluate()
-                frames = progress.env_step * cfg.env.action_repeat
-                self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
-            if every(cfg.checkpoint.every_episodes, progress.episode):
-                self.save(final_of_episode=True)
-                saved_episode = progress.episode
-        if progress.episode != saved_episode:
+        if self.complete():
+            return
+        while not stop.requested:
+            before = progress.env_step
+            action, obs, reward, terminated, truncated = self.env.step(self.act)
+            self.replay.add_batch(obs, action, reward, terminated, self.first)
+            stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
+            progress.env_step += int(stepped.sum())
+            self.returns += np.where(stepped, reward, 0.0)
+            self.lengths += stepped
+            self.learn(int(stepped.sum()))
+            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
+                self.save(final_of_episode=False)
+            self.first = stepped & (terminated | truncated)
+            for i in np.flatnonzero(self.first):
+                self.end_episode(i)
+                if self.complete():
+                    return
+
+    def complete(self) -> bool:
+        """`training.episodes` done, or `training.max_env_steps` reached: asked at the start and at episode ends."""
+        training = self.cfg.training
+        return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
+
+    def start_episodes(self) -> None:
+        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first frames."""
+        n = self.num_envs
+        obs = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
+        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
+        self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
+        self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
+        self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
+
+    def end_episode(self, i: int) -> None:
+        """Env i finished an episode: log it with the rates since the last one ended, count it, evaluate and save
+        when due."""
+        cfg, progress = self.cfg, self.progress
+        start, step, updates = self.clock
+        seconds = time.perf_counter() - start
+        self.logger.episode({
+            "episode_return": float(self.returns[i]),
+            "episode_length": int(self.lengths[i]),
+            "env_steps_per_s": (progress.env_step - step) / seconds,
+            "updates_per_s": (self.agent.updates - updates) / seconds,
+        }, progress.env_step)
+        self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
+        self.returns[i], self.lengths[i] = 0.0, 0
+        self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
+        progress.episode += 1
+        if every(cfg.training.eval_every_episodes, progress.episode):
+            mean_return, success_rate, clip = self.evaluate()
+            frames = progress.env_step * cfg.env.action_repeat
+            self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
+        if every(cfg.checkpoint.every_episodes, progress.episode):
             self.save(final_of_episode=True)
-        self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
 
     def close(self) -> None:
         """Flush logs and pending uploads, release the renderers."""
