@@ -23,10 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
-        trainer = Trainer(cfg)
-        if args.resume:
-            trainer.resume(args.resume)
-        return trainer.train()
+        return Trainer(cfg, resume=args.resume).train()
     except UserError as err:
         print(f"error: {explain(err)}", file=sys.stderr)
         return 2

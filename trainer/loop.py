@@ -17,7 +17,6 @@ bitwise the one that never stopped.
 """
 
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,16 +62,25 @@ def crossed(n: int, before: int, after: int) -> bool:
 
 
 class Trainer:
-    def __init__(self, cfg: Config):
+    """A training run, whole after construction (DrQ-v2's setup()): logger and GPU monitor, envs, agent and replay,
+    restored from a checkpoint when `resume` names one ("auto": the newest valid one, or a fresh start), and the
+    envs reset. `train()` runs it to its end as the command line does; `run(steps)` advances it by some agent steps.
+    Every message goes through the logger. Rendering must be configured first (trainer/headless.py)."""
+
+    def __init__(self, cfg: Config, resume: str | None = None):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
-        if cfg.training.autocast and not native_bfloat16(self.device):
-            print(f"warning: training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
-                  "update is emulated and several times slower; set training.autocast=false here", file=sys.stderr)
+        ckpt = cfg.checkpoint
+        self.remote = None
+        if is_remote(ckpt.dir):  # it reports from its upload thread, once the logger exists
+            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s,
+                                    report=lambda text: self.logger.message(text))
+        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+        found = self.find_checkpoint(resume) if resume else None
+        self.progress = Progress(**found[1]["progress"]) if found else Progress()
+        self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
+
         compiled = cfg.training.compile and can_compile(self.device)
-        if cfg.training.compile and not compiled:
-            print("warning: training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
-                  "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false", file=sys.stderr)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
@@ -82,27 +90,35 @@ class Trainer:
         if cfg.logging.eval_video:
             env = cfg.env
             self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
-        pixels = cfg.pixels
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=pixels, encoder_lr=cfg.encoder.lr,
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels, encoder_lr=cfg.encoder.lr,
                          compile=compiled, autocast=cfg.training.autocast)
-        frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
+        frame_shape = obs_space.shape[1:] if cfg.pixels else obs_space.shape
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
         check_host_memory(cfg.sac.buffer_size, host_bytes_per_slot(frame_shape, obs_space.dtype, self.action_dim, frames_on is None))
         self.replay = ReplayBuffer(
             capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=obs_space.dtype, action_dim=self.action_dim,
-            frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
+            frame_stack=cfg.env.frame_stack if cfg.pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
-        self.progress = Progress()
-        self.saved_episode = 0  # the last episode a checkpoint was saved at the end of
-        ckpt = cfg.checkpoint
-        self.remote = None
-        if is_remote(ckpt.dir):
-            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s, report=print)
-        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+        # the logger last: bad input above fails before a run folder or a progress bar exists
+        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
+        self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
+        self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
+        if cfg.training.autocast and not native_bfloat16(self.device):
+            self.logger.warning(f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
+                                "update is emulated and several times slower; set training.autocast=false here")
+        if cfg.training.compile and not compiled:
+            self.logger.warning("training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
+                                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false")
+        if resume == "auto" and not found:
+            self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
+        if found:
+            self.restore(*found)
+        self.stop = GracefulStop()  # installed while `train` runs
+        self.start_episodes()
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
@@ -130,37 +146,37 @@ class Trainer:
         self.logger.message(f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) in {time.perf_counter() - start:.1f} s")
         return saved.latest
 
-    def resume(self, target: str) -> None:
+    def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
+        """(path, payload, replay state) of `target`, a file or "auto" (None when there is none), checked against
+        this config before anything is built."""
         if target == "auto":
             names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
             found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
             if found is None:
-                print(f"no usable checkpoint for run '{self.cfg.run_name}' in {self.cfg.checkpoint.dir}; starting fresh")
-                return
-            path, payload, replay_state = found
+                return None
         else:
-            path = Path(target)
-            payload, replay_state = checkpoint.load(path)
-        checkpoint.check_compatible(payload["config"], to_dict(self.cfg), path)
+            found = (Path(target), *checkpoint.load(Path(target)))
+        checkpoint.check_compatible(found[1]["config"], to_dict(self.cfg), found[0])
+        return found
+
+    def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
         try:
             self.agent.load_state_dict(payload["agent"])
         except (RuntimeError, KeyError, ValueError) as err:
             raise UserError(f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); resume with the config it was trained with") from None
         if replay_state is not None:
             self.replay.load_state_dict(replay_state)
-        self.progress = Progress(**payload["progress"])
-        self.saved_episode = self.progress.episode
         torch.set_rng_state(payload["rng"]["torch"])
         if payload["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
-        print(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        self.logger.message(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
         if changes:
-            print(f"settings changed since that checkpoint: {', '.join(changes)}")
+            self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
         if saved_profile and saved_profile != self.cfg.profile:
-            print(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
+            self.logger.message(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -202,35 +218,35 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
-        """Train until `training.episodes` (or `training.max_env_steps`); returns the process exit status."""
-        cfg = self.cfg
-        print(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}", flush=True)
-        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
-        self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
+        """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
+        stop signal cut the run short (after saving `_latest`)."""
+        cfg, progress = self.cfg, self.progress
         try:
-            with GracefulStop() as stop:
-                self.start_episodes()
-                self.run(stop)
-                if stop.requested:
+            with self.stop:
+                self.run()
+                if self.stop.requested:
                     path = self.save(final_of_episode=False)
-                    self.logger.message(f"stopped by signal {stop.signum}; saved {path}; continue with --resume auto")
-                    return 128 + stop.signum
-                if self.progress.episode != self.saved_episode:
+                    self.logger.message(f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto")
+                    return 128 + self.stop.signum
+                if progress.episode != self.saved_episode:
                     self.save(final_of_episode=True)
-                self.logger.message(f"done: {self.progress.episode} episodes, {self.progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+                self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+                if cfg.training.auto_shutdown:
+                    self.logger.message(f"running training.auto_shutdown: {cfg.training.auto_shutdown}")
         finally:
             self.close()
         if cfg.training.auto_shutdown:
-            print(f"running training.auto_shutdown: {cfg.training.auto_shutdown}", flush=True)
             subprocess.run(cfg.training.auto_shutdown, shell=True, check=False)
         return 0
 
-    def run(self, stop: GracefulStop) -> None:
-        """Act and learn until the run is complete or a stop signal arrives; evaluations and checkpoints on schedule."""
+    def run(self, steps: int | None = None) -> None:
+        """Act and learn until the run is complete, `steps` more agent steps are taken (with several envs a vector
+        step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
+        last = None if steps is None else progress.env_step + steps
         if self.complete():
             return
-        while not stop.requested:
+        while until(last, progress.env_step) and not self.stop.requested:
             before = progress.env_step
             action, obs, reward, terminated, truncated = self.env.step(self.act)
             self.replay.add_batch(obs, action, reward, terminated, self.first)
