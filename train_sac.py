@@ -25,20 +25,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
-    from trainer.errors import UserError
+    from errors import UserError
+    from trainer.config import explain, load_config
+    from trainer.headless import configure
 
     try:
-        from trainer.config import load_config
-
         cfg = load_config(args.config, args.set)
+        configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
-        trainer = Trainer(cfg)
-        if args.resume:
-            trainer.resume(args.resume)
-        return trainer.train()
+        return Trainer(cfg, resume=args.resume).train()
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {explain(err)}", file=sys.stderr)
         return 2
 
 

@@ -23,7 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-import envs  # noqa: E402  (headless GL set-up before mujoco loads)
+from trainer.headless import configure  # noqa: E402
+
+configure()  # headless GL set-up before mujoco loads
+
+import envs  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -43,41 +47,17 @@ def config(env_id: str, num_envs: int, image_size: int, backend: str) -> Config:
 
 
 def replay(cfg: Config, action_dim: int, frames_on: torch.device | None) -> ReplayBuffer:
-    return ReplayBuffer(SLOTS_PER_ENV * cfg.env.num_envs, (3, cfg.env.image_size, cfg.env.image_size), np.uint8,
-                        action_dim, cfg.env.frame_stack, seed=0, discount=0.99, num_envs=cfg.env.num_envs,
-                        frames_on=frames_on)
-
-
-class SingleEnv:
-    """make_env(cfg): one env in this process, as the trainer runs num_envs 1."""
-
-    def __init__(self, cfg: Config):
-        self.env = envs.make_env(cfg)
-        self.action_dim = self.env.action_space.shape[0]
-        self.replay = replay(cfg, self.action_dim, None)
-        self.rng = np.random.default_rng(0)
-        obs, _ = self.env.reset(seed=0)
-        self.replay.add_first(obs)
-
-    def step(self) -> int:
-        action = self.rng.uniform(-1, 1, self.action_dim).astype(np.float32)
-        obs, reward, terminated, truncated, _ = self.env.step(action)
-        self.replay.add(action, reward, terminated, obs)
-        if terminated or truncated:
-            obs, _ = self.env.reset()
-            self.replay.add_first(obs)
-            return 2
-        return 1
-
-    def close(self) -> None:
-        self.env.close()
+    return ReplayBuffer(capacity=SLOTS_PER_ENV * cfg.env.num_envs, frame_shape=(3, cfg.env.image_size, cfg.env.image_size),
+                        frame_dtype=np.uint8, action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=0,
+                        discount=0.99, num_envs=cfg.env.num_envs, frames_on=frames_on)
 
 
 class Workers:
-    """make_vector_env(cfg): num_envs worker processes stepped in turn (envs/workers.py)."""
+    """make_vector_env(cfg.env, pixels), as the trainer runs it: num_envs worker processes stepped in turn, or one env
+    in this process (envs/workers.py)."""
 
     def __init__(self, cfg: Config):
-        self.env, n = envs.make_vector_env(cfg), cfg.env.num_envs
+        self.env, n = envs.make_vector_env(cfg.env, True), cfg.env.num_envs
         self.action_dim = self.env.single_action_space.shape[0]
         self.replay = replay(cfg, self.action_dim, None)
         self.rng = np.random.default_rng(0)
@@ -98,11 +78,11 @@ class Workers:
 
 
 class Warp:
-    """make_batched_env(cfg, device): N MuJoCo Warp worlds; frames stay on the device into a device-resident
+    """make_batched_env(cfg.env, pixels, device): N MuJoCo Warp worlds; frames stay on the device into a device-resident
     replay; the per-env scalars (action, reward, flags) go to the replay's host arrays."""
 
     def __init__(self, cfg: Config, device: torch.device):
-        self.env = envs.make_batched_env(cfg, device)
+        self.env = envs.make_batched_env(cfg.env, True, device)
         self.action_dim = self.env.single_action_space.shape[0]
         self.replay = replay(cfg, self.action_dim, device)
         self.generator = torch.Generator(device).manual_seed(0)
@@ -134,7 +114,7 @@ def cpu_name() -> str:
 
 def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
     contenders = {
-        "mujoco_1env": SingleEnv(config(env_id, 1, args.image_size, "mujoco")),
+        "mujoco_1env": Workers(config(env_id, 1, args.image_size, "mujoco")),
         "mujoco_2workers": Workers(config(env_id, 2, args.image_size, "mujoco")),
     }
     for n in args.worlds:

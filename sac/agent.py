@@ -118,7 +118,7 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool,
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False):
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)

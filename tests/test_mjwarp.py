@@ -12,7 +12,7 @@ Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs
 
 from types import SimpleNamespace
 
-import envs  # first: it picks MuJoCo's headless GL backend before mujoco loads (envs/headless.py)
+import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,7 +26,7 @@ from envs.mjwarp import make_task  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
 from trainer.config import Config  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
+from errors import UserError  # noqa: E402
 
 CPU = torch.device("cpu")
 CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasible-v0", "Dishwashing-v0"
@@ -35,10 +35,9 @@ CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasibl
 def warp_env(env_id: str, num_envs: int, *, pixels: bool = False, **env_overrides) -> WarpVectorEnv:
     cfg = Config()
     cfg.env.id, cfg.env.num_envs, cfg.env.backend = env_id, num_envs, "mujoco_warp"
-    cfg.encoder.type = "video" if pixels else "state"
     for key, value in env_overrides.items():
         setattr(cfg.env, key, value)
-    return envs.make_batched_env(cfg, CPU)
+    return envs.make_batched_env(cfg.env, pixels, CPU)
 
 
 def constant(actions: np.ndarray):
@@ -275,7 +274,7 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
 def test_make_batched_env_rejects_what_it_cannot_run():
     cfg = Config()
     cfg.env.backend = "opengl"
-    with pytest.raises(UserError, match="env.backend must be one of mujoco, mujoco_warp"):
-        envs.make_batched_env(cfg, CPU)
+    with pytest.raises(UserError, match="`backend` must be one of mujoco, mujoco_warp"):
+        envs.make_batched_env(cfg.env, False, CPU)
     with pytest.raises(UserError, match="has no task 'HalfCheetah-v5'"):
         make_task("HalfCheetah-v5", CPU)

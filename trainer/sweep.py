@@ -37,7 +37,7 @@ import optuna
 import yaml
 
 from trainer.config import load_config
-from trainer.errors import UserError
+from errors import UserError
 from trainer.signals import GracefulStop
 
 ROOT = Path(__file__).resolve().parent.parent

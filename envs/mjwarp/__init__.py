@@ -17,7 +17,7 @@ import torch
 from envs.mjwarp.cartpole import CartpoleSwingup
 from envs.mjwarp.dishwashing import Dishwashing
 from envs.mjwarp.vector import WarpVectorEnv
-from trainer.errors import UserError
+from errors import UserError
 
 DISHWASHING_VARIANTS = {"Dishwashing-v0": "full", "DishwashingFeasible-v0": "feasible"}
 CARTPOLE_SWINGUP = "dm_control/cartpole-swingup-v0"
@@ -29,12 +29,12 @@ def make_task(env_id: str, device: torch.device):
         return CartpoleSwingup(device)
     if env_id in DISHWASHING_VARIANTS:
         return Dishwashing(DISHWASHING_VARIANTS[env_id], time_limit=gym.spec(env_id).max_episode_steps, device=device)
-    raise UserError(f"env.backend=mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} "
-                    "(or use env.backend=mujoco)")
+    raise UserError(f"the `backend` mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} "
+                    "(or use the `backend` mujoco)")
 
 
-def make_warp_env(cfg, device: torch.device) -> WarpVectorEnv:
-    """`env.num_envs` worlds of `env.id`; frame stacks for `encoder.type: video`, state vectors otherwise."""
+def make_warp_env(cfg, pixels: bool, device: torch.device) -> WarpVectorEnv:
+    """`cfg.num_envs` worlds of the task `cfg.id` (`cfg` the env config section); frame stacks when `pixels`, state
+    vectors otherwise."""
     device = torch.device(device)
-    return WarpVectorEnv(make_task(cfg.env.id, device), cfg.env, num_envs=cfg.env.num_envs,
-                         pixels=cfg.encoder.type == "video", device=device)
+    return WarpVectorEnv(make_task(cfg.id, device), cfg, num_envs=cfg.num_envs, pixels=pixels, device=device)

@@ -142,10 +142,10 @@ def _camera_index(mjm, camera) -> int:
     """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
     when the task sets no free camera)."""
     from envs.pixels import resolve_camera
-    from trainer.errors import UserError
+    from errors import UserError
 
     if camera is None:
         camera = 0
     if camera == -1 or mjm.ncam == 0:
-        raise UserError("env.backend=mujoco_warp renders a fixed camera; set env.camera to one of the task's cameras")
+        raise UserError("the `backend` mujoco_warp renders a fixed camera; set `camera` to one of the task's cameras")
     return resolve_camera(mjm, camera, None)
