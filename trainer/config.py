@@ -1,6 +1,8 @@
 """Run configuration: every default lives in the dataclasses below.
 
-Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block <- `--set key=value`.
+Resolution order: dataclass defaults <- the YAML file's bases (`base: path` or a list of paths, relative to the file,
+merged in order, each resolved the same way first) <- the YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block
+<- `--set key=value`. A file over its base merges mapping by mapping (a profile block too); any other value replaces.
 Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
 
 Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
@@ -28,7 +30,21 @@ ENCODER_TYPES = ("video", "state")
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float."""
+    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float. A key twice in
+    one mapping is an error: PyYAML keeps the last one and the first block would vanish without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first at line {seen[key].line + 1})", key_node.start_mark)
+            if isinstance(key, typing.Hashable):
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -164,10 +180,12 @@ class Config:
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
-    raw = _read_yaml(path)
+    raw = _read_config(Path(path))
     sets = [_parse_set(item) for item in overrides]
     profiles = raw.get("profiles") or {}
     _check_profiles(profiles)
+    if profiles:  # one order, whichever base brought which block: the printed config reads the same
+        raw["profiles"] = profiles = {name: profiles[name] for name in PROFILES if name in profiles}
 
     cfg = Config()
     _apply(cfg, raw)
@@ -200,9 +218,37 @@ def to_yaml(cfg: Config) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def _read_yaml(path: str | Path) -> dict:
-    path = Path(path)
+def _read_config(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """The file's own keys merged over its bases', with `base` resolved away; `chain` holds the files that named it."""
+    if path.resolve() in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, path.resolve()))
+        raise UserError(f"config files inherit in a cycle: {cycle}; remove one of these base entries")
+    raw = _read_yaml(path, named_by=chain[-1] if chain else None)
+    bases = raw.pop("base", None)
+    if bases is None:
+        return raw
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(base, str) and base for base in bases):
+        raise UserError(f"base in {path} must be a file path or a list of them (relative to the file), got {bases!r}")
+    merged: dict = {}
+    for base in bases:
+        merged = _merge(merged, _read_config(path.parent / base, (*chain, path.resolve())))
+    return _merge(merged, raw)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both else value
+    return merged
+
+
+def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
     if not path.is_file():
+        if named_by:
+            raise UserError(f"base config {path} named in {named_by} not found; fix its base entry (relative to that file)")
         raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
     try:
         data = yaml.load(path.read_text(), Loader=_Loader)
