@@ -3,7 +3,8 @@
 Resolution order: dataclass defaults <- the YAML file's bases (`base: path` or a list of paths, relative to the file,
 merged in order, each resolved the same way first) <- the YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block
 <- `--set key=value`. A file over its base merges mapping by mapping (a profile block too); any other value replaces.
-Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
+Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting, and
+every value against the range or choices its field declares (`setting`); docs/configs.md describes both for users.
 
 Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
     python3 -m trainer.config CONFIG [--set key=value ...] --print run_name --print logging.tensorboard_dir
@@ -146,7 +147,7 @@ class TrainingConfig:
     max_env_steps: int | None = setting(None, ge=1, le=10**12, note="null = episodes only")
     seed: int = setting(1, ge=0, lt=SEED_LIMIT)
     seed_steps: int = setting(1000, ge=0, le=10**9)  # uniform random actions before the policy acts and updates start
-    eval_every_episodes: int = setting(10, ge=1, le=10 * MILLION)
+    eval_every_episodes: int = setting(10, ge=0, le=10 * MILLION, note="0 = no evaluation")
     eval_episodes: int = setting(5, ge=1, le=10_000)
     device: str = setting("auto", choices=DEVICES)
     # shell command run when training completes (not on a signal), e.g. a VM stop
@@ -216,7 +217,8 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
-    _check_settings(cfg)  # the checks of single keys, again after the profile: a bad value fails before torch loads
+    # single keys now, so a bad value fails before choosing a profile imports torch; _validate checks all again
+    _check_settings(cfg)
     _check_outside(cfg)
     named = cfg.profile != "auto"
     cfg.profile = _choose_profile(cfg.profile, profiles)
