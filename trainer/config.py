@@ -119,7 +119,7 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
-    local_dir: str = "checkpoints"  # where files are written first when `dir` is a URL, then uploaded
+    local_dir: str | None = None  # where files are staged when `dir` is a URL; None = one unique to the URL and run
     name: str | None = None  # file prefix; None = sac_<encoder.type>
     every_episodes: int = 100
     every_steps: int = 0  # also replace _latest every this many agent steps; 0 = off

@@ -32,7 +32,7 @@ from trainer.device import can_compile, native_bfloat16, replay_frames_device, r
 from trainer.errors import UserError
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
-from trainer.remote import RemoteDir, is_remote
+from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
 
 EVAL_SEED_OFFSET = 1_000_000  # eval episodes never share a start state with training episodes
@@ -95,8 +95,9 @@ class Trainer:
         ckpt = cfg.checkpoint
         self.remote = None
         if is_remote(ckpt.dir):
-            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s, report=print)
-        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+            staging = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir)
+            self.remote = RemoteDir(ckpt.dir, staging, ckpt.upload_retries, ckpt.upload_backoff_s, report=print)
+        self.checkpoint_dir = self.remote.local_dir if self.remote else Path(ckpt.dir)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
