@@ -102,8 +102,8 @@ def _non_finite(tree) -> str | None:
     return next((key for key, t in _tensors(tree) if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
 
 
-def _mb(n: float) -> str:
-    return f"{n / 2**20:.0f} MB"
+def _size(n: float) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} KB"
 
 
 def atomic_save(obj, path: Path) -> None:
@@ -121,20 +121,29 @@ def atomic_save(obj, path: Path) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    except BaseException as err:
+    except BaseException as raised:
         tmp.unlink(missing_ok=True)
-        if not isinstance(err, OSError):
+        err = _os_error(raised)
+        if err is None:
             raise
         if err.errno == errno.ENOSPC:
             need = sum(t.nbytes for _, t in _tensors(obj))
             free = shutil.disk_usage(path.parent).free
             raise CheckpointError(
-                f"cannot save {path.name}: the disk holding {path.parent} is full (this file needs about {_mb(need)}, "
-                f"{_mb(free)} free); free space or set checkpoint.dir to a larger disk, then continue with --resume auto "
+                f"cannot save {path.name}: the disk holding {path.parent} is full (this file needs about {_size(need)}, "
+                f"{_size(free)} free); free space or set checkpoint.dir to a larger disk, then continue with --resume auto "
                 "(the previous checkpoint is intact)") from None
         raise CheckpointError(
             f"cannot save {path} ({err.strerror or err}); make {path.parent} writable or set checkpoint.dir, then "
             "continue with --resume auto (the previous checkpoint is intact)") from None
+
+
+def _os_error(err: BaseException | None) -> OSError | None:
+    """The OSError behind `err`, if any: torch's zip writer, on closing after a failed write, raises a RuntimeError
+    of its own ("unexpected pos") whose context is the OSError (ENOSPC) that matters."""
+    while err is not None and not isinstance(err, OSError):
+        err = err.__cause__ or err.__context__
+    return err
 
 
 def save(directory: Path, name: str, payload: dict, replay_state: dict, env_step: int, episode: int | None,
@@ -219,7 +228,8 @@ def prepare(directory: Path, name: str) -> None:
         raise CheckpointError(f"cannot write checkpoints to {directory} ({reason}); free space or make it writable, "
                               "or set checkpoint.dir to another folder") from None
     finally:
-        probe.unlink(missing_ok=True)
+        if probe.exists():  # unlink on a read-only mount fails even for a missing file
+            probe.unlink()
 
 
 def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, dict | None]:
