@@ -13,9 +13,11 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
-    parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = the newest that loads, or a fresh start where the run has none")
+    parser.add_argument("--resume", metavar="PATH|auto",
+                        help="checkpoint to continue from; auto = the newest that loads (a fresh start if the run has none)")
     parser.add_argument("--start-over", action="store_true",
-                        help="start a new run although checkpoints of this one exist: they are moved into <dir>/<run>.replaced-<time>/, never deleted")
+                        help="start a new run although checkpoints of this one exist: "
+                             "they are moved into <dir>/<run>.replaced-<time>/, never deleted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     args = parser.parse_args(argv)
 

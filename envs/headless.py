@@ -38,7 +38,8 @@ def _check(backend: str) -> None:
     """A MUJOCO_GL this process can render with, or a one-line UserError naming the fix."""
     if backend == "glfw":
         if not os.environ.get("DISPLAY"):
-            raise UserError("MUJOCO_GL=glfw needs a display and DISPLAY is unset; use MUJOCO_GL=egl or osmesa (headless)")
+            raise UserError("MUJOCO_GL=glfw needs a display and DISPLAY is unset; "
+                            "use MUJOCO_GL=egl or osmesa (headless)")
         return
     if backend not in _BACKEND_LIBRARIES:
         raise UserError(f"MUJOCO_GL={backend} is not a MuJoCo rendering backend; use egl or osmesa (headless), "

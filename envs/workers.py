@@ -136,7 +136,8 @@ class EnvWorkers:
             self.dead.add(i)
             process = self.workers[i].processes[0]
             process.join(timeout=1.0)
-            how = f"killed by signal {-process.exitcode}" if process.exitcode and process.exitcode < 0 else f"exit status {process.exitcode}"
+            code = process.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
             raise WorkerDied(f"env worker {i} (pid {process.pid}) died ({how}: the out-of-memory killer, or a kill); "
                              "the last checkpoint is intact: continue with --resume auto, with fewer env.num_envs "
                              "if memory ran out") from None

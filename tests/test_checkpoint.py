@@ -168,6 +168,7 @@ def test_a_checkpoint_with_flipped_bytes_fails_its_checksum_and_auto_falls_back(
     flip_value(tmp_path / "run_latest.pt", 20.0, 21.0)  # a finite change: only the checksum can see it
     path, data, replay = checkpoint.load_newest(tmp_path, "run")
     assert path.name == "run_ep1.pt" and torch.equal(data["agent"]["w"], torch.full((3,), 10.0))
+    assert torch.equal(replay["frames"], torch.arange(10)), "its own sidecar"
     assert capsys.readouterr().err.count("checksum does not match") == 2
 
 
@@ -260,9 +261,11 @@ def tiny_disk(tmp_path):
     """A real 1 MiB tmpfs (mounting one needs root, which CI containers and this machine have)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}); test_a_save_that_fails_midway_* covers the logic")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True,
+                             check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
+                    "test_a_save_that_fails_midway_* covers the logic with a simulated ENOSPC")
     yield mount
     subprocess.run(["umount", str(mount)], check=True)
 
@@ -281,9 +284,8 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
 
     (ckpt / ".run_latest.pt.tmp999999").write_bytes(b"\0" * (tiny_disk.stat().st_blksize * 64))  # a killed writer's
     filler = tiny_disk / "filler"
-    with open(filler, "wb") as f:  # fill what is left
-        with pytest.raises(OSError):
-            f.write(b"\0" * 2**20)
+    with open(filler, "wb") as f, pytest.raises(OSError):  # fill what is left
+        f.write(b"\0" * 2**20)
     with pytest.raises(CheckpointError, match=r"cannot write checkpoints to .* \(the disk is full\)"):
         checkpoint.prepare(tiny_disk / "elsewhere", "run")
     filler.unlink()
@@ -319,7 +321,8 @@ def test_an_unwritable_folder_is_reported_at_start(tmp_path):
     else:
         folder.chmod(0o500)
     try:
-        with pytest.raises(CheckpointError, match=r"cannot write checkpoints to .*ro \(Read-only file system|Permission denied"):
+        unwritable = r"cannot write checkpoints to .*ro \((Read-only file system|Permission denied)\)"
+        with pytest.raises(CheckpointError, match=unwritable):
             checkpoint.prepare(folder, "run")
     finally:
         if os.geteuid() == 0:

@@ -211,7 +211,7 @@ def test_a_damaged_latest_beside_a_good_episode_file(smoke_run, tmp_path):
         damage(ckpt)
         before = contents(ckpt)
         result = run_cli("--config", CONFIG, *args, *TINY, "--resume", str(ckpt / "sac_video_latest.pt"))
-        assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert "sac_video_latest.pt is" in result.stderr and "use --resume auto" in result.stderr
         assert contents(ckpt) == before
 
@@ -227,10 +227,12 @@ def test_a_corrupt_or_missing_sidecar_named_by_hand(smoke_run, tmp_path):
     sidecar.write_bytes(os.urandom(sidecar.stat().st_size))
     result = run_cli("--config", CONFIG, *args, *TINY, "--resume", str(ckpt / "sac_video_ep2.pt"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert "replay sidecar" in result.stderr and "move it aside to resume sac_video_ep2.pt with an empty replay" in result.stderr
+    assert "replay sidecar" in result.stderr
+    assert "move it aside to resume sac_video_ep2.pt with an empty replay" in result.stderr
 
     sidecar.unlink()  # as the message says
-    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3", "--resume", str(ckpt / "sac_video_ep2.pt"))
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3",
+                     "--resume", str(ckpt / "sac_video_ep2.pt"))
     assert result.returncode == 0, result.stderr
     assert "resuming with an empty replay buffer" in result.stderr and "0 transitions in replay" in result.stdout
 
@@ -238,7 +240,8 @@ def test_a_corrupt_or_missing_sidecar_named_by_hand(smoke_run, tmp_path):
 def test_a_checkpoint_of_another_config_is_one_line_and_stays_loadable(smoke_run, tmp_path):
     args, ckpt = copy_of(smoke_run, tmp_path)
     before = contents(ckpt)
-    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "sac.hidden_dim=32", "--resume", str(ckpt / "sac_video_latest.pt"))
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "sac.hidden_dim=32",
+                     "--resume", str(ckpt / "sac_video_latest.pt"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "trained with sac.hidden_dim=64 but the config says sac.hidden_dim=32" in result.stderr
     assert contents(ckpt) == before

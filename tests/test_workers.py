@@ -1,14 +1,17 @@
 """Env workers stepped in turn with pipelined actions: each step returns what sequential envs return for the same
 seeds and actions, the actions it reports are the ones the workers stepped with, episodes autoreset on the next
-step, and a reset with steps in flight starts clean."""
+step, a reset with steps in flight starts clean, workers ignore the stop signals (the trainer stops them), and a
+killed worker is a WorkerDied error after which close still ends every process."""
 
 import functools
+import os
+import signal
 
 import numpy as np
 import pytest
 
 from envs import make_env, make_vector_env
-from envs.workers import EnvWorkers
+from envs.workers import EnvWorkers, WorkerDied
 from trainer.config import Config
 
 SEED = 5
@@ -95,3 +98,30 @@ def test_workers_take_any_env_factory():
     workers = EnvWorkers(functools.partial(make_env, pendulum()), 3)
     assert workers.reset(seed=0).shape == (3, *workers.single_observation_space.shape)
     workers.close()
+
+
+def test_a_killed_worker_is_a_worker_died_error_and_close_still_ends_every_process():
+    cfg = pendulum()
+    workers = make_vector_env(cfg)
+    policy = Recorder(workers.single_action_space.shape[0])
+    workers.reset(seed=SEED)
+    workers.step(policy)
+    victim = workers.workers[1].processes[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(WorkerDied, match=rf"env worker 1 \(pid {victim.pid}\) died \(killed by signal 9"):
+        for _ in range(3):  # the step in flight may already have answered
+            workers.step(policy)
+    workers.close()
+    assert not any(w.processes[0].is_alive() for w in workers.workers)
+
+
+def test_workers_ignore_the_stop_signals_their_trainer_handles():
+    workers = make_vector_env(pendulum())
+    workers.reset(seed=SEED)
+    for worker in workers.workers:
+        os.kill(worker.processes[0].pid, signal.SIGINT)
+        os.kill(worker.processes[0].pid, signal.SIGTERM)
+    policy = Recorder(workers.single_action_space.shape[0])
+    workers.step(policy)  # still answering
+    workers.close()
+    assert all(w.processes[0].exitcode == 0 for w in workers.workers)

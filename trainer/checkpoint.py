@@ -6,9 +6,13 @@ Files in `checkpoint.dir` for a run named <name>:
   <name>_step<S>.replay.pt    the replay buffer at agent step S, referenced by the .pt files saved at that moment.
                               It is the size of the buffer, so it is written once per save rather than into every
                               file; the newest `checkpoint.keep_replays` are kept.
-Every file is written to a temporary name, fsynced and renamed, so a kill leaves the previous good file in place.
-`checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote `checkpoint.dir` (see trainer/remote.py)
-mirrors this folder; `fetch` callbacks below pull files from it on demand.
+Every file is written to a temporary name, fsynced and renamed, so a kill leaves the previous good file in place;
+a failed write removes its temporary file and is a one-line error. Each file carries a SHA-256 of its contents (a
+checkpoint also its sidecar's), verified on load with a check for NaN/inf, because torch loads flipped bytes
+silently. A damaged sidecar costs the replay, never the weights (`load_newest`). A fresh start never writes over an
+existing run (`start_fresh`). `checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote
+`checkpoint.dir` (see trainer/remote.py) mirrors this folder; `fetch` callbacks below pull files from it on demand.
+Each case, as the user sees it: docs/checkpoints.md.
 """
 
 import dataclasses
@@ -130,9 +134,9 @@ def atomic_save(obj, path: Path) -> None:
             need = sum(t.nbytes for _, t in _tensors(obj))
             free = shutil.disk_usage(path.parent).free
             raise CheckpointError(
-                f"cannot save {path.name}: the disk holding {path.parent} is full (this file needs about {_size(need)}, "
-                f"{_size(free)} free); free space or set checkpoint.dir to a larger disk, then continue with --resume auto "
-                "(the previous checkpoint is intact)") from None
+                f"cannot save {path.name}: the disk holding {path.parent} is full (this file needs about "
+                f"{_size(need)}, {_size(free)} free); free space or set checkpoint.dir to a larger disk, then continue "
+                "with --resume auto (the previous checkpoint is intact)") from None
         raise CheckpointError(
             f"cannot save {path} ({err.strerror or err}); make {path.parent} writable or set checkpoint.dir, then "
             "continue with --resume auto (the previous checkpoint is intact)") from None
@@ -240,7 +244,8 @@ def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, 
     try:
         return payload, load_replay(path.parent, payload, fetch)
     except ReplayDamaged as err:
-        raise ReplayDamaged(f"{err}; move it aside to resume {path.name} with an empty replay buffer, or use --resume auto") from None
+        raise ReplayDamaged(f"{err}; move it aside to resume {path.name} with an empty replay buffer, "
+                            "or use --resume auto") from None
 
 
 def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict:
@@ -251,15 +256,18 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         payload = _read(path, "checkpoint")
     except CheckpointError as err:
         raise CheckpointError(f"{err}; {RESUME_FIX}") from None
-    if not isinstance(payload, dict) or any(key not in payload for key in PAYLOAD_KEYS) or payload["format"] not in READABLE_FORMATS:
+    known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
+    if not known or payload["format"] not in READABLE_FORMATS:
         raise CheckpointError(f"{path} is not a checkpoint of this trainer (format {FORMAT}); pass a <run>_latest.pt or <run>_ep<N>.pt file")
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):
-            raise CheckpointError(f"checkpoint {path} is corrupt (its checksum does not match its contents); {RESUME_FIX}")
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt (its checksum does not match its contents); {RESUME_FIX}")
     bad = _non_finite(payload["agent"])
     if bad:
-        raise CheckpointError(f"checkpoint {path} holds NaN or inf in {bad} (damaged, or the run diverged before this save); {RESUME_FIX}")
+        raise CheckpointError(f"checkpoint {path} holds NaN or inf in {bad} (damaged, or the run diverged before "
+                              f"this save); {RESUME_FIX}")
     return payload
 
 
@@ -270,7 +278,8 @@ def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | N
     if fetch:
         fetch(replay_path.name)
     if not replay_path.exists():
-        print(f"warning: {replay_path.name} was pruned (checkpoint.keep_replays); resuming with an empty replay buffer", file=sys.stderr)
+        print(f"warning: {replay_path.name} was pruned (checkpoint.keep_replays); resuming with an empty replay buffer",
+              file=sys.stderr)
         return None
     return _read_replay(replay_path, payload.get("replay_checksum"))
 
@@ -379,7 +388,8 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
         os.replace(directory / file, directory / folder / file)
     if remote:
         remote.move_aside(mirrored, folder)
-    print(f"--start-over: moved {len(set(local) | set(mirrored))} files of run '{name}' into {where.rstrip('/')}/{folder}/")
+    moved = len(set(local) | set(mirrored))
+    print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
 
 def check_compatible(saved: dict, current: dict, path: Path) -> None:
