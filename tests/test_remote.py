@@ -50,7 +50,7 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
     for step, episode in [(10, 1), (20, 2)]:
         saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, step, episode, 1, 1)
         remote.upload(saved.written, saved.deleted)
-    assert remote.close(timeout_s=30) and messages == []
+    assert remote.close(timeout_s=30) and messages == [f"checkpoints for {s3}/unit are staged in {local}"], "no warning"
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]
 
     shutil.rmtree(local)

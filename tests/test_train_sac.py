@@ -8,6 +8,7 @@ import csv
 import os
 import re
 import shutil
+import subprocess
 
 import pytest
 from PIL import Image
@@ -253,3 +254,30 @@ def test_an_unwritable_checkpoint_folder_is_one_line_at_start(smoke_run, tmp_pat
     result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={tmp_path / 'file' / 'ckpt'}")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"error: cannot write checkpoints to {tmp_path / 'file' / 'ckpt'} (" in result.stderr
+
+
+def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint(smoke_run, tmp_path):
+    """A real tmpfs sized so the first episode's save fits and the second's replay does not (it needs root to mount,
+    as this machine and CI containers have; elsewhere tests/test_checkpoint.py covers the save with a simulated
+    ENOSPC)."""
+    tmp, args, _ = smoke_run
+    weights = (tmp / "ckpt" / "sac_video_latest.pt").stat().st_size
+    replay = (tmp / "ckpt" / "sac_video_step100.replay.pt").stat().st_size  # the second save's sidecar
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    size = replay + 2 * weights + 256 * 1024  # holds episode 1's files, not also episode 2's replay
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={disk}",
+                         "--set", f"logging.tensorboard_dir={tmp_path / 'runs'}")
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "error: cannot save sac_video_step100.replay.pt: the disk holding" in result.stderr
+        assert "is full" in result.stderr and "the previous checkpoint is intact" in result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
+                                                           "sac_video_step50.replay.pt"], "no temporary file left"
+        data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
+        assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
+    finally:
+        subprocess.run(["umount", disk], check=True)
