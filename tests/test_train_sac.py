@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -178,7 +179,7 @@ def test_a_truncated_shared_sidecar_resumes_the_weights_with_an_empty_replay(smo
     args, ckpt = copy_of(smoke_run, tmp_path)
     sidecar = ckpt / "sac_video_step100.replay.pt"
     sidecar.write_bytes(sidecar.read_bytes()[:5000])
-    trained = checkpoint.load_weights(ckpt / "sac_video_ep2.pt")["agent"]["updates"]
+    trained = torch.load(ckpt / "sac_video_ep2.pt", weights_only=True)["agent"]["updates"]
     result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3", "--resume", "auto")
     assert result.returncode == 0, result.stderr
     assert "resuming the weights at step 100 with an empty replay buffer" in result.stderr
