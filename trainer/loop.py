@@ -198,19 +198,23 @@ class Trainer:
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
             return
         for _ in range(sac.updates_per_step * env_steps):
+            if self.stop.requested:  # a spot reclaim leaves 30-120 s: every long loop listens
+                return
             metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
 
-    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
+    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
         task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
-        frames for the eval video."""
+        frames for the eval video. None when a stop signal cuts it short: the run saves and exits instead."""
         returns, successes, clip = [], [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
             total, done = 0.0, False
             while not done:
+                if self.stop.requested:
+                    return None
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
                 obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
@@ -298,10 +302,10 @@ class Trainer:
         self.returns[i], self.lengths[i] = 0.0, 0
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
         progress.episode += 1
-        if every(cfg.training.eval_every_episodes, progress.episode):
-            mean_return, success_rate, clip = self.evaluate()
+        evaluation = self.evaluate() if every(cfg.training.eval_every_episodes, progress.episode) else None
+        if evaluation is not None:
             frames = progress.env_step * cfg.env.action_repeat
-            self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
+            self.logger.evaluation(*evaluation[:2], progress.env_step, frames, progress.episode, evaluation[2])
         if every(cfg.checkpoint.every_episodes, progress.episode):
             self.save(final_of_episode=True)
 
