@@ -27,7 +27,8 @@ from trainer.errors import UserError
 FORMAT = 1
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
 # Config keys whose change makes a checkpoint meaningless or unloadable for the run being resumed.
-STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size")
+STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size",
+                   "sac.critic_layer_norm")
 PIXEL_KEYS = (
     "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
     "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",

@@ -95,11 +95,20 @@ class SACConfig:
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
+    # LayerNorm after every hidden layer of the Q heads (RLPD): keeps Q from extrapolating wildly on actions the
+    # demonstrations never took, which is what lets half of every batch come from them
+    critic_layer_norm: bool = False
 
 
 @dataclass
 class ReplayConfig:
     device: str = "auto"  # where replay frames live: auto (the training device when they fit there) | cpu | cuda
+
+
+@dataclass
+class DemosConfig:
+    path: str | None = None  # a Minari dataset folder (python3 -m envs.dishwashing.record); None = no demonstrations
+    share: float = 0.5  # of every batch drawn from the demonstrations (RLPD's symmetric sampling), in [0, 1)
 
 
 @dataclass
@@ -153,6 +162,7 @@ class Config:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     sac: SACConfig = field(default_factory=SACConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    demos: DemosConfig = field(default_factory=DemosConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -346,6 +356,8 @@ def _validate(cfg: Config) -> None:
         raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
     if cfg.sac.augment_samples > 1 and (cfg.encoder.type != "video" or cfg.sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
+    if not 0 <= cfg.demos.share < 1:
+        raise UserError(f"demos.share must be in [0, 1) (the rest of each batch is the agent's own replay), got {cfg.demos.share}")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
 

@@ -25,9 +25,11 @@ from encoders import build_encoder
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
 from sac.agent import SAC
+from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
+from trainer.demos import Demos
 from trainer.device import can_compile, native_bfloat16, replay_frames_device, resolve_device
 from trainer.errors import UserError
 from trainer.gpu_monitor import GpuMonitor
@@ -91,6 +93,7 @@ class Trainer:
             frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
+        self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
         self.progress = Progress()
         ckpt = cfg.checkpoint
         self.remote = None
@@ -105,6 +108,7 @@ class Trainer:
             "config": to_dict(self.cfg),
             "agent": self.agent.state_dict(),
             "progress": asdict(self.progress),
+            "demos": self.demos.state_dict() if self.demos else None,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -145,6 +149,8 @@ class Trainer:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
         print(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        if self.demos:
+            print(self.demos.load_state_dict(payload.get("demos")))
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
         if changes:
             print(f"settings changed since that checkpoint: {', '.join(changes)}")
@@ -167,9 +173,15 @@ class Trainer:
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
             return
         for _ in range(sac.updates_per_step * env_steps):
-            metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
+            metrics = self.agent.update(self.sample(sac.batch_size))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch from the replay, `demos.share` of it from the demonstrations when the run has them."""
+        if self.demos is None:
+            return self.replay.sample(batch_size, self.device)
+        return mixed_sample(self.replay, self.demos.store, batch_size, self.cfg.demos.share, self.device)
 
     def run_episode(self, stop: GracefulStop) -> bool:
         """One training episode; False if a stop signal cut it short."""
@@ -265,6 +277,8 @@ class Trainer:
         """Train until `training.episodes` (or `training.max_env_steps`); returns the process exit status."""
         cfg = self.cfg
         print(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}", flush=True)
+        if self.demos:
+            print(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch", flush=True)
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         try:
