@@ -74,8 +74,14 @@ def check_new(path: str | Path) -> None:
         raise UserError(f"a dataset already exists at {path}; pass another --out or delete it first")
 
 
-def write(path: str | Path, episodes: list[Episode], observation_space: gym.spaces.Dict,
-          action_space: gym.spaces.Box, env_id: str, recording: dict) -> None:
+def write(
+    path: str | Path,
+    episodes: list[Episode],
+    observation_space: gym.spaces.Dict,
+    action_space: gym.spaces.Box,
+    env_id: str,
+    recording: dict,
+) -> None:
     """A new Minari dataset at `path` (an existing one is an error, never overwritten)."""
     import minari
     from minari.data_collector.episode_buffer import EpisodeBuffer
@@ -84,12 +90,24 @@ def write(path: str | Path, episodes: list[Episode], observation_space: gym.spac
     check_new(path)
     target = Path(path).expanduser().resolve()  # Minari joins relative paths twice
     target.mkdir(parents=True, exist_ok=True)
-    storage = MinariStorage.new(target / DATA_DIR, observation_space, action_space, env_spec=gym.spec(env_id),
-                                data_format="hdf5", jpeg_encoding=False)
+    storage = MinariStorage.new(
+        target / DATA_DIR,
+        observation_space,
+        action_space,
+        env_spec=gym.spec(env_id),
+        data_format="hdf5",
+        jpeg_encoding=False,
+    )
     storage.update_metadata({"dataset_id": target.name, "minari_version": minari.__version__, RECORDING_KEY: recording})
     storage.update_episodes(
-        EpisodeBuffer(id=i, observations=e.observations, actions=e.actions, rewards=list(e.rewards),
-                      terminations=list(e.terminations), truncations=list(e.truncations))
+        EpisodeBuffer(
+            id=i,
+            observations=e.observations,
+            actions=e.actions,
+            rewards=list(e.rewards),
+            terminations=list(e.terminations),
+            truncations=list(e.truncations),
+        )
         for i, e in enumerate(episodes)
     )
 
@@ -100,8 +118,10 @@ def read(path: str | Path) -> Demonstrations:
 
     where = data_path(path).resolve()
     if not (where / "metadata.json").is_file():
-        raise UserError(f"no Minari dataset at {path} (no {where / 'metadata.json'}); record one with "
-                        "python3 -m envs.dishwashing.record --out PATH, or fix the path")
+        raise UserError(
+            f"no Minari dataset at {path} (no {where / 'metadata.json'}); record one with "
+            "python3 -m envs.dishwashing.record --out PATH, or fix the path"
+        )
     with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
         warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
         dataset = MinariDataset(where)
@@ -113,11 +133,19 @@ def read(path: str | Path) -> Demonstrations:
     elif isinstance(space, gym.spaces.Dict):
         unwrap = lambda obs: {k: np.asarray(v) for k, v in obs.items()}  # noqa: E731
     else:
-        raise UserError(f"dataset {path} has {type(space).__name__} observations; the trainer reads Box or Dict(state, pixels)")
+        raise UserError(
+            f"dataset {path} has {type(space).__name__} observations; the trainer reads Box or Dict(state, pixels)"
+        )
     episodes = [
-        Episode(unwrap(e.observations), np.asarray(e.actions, np.float32), np.asarray(e.rewards, np.float32),
-                np.asarray(e.terminations, bool), np.asarray(e.truncations, bool))
+        Episode(
+            unwrap(e.observations),
+            np.asarray(e.actions, np.float32),
+            np.asarray(e.rewards, np.float32),
+            np.asarray(e.terminations, bool),
+            np.asarray(e.truncations, bool),
+        )
         for e in dataset.iterate_episodes()
     ]
-    return Demonstrations(episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}),
-                          fingerprint(path), Path(path))
+    return Demonstrations(
+        episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}), fingerprint(path), Path(path)
+    )

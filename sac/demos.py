@@ -19,16 +19,29 @@ import torch
 from sac.replay import ReplayBuffer
 
 
-def fill_store(episodes: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], *, frame_stack: int | None,
-               seed: int, discount: float, nstep: int, frames_on: torch.device | None) -> ReplayBuffer:
+def fill_store(
+    episodes: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    frame_stack: int | None,
+    seed: int,
+    discount: float,
+    nstep: int,
+    frames_on: torch.device | None,
+) -> ReplayBuffer:
     """A ReplayBuffer holding exactly these episodes, each (observations, actions, rewards, terminations)."""
     observations = [episode[0] for episode in episodes]
     frames = sum(len(obs) for obs in observations)
     first = observations[0]
     store = ReplayBuffer(
         capacity=frames + (frame_stack or 1) + 2,  # + the ring's minimum window: stores of one short episode work too
-        frame_shape=first.shape[1:], frame_dtype=first.dtype, action_dim=episodes[0][1].shape[-1],
-        frame_stack=frame_stack, seed=seed, discount=discount, nstep=nstep, frames_on=frames_on,
+        frame_shape=first.shape[1:],
+        frame_dtype=first.dtype,
+        action_dim=episodes[0][1].shape[-1],
+        frame_stack=frame_stack,
+        seed=seed,
+        discount=discount,
+        nstep=nstep,
+        frames_on=frames_on,
     )
     for obs, actions, rewards, terminations in episodes:
         if frame_stack:  # the store keeps the last frame of the stack it is given: a one-frame stack per step
@@ -44,8 +57,9 @@ def demo_count(batch_size: int, share: float) -> int:
     return int(round(share * batch_size))
 
 
-def mixed_sample(replay: ReplayBuffer, demos: ReplayBuffer, batch_size: int, share: float,
-                 device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def mixed_sample(
+    replay: ReplayBuffer, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
     """`batch_size` transitions: `demo_count(batch_size, share)` from `demos`, the rest from `replay`, the
     demonstrations last."""
     from_demos = demo_count(batch_size, share)

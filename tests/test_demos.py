@@ -32,8 +32,24 @@ SIZE = 40  # small frames: the tests render every step
 def record_dataset(path, episodes: int = 2, seed: int = 0, size: int = SIZE) -> list[demos.Episode]:
     """Record through the command line, as users do; the episodes as the recorder produced them in memory too."""
     cfg = load_config(VIDEO, [f"env.image_size={size}"])
-    done = subprocess.run([sys.executable, "-m", "envs.dishwashing.record", "--episodes", str(episodes), "--out", str(path),
-                           "--seed", str(seed), "--set", f"env.image_size={size}"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envs.dishwashing.record",
+            "--episodes",
+            str(episodes),
+            "--out",
+            str(path),
+            "--seed",
+            str(seed),
+            "--set",
+            f"env.image_size={size}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert f"{episodes} episodes" in done.stdout and f"{episodes} successful" in done.stdout
     return record(cfg, episodes, noise=0.1, seed=seed, progress=False)[0]
@@ -74,10 +90,17 @@ def test_recording_loads_back_exactly_as_the_env_returned_it(dataset):
 
 def test_recording_never_overwrites_a_dataset(dataset):
     path, _ = dataset
-    done = subprocess.run([sys.executable, "-m", "envs.dishwashing.record", "--episodes", "1", "--out", str(path)],
-                          cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "envs.dishwashing.record", "--episodes", "1", "--out", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == f"error: a dataset already exists at {path}; pass another --out or delete it first"
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"error: a dataset already exists at {path}; pass another --out or delete it first"
+    )
     assert len(demos.read(path).episodes) == 2
 
 
@@ -86,9 +109,19 @@ def synthetic_store(marker: float, frame_stack: int | None, episodes: int = 3, l
     data = []
     for e in range(episodes):
         values = marker + 100 * e + np.arange(length + 1)
-        obs = np.broadcast_to(values[:, None, None, None], (length + 1, 1, 2, 2)).astype(np.uint8) if frame_stack \
+        obs = (
+            np.broadcast_to(values[:, None, None, None], (length + 1, 1, 2, 2)).astype(np.uint8)
+            if frame_stack
             else np.repeat(values[:, None], 3, axis=1).astype(np.float32)
-        data.append((obs, np.full((length, 2), marker, np.float32), np.ones(length, np.float32), np.arange(length) == length - 1))
+        )
+        data.append(
+            (
+                obs,
+                np.full((length, 2), marker, np.float32),
+                np.ones(length, np.float32),
+                np.arange(length) == length - 1,
+            )
+        )
     return fill_store(data, frame_stack=frame_stack, seed=0, discount=0.99, nstep=1, frames_on=None)
 
 
@@ -99,13 +132,16 @@ def test_batches_hold_the_configured_share_of_demonstrations(share):
         batch = mixed_sample(replay, shown, 64, share)
         from_demos = (batch["action"][:, 0] == 1.0).numpy()
         assert len(from_demos) == 64 and from_demos.sum() == demo_count(64, share) == round(64 * share)
-        assert from_demos[64 - demo_count(64, share):].all(), "the demonstrations fill the end of the batch"
+        assert from_demos[64 - demo_count(64, share) :].all(), "the demonstrations fill the end of the batch"
 
 
 def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
     store = synthetic_store(10.0, frame_stack=3, episodes=1)
     batch = store.sample(256)
-    obs, next_obs = batch["obs"][:, :, 0, 0, 0].numpy().astype(int), batch["next_obs"][:, :, 0, 0, 0].numpy().astype(int)
+    obs, next_obs = (
+        batch["obs"][:, :, 0, 0, 0].numpy().astype(int),
+        batch["next_obs"][:, :, 0, 0, 0].numpy().astype(int),
+    )
     step = next_obs[:, -1] - 10  # the frame each transition leads to, 1..7
     assert set(step) == set(range(1, 8)), "every transition of the episode is sampled, none of the padding"
     expect = lambda last: 10 + np.maximum(last[:, None] + np.array([-2, -1, 0]), 0)  # noqa: E731  reset frame repeated
@@ -114,30 +150,56 @@ def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
 
 
 def fake(obs_spaces: dict, action_dim: int = 4, **recording) -> demos.Demonstrations:
-    return demos.Demonstrations([], gym.spaces.Dict(obs_spaces), gym.spaces.Box(-1, 1, (action_dim,), np.float32),
-                                {"env_id": "Dishwashing-v0", "camera": "overview", "image_size": 84, "action_repeat": 1} | recording,
-                                "0", "data/x")
+    return demos.Demonstrations(
+        [],
+        gym.spaces.Dict(obs_spaces),
+        gym.spaces.Box(-1, 1, (action_dim,), np.float32),
+        {"env_id": "Dishwashing-v0", "camera": "overview", "image_size": 84, "action_repeat": 1} | recording,
+        "0",
+        "data/x",
+    )
 
 
 STATE_BOX = gym.spaces.Box(-np.inf, np.inf, (26,), np.float32)
 FRAME = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
 
 
-@pytest.mark.parametrize("config, data, message", [
-    (STATE, fake({"state": STATE_BOX}, env_id="DishwashingFeasible-v0"), "env id DishwashingFeasible-v0 there, Dishwashing-v0 here (env.id)"),
-    (STATE, fake({"pixels": FRAME}), "observations pixels there, state here (encoder.type)"),
-    (STATE, fake({"state": gym.spaces.Box(-np.inf, np.inf, (26,), np.float64)}), "observations float64 (26,) there, float32 (26,) here (env.id)"),
-    (STATE, fake({"state": STATE_BOX}, action_dim=3), "action dimension 3 there, 4 here (env.id)"),
-    (STATE, fake({"state": STATE_BOX}, action_repeat=2), "action_repeat 2 there, 1 here (env.action_repeat)"),
-    (VIDEO, fake({"pixels": gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)}), "observations uint8 (3, 64, 64) there, uint8 (3, 84, 84) here (env.image_size)"),
-    (VIDEO, fake({"pixels": gym.spaces.Box(0, 255, (4, 3, 84, 84), np.uint8)}), "frames stored in stacks of 4 there, single frames stacked 3 at a time here (env.frame_stack)"),
-    (VIDEO, fake({"pixels": FRAME}, camera="close"), "camera close there, overview here (env.camera)"),
-])
+@pytest.mark.parametrize(
+    "config, data, message",
+    [
+        (
+            STATE,
+            fake({"state": STATE_BOX}, env_id="DishwashingFeasible-v0"),
+            "env id DishwashingFeasible-v0 there, Dishwashing-v0 here (env.id)",
+        ),
+        (STATE, fake({"pixels": FRAME}), "observations pixels there, state here (encoder.type)"),
+        (
+            STATE,
+            fake({"state": gym.spaces.Box(-np.inf, np.inf, (26,), np.float64)}),
+            "observations float64 (26,) there, float32 (26,) here (env.id)",
+        ),
+        (STATE, fake({"state": STATE_BOX}, action_dim=3), "action dimension 3 there, 4 here (env.id)"),
+        (STATE, fake({"state": STATE_BOX}, action_repeat=2), "action_repeat 2 there, 1 here (env.action_repeat)"),
+        (
+            VIDEO,
+            fake({"pixels": gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)}),
+            "observations uint8 (3, 64, 64) there, uint8 (3, 84, 84) here (env.image_size)",
+        ),
+        (
+            VIDEO,
+            fake({"pixels": gym.spaces.Box(0, 255, (4, 3, 84, 84), np.uint8)}),
+            "frames stored in stacks of 4 there, single frames stacked 3 at a time here (env.frame_stack)",
+        ),
+        (VIDEO, fake({"pixels": FRAME}, camera="close"), "camera close there, overview here (env.camera)"),
+    ],
+)
 def test_a_dataset_that_does_not_fit_the_run_names_both_sides(config, data, message):
     cfg = load_config(config)
     env = gym.make("Dishwashing-v0")
     obs_space = gym.spaces.Box(0, 255, (3, 3, 84, 84), np.uint8) if cfg.encoder.type == "video" else STATE_BOX
-    with pytest.raises(UserError, match=re.escape(f"demonstrations data/x do not fit this run: {message}; record matching ones with")):
+    with pytest.raises(
+        UserError, match=re.escape(f"demonstrations data/x do not fit this run: {message}; record matching ones with")
+    ):
         check_fits(cfg, data, obs_space, env.action_space.shape[0])
 
 
@@ -146,17 +208,32 @@ def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
     done = run_cli("--config", VIDEO, *sets(demos__path=path))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("error:") == 1  # gymnasium's RescaleAction warns on stderr before it: not ours
-    assert done.stderr.strip().splitlines()[-1] == (f"error: demonstrations {path} do not fit this run: observations uint8 (3, {SIZE}, {SIZE}) there, "
-                                                "uint8 (3, 84, 84) here (env.image_size); record matching ones with python3 -m "
-                                                "envs.dishwashing.record --config <this config> --out PATH, or set demos.path to another dataset")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: demonstrations {path} do not fit this run: observations uint8 (3, {SIZE}, {SIZE}) there, "
+        "uint8 (3, 84, 84) here (env.image_size); record matching ones with python3 -m "
+        "envs.dishwashing.record --config <this config> --out PATH, or set demos.path to another dataset"
+    )
 
 
 def state_run(tmp_path, run, demos_path, episodes: int) -> list[str]:
-    return ["--config", STATE, *sets(
-        demos__path=demos_path, training__episodes=episodes, training__max_env_steps="null", env__max_episode_steps=30,
-        sac__batch_size=16, sac__hidden_dim=32, training__seed_steps=20, training__eval_every_episodes=0,
-        checkpoint__dir=tmp_path / run, checkpoint__every_episodes=2, logging__tensorboard_dir=tmp_path / "runs" / run,
-        logging__progress="false")]
+    return [
+        "--config",
+        STATE,
+        *sets(
+            demos__path=demos_path,
+            training__episodes=episodes,
+            training__max_env_steps="null",
+            env__max_episode_steps=30,
+            sac__batch_size=16,
+            sac__hidden_dim=32,
+            training__seed_steps=20,
+            training__eval_every_episodes=0,
+            checkpoint__dir=tmp_path / run,
+            checkpoint__every_episodes=2,
+            logging__tensorboard_dir=tmp_path / "runs" / run,
+            logging__progress="false",
+        ),
+    ]
 
 
 def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_path, dataset):
@@ -164,7 +241,9 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
     shutil.copytree(dataset[0], demos_path)
     straight = run_cli(*state_run(tmp_path, "straight", demos_path, 4))
     assert straight.returncode == 0, straight.stderr
-    assert f"training with 2 demonstration episodes ({demos.read(demos_path).steps} steps) from {demos_path}: 50% of every batch" in straight.stdout
+    steps = demos.read(demos_path).steps
+    said = f"training with 2 demonstration episodes ({steps} steps) from {demos_path}: 50% of every batch"
+    assert said in straight.stdout
 
     first = run_cli(*state_run(tmp_path, "resumed", demos_path, 2))
     assert first.returncode == 0, first.stderr
@@ -172,7 +251,7 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
     assert set(payload["demos"]) == {"path", "fingerprint", "rng"}, "the checkpoint holds no demonstrations"
     resumed = run_cli(*state_run(tmp_path, "resumed", demos_path, 4), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
-    assert f"re-read 2 demonstration episodes" in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
+    assert "re-read 2 demonstration episodes" in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
     assert "differs" not in resumed.stdout
 
     a, _ = checkpoint.load(tmp_path / "straight" / "sac_dishwashing_state_latest.pt")

@@ -26,8 +26,11 @@ class Demos:
         sac = cfg.sac
         self.store: ReplayBuffer = fill_store(
             [(e.observations[key], e.actions, e.rewards, e.terminations) for e in data.episodes],
-            frame_stack=cfg.env.frame_stack if key == demo_files.PIXELS else None, seed=cfg.training.seed,
-            discount=sac.discount, nstep=sac.nstep, frames_on=frames_on,
+            frame_stack=cfg.env.frame_stack if key == demo_files.PIXELS else None,
+            seed=cfg.training.seed,
+            discount=sac.discount,
+            nstep=sac.nstep,
+            frames_on=frames_on,
         )
 
     def describe(self) -> str:
@@ -43,8 +46,10 @@ class Demos:
             return f"{message}; the checkpoint trained without demonstrations"
         self.store.rng.bit_generator.state = state["rng"]
         if state["fingerprint"] != self.fingerprint:
-            return (f"{message}; the file differs from the one the checkpoint trained with ({state['path']}): "
-                    "training goes on with the demonstrations as they are now")
+            return (
+                f"{message}; the file differs from the one the checkpoint trained with ({state['path']}): "
+                "training goes on with the demonstrations as they are now"
+            )
         return message
 
 
@@ -54,8 +59,10 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
     key = demo_files.PIXELS if pixels else demo_files.STATE
 
     def fail(what: str, theirs, ours, config_key: str) -> UserError:
-        return UserError(f"demonstrations {data.path} do not fit this run: {what} {theirs} there, {ours} here "
-                         f"({config_key}); {RECORD_HINT}, or set demos.path to another dataset")
+        return UserError(
+            f"demonstrations {data.path} do not fit this run: {what} {theirs} there, {ours} here "
+            f"({config_key}); {RECORD_HINT}, or set demos.path to another dataset"
+        )
 
     recorded_id = data.recording.get("env_id")
     if recorded_id is not None and recorded_id != cfg.env.id:
@@ -64,12 +71,20 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         raise fail("observations", "/".join(data.observation_space.spaces), key, "encoder.type")
     space = data.observation_space[key]
     if pixels and len(space.shape) == len(obs_space.shape):  # stacks stored: the run could not restack them
-        raise fail("frames stored in stacks of", space.shape[0], f"single frames stacked {cfg.env.frame_stack} at a time",
-                   "env.frame_stack")
+        raise fail(
+            "frames stored in stacks of",
+            space.shape[0],
+            f"single frames stacked {cfg.env.frame_stack} at a time",
+            "env.frame_stack",
+        )
     ours = obs_space.shape[1:] if pixels else obs_space.shape
     if tuple(space.shape) != tuple(ours) or np.dtype(space.dtype) != np.dtype(obs_space.dtype):
-        raise fail("observations", f"{np.dtype(space.dtype)} {tuple(space.shape)}", f"{np.dtype(obs_space.dtype)} {tuple(ours)}",
-                   "env.image_size" if pixels else "env.id")
+        raise fail(
+            "observations",
+            f"{np.dtype(space.dtype)} {tuple(space.shape)}",
+            f"{np.dtype(obs_space.dtype)} {tuple(ours)}",
+            "env.image_size" if pixels else "env.id",
+        )
     if data.action_space.shape != (action_dim,):
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
     for setting in ("camera", "action_repeat") if pixels else ("action_repeat",):

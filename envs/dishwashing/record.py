@@ -59,23 +59,35 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
             truncations.append(truncated)
             done = terminated or truncated
         successes += bool(info.get("success"))
-        recorded.append(demos.Episode(
-            {demos.STATE: np.asarray(states, np.float32), demos.PIXELS: np.asarray(pixels, np.uint8)},
-            np.asarray(actions, np.float32), np.asarray(rewards, np.float32), np.asarray(terminations, bool),
-            np.asarray(truncations, bool)))
+        recorded.append(
+            demos.Episode(
+                {demos.STATE: np.asarray(states, np.float32), demos.PIXELS: np.asarray(pixels, np.uint8)},
+                np.asarray(actions, np.float32),
+                np.asarray(rewards, np.float32),
+                np.asarray(terminations, bool),
+                np.asarray(truncations, bool),
+            )
+        )
     env.close()
     return recorded, space, env.action_space, successes
 
 
 def recording_settings(cfg: Config) -> dict:
     """What the stored frames and steps depend on; the trainer checks them against its config."""
-    return {"env_id": cfg.env.id, "camera": cfg.env.camera, "image_size": cfg.env.image_size,
-            "action_repeat": cfg.env.action_repeat}
+    return {
+        "env_id": cfg.env.id,
+        "camera": cfg.env.camera,
+        "image_size": cfg.env.image_size,
+        "action_repeat": cfg.env.action_repeat,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m envs.dishwashing.record", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python3 -m envs.dishwashing.record",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--out", required=True, help="dataset folder to create (must not exist)")
     parser.add_argument("--noise", type=float, default=0.1, help="std of Gaussian action noise (0 = none)")
@@ -89,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
         if not cfg.env.id.startswith("Dishwashing"):
-            raise UserError(f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; pass a dishwashing config")
+            raise UserError(
+                f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
+                "pass a dishwashing config"
+            )
         episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
         demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     except UserError as err:
