@@ -348,6 +348,9 @@ def _validate(cfg: Config) -> None:
         raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
     if cfg.sac.augment_samples > 1 and (cfg.encoder.type != "video" or cfg.sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
+    if cfg.sac.augment_samples > 1 and cfg.encoder.type == "video" and cfg.encoder.video.freeze:
+        raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay stores the "
+                        "frozen trunk's features, not frames); set sac.augment_samples=1")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
 
