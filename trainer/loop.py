@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoders import build_encoder
+from encoders.frozen import FEATURE_DTYPE
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
 from sac.agent import SAC
 from sac.replay import ReplayBuffer, frame_bytes
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
+from trainer.encoders import build_encoders
 from trainer.device import can_compile, native_bfloat16, replay_frames_device, resolve_device
 from trainer.errors import UserError
 from trainer.gpu_monitor import GpuMonitor
@@ -81,14 +82,18 @@ class Trainer:
         pixels = cfg.encoder.type == "video"
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
-        encoder = build_encoder(cfg.encoder, obs_space.shape)
+        encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
         self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr,
-                         compile=compiled, autocast=cfg.training.autocast)
-        frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
-        frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
+                         compile=compiled, autocast=cfg.training.autocast, augment=self.trunk is None)
+        if self.trunk:  # one feature vector per step: its stack is already inside it
+            frame_shape, frame_dtype, frame_stack = (self.trunk.repr_dim,), FEATURE_DTYPE, None
+        else:
+            frame_shape, frame_dtype = obs_space.shape[1:] if pixels else obs_space.shape, obs_space.dtype
+            frame_stack = cfg.env.frame_stack if pixels else None
+        frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype))
         self.replay = ReplayBuffer(
-            cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
-            frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
+            cfg.sac.buffer_size, frame_shape, frame_dtype, self.action_dim,
+            frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.progress = Progress()
@@ -105,6 +110,7 @@ class Trainer:
             "config": to_dict(self.cfg),
             "agent": self.agent.state_dict(),
             "progress": asdict(self.progress),
+            "trunk": self.trunk.fingerprint if self.trunk else None,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -133,6 +139,7 @@ class Trainer:
             path = Path(target)
             payload, replay_state = checkpoint.load(path)
         checkpoint.check_compatible(payload["config"], to_dict(self.cfg), path)
+        checkpoint.check_trunk(payload.get("trunk"), self.trunk.fingerprint if self.trunk else None, path)
         try:
             self.agent.load_state_dict(payload["agent"])
         except (RuntimeError, KeyError, ValueError) as err:
@@ -153,6 +160,11 @@ class Trainer:
             print(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
 
     # ---- acting ------------------------------------------------------------------------------------------------
+    def observe(self, obs: np.ndarray) -> np.ndarray:
+        """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
+        (N, repr_dim), computed once per step for all N; else the observations themselves."""
+        return self.trunk(obs) if self.trunk else obs
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
         if self.progress.env_step < self.cfg.training.seed_steps:
@@ -174,6 +186,7 @@ class Trainer:
     def run_episode(self, stop: GracefulStop) -> bool:
         """One training episode; False if a stop signal cut it short."""
         obs, _ = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
+        obs = self.observe(obs[None])[0]
         self.replay.add_first(obs)
         episode_return, length, updates_before, start = 0.0, 0, self.agent.updates, time.perf_counter()
         done = False
@@ -182,6 +195,7 @@ class Trainer:
                 return False
             action = self.act(obs[None])[0]
             obs, reward, terminated, truncated, _ = self.env.step(action)
+            obs = self.observe(obs[None])[0]
             self.replay.add(action, reward, terminated, obs)
             self.progress.env_step += 1
             episode_return += float(reward)
@@ -252,7 +266,7 @@ class Trainer:
             while not done:
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
-                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
+                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(self.observe(obs[None]), sample=False)[0])
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
