@@ -46,23 +46,27 @@ class EnvWorkers:
             self.obs[i] = obs[0]
         return self.obs.copy()
 
-    def step(self, act: Callable[[np.ndarray], np.ndarray]):
-        """One step of every worker. `act` maps observations (n, ...) to actions (n, A). Returns the actions that
-        led to this step's results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each.
-        Autoreset is NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
-        if not any(self.in_flight):
-            self.actions = np.array(act(self.obs), dtype=np.float32)  # our own copy: it is written in place
+    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+        """One step of every worker. `observe` maps observations (n, ...) to what `act` reads and the step returns
+        (a frozen trunk's features; by default a copy), once per observation, as each worker's arrives (its next
+        action waits for it); `act` maps those to actions (n, A). Returns the actions that led to this step's
+        results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each. Autoreset is
+        NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
+        if not any(self.in_flight):  # the reset observations, observed again: once per reset, not per step
+            self.actions = np.array(act(observe(self.obs)), dtype=np.float32)  # our own copy: written in place
             for i in range(self.num_envs):
                 self._send(i)
         taken = self.actions.copy()
         reward, terminated, truncated = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        observed = []
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False
             obs, rewards, terminations, truncations, _ = worker.step_wait()
             self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
-            self.actions[i] = act(self.obs[i:i + 1])[0]
+            observed.append(observe(self.obs[i:i + 1]))
+            self.actions[i] = act(observed[-1])[0]
             self._send(i)
-        return taken, self.obs.copy(), reward, terminated, truncated
+        return taken, np.concatenate(observed), reward, terminated, truncated
 
     def _send(self, i: int) -> None:
         self.workers[i].step_async(self.actions[i:i + 1])

@@ -76,6 +76,31 @@ def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_prev
     workers.close()
 
 
+def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns():
+    cfg = pendulum()
+    workers = make_vector_env(cfg)
+    policy, calls = Recorder(workers.single_action_space.shape[0]), []
+
+    def features(obs: np.ndarray) -> np.ndarray:  # a stand-in for a frozen trunk: a different shape and dtype
+        return np.concatenate([obs, -obs], axis=1).astype(np.float16)
+
+    def observe(obs: np.ndarray) -> np.ndarray:
+        calls.append(obs.copy())
+        return features(obs)
+
+    raw = first = workers.reset(seed=SEED)
+    for step in range(4):
+        _, observed, *_ = workers.step(policy, observe)
+        assert len(calls) == 1 + cfg.env.num_envs * (step + 1), "the reset batch once, then each worker's result once"
+        assert len(calls[0]) == cfg.env.num_envs and np.array_equal(calls[0], first)
+        new = np.concatenate(calls[-cfg.env.num_envs:])
+        assert observed.dtype == np.float16 and np.array_equal(observed, features(new))
+        assert all(any(np.array_equal(o, row) for o, _ in policy.seen) for row in observed), "act read observe's output"
+        raw = new
+    assert raw.shape == (cfg.env.num_envs, *workers.single_observation_space.shape)
+    workers.close()
+
+
 def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
     cfg = pendulum()
     workers = make_vector_env(cfg)

@@ -163,7 +163,7 @@ class Trainer:
     def observe(self, obs: np.ndarray) -> np.ndarray:
         """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
         (N, repr_dim), computed once per step for all N; else the observations themselves."""
-        return self.trunk(obs) if self.trunk else obs
+        return self.trunk(obs) if self.trunk else obs.copy()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
@@ -230,13 +230,13 @@ class Trainer:
         """`env.num_envs` workers stepped in turn (envs/workers.py); yields once per episode any of them completes.
         The workers compute their next steps while this process runs the updates."""
         cfg, progress, n = self.cfg, self.progress, self.num_envs
-        obs = self.env.reset(seed=cfg.training.seed + progress.episode)
+        obs = self.observe(self.env.reset(seed=cfg.training.seed + progress.episode))
         self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
         first = np.zeros(n, dtype=bool)  # workers whose next frame is a reset frame (NEXT_STEP autoreset)
         returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
         steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
         while not stop.requested:
-            action, obs, reward, terminated, truncated = self.env.step(self.act)
+            action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
             self.replay.add_batch(obs, action, reward, terminated, first)
             stepped = ~first  # a resetting worker ignored its action: no agent step
             before, taken = progress.env_step, int(stepped.sum())
