@@ -24,12 +24,12 @@ Rows:
                     training (--episode-steps agent steps each, one update per step) two ways, in one run:
                       in_update  the trunk inside every update, on a replay of frames (how a frozen trunk trained before
                                  issue 21), composed from the same public classes: SAC over the frozen encoder, frame
-                                 ReplayBuffer, env; timed over --frozen-before-steps steps (each costs seconds to minutes)
+                                 ReplayBuffer, env; timed over --frozen-before-steps steps (seconds to minutes each)
                       stored     this trainer: the trunk once per agent step, features in the replay, updates on the
                                  heads only; timed over whole episodes (--steps, at least one)
                     and the replay's bytes per stored transition of each. E.g. for R3D-18 at 112 px on dishwashing:
-                      python3 -m bench.throughput --rows frozen --config configs/dishwashing_video.yaml --batch-size 128 \
-                        --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
+                      python3 -m bench.throughput --rows frozen --config configs/dishwashing_video.yaml \
+                        --batch-size 128 --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
                     (the config's passes per update) and backward, optimiser steps, and one whole update
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
@@ -228,7 +228,8 @@ def frozen(args) -> dict:
     for step in range(args.seed_steps + args.frozen_before_steps + 1):  # seed steps, one untimed step, the timed ones
         if step == args.seed_steps + 1:
             start = time.perf_counter()
-        action = rng.uniform(-1, 1, action_dim).astype(np.float32) if step < args.seed_steps else agent.act(obs[None], sample=True)[0]
+        seeding = step < args.seed_steps
+        action = rng.uniform(-1, 1, action_dim).astype(np.float32) if seeding else agent.act(obs[None], sample=True)[0]
         obs, reward, terminated, truncated, _ = env.step(action)
         frames.add(action, reward, terminated, obs)
         if terminated or truncated:
@@ -378,7 +379,8 @@ class SB3Trainer:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train, "frozen": frozen, "phases": phases,
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train,
+        "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
     peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
@@ -412,7 +414,8 @@ def main() -> None:
     parser.add_argument("--collect-steps", type=int, default=2000, help="timed agent steps per env count in the collect rows (cheap: no updates)")
     parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
-    parser.add_argument("--frozen-before-steps", type=int, default=3, help="timed agent steps of the frozen row's in-update contender")
+    parser.add_argument("--frozen-before-steps", type=int, default=3,
+                        help="timed agent steps of the frozen row's in-update contender")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)")

@@ -13,9 +13,9 @@ from encoders.frozen import FEATURE_DTYPE, FrozenTrunk, fingerprint
 from encoders.state import StateEncoder
 from sac.agent import SAC
 from sac.replay import ReplayBuffer
-from tests.conftest import encoder_config
+from tests.conftest import DEFAULT_CONFIG, encoder_config
 from trainer import checkpoint
-from trainer.config import Config, SACConfig, to_dict
+from trainer.config import Config, SACConfig, load_config, to_dict
 from trainer.encoders import build_encoders, build_video_encoder
 from trainer.errors import UserError
 
@@ -43,7 +43,8 @@ def collect(trunk: FrozenTrunk, frames: ReplayBuffer, features: ReplayBuffer, st
     for _ in range(steps):
         first = left == 0
         frame = rng.integers(0, 256, (n, 3, SIZE, SIZE), dtype=np.uint8)
-        stacks = np.where(first[:, None, None, None, None], frame[:, None], np.concatenate([stacks[:, 1:], frame[:, None]], 1))
+        shifted = np.concatenate([stacks[:, 1:], frame[:, None]], 1)
+        stacks = np.where(first[:, None, None, None, None], frame[:, None], shifted)
         left = np.where(first, rng.integers(1, 9, n), left - 1)
         terminated = (left == 0) & rng.integers(0, 2, n).astype(bool)
         action, reward = rng.uniform(-1, 1, (n, ACTIONS)).astype(np.float32), rng.standard_normal(n)
@@ -124,12 +125,14 @@ def test_float16_storage_changes_the_critic_loss_only_by_rounding():
     stacks = torch.randint(0, 256, (2, 64, *OBS), dtype=torch.uint8)
     with torch.no_grad():
         obs, next_obs = encoder(stacks[0]), encoder(stacks[1])
-    batch = {"action": torch.rand(64, ACTIONS) * 2 - 1, "reward": torch.randn(64, 1), "discount": torch.full((64, 1), GAMMA)}
+    batch = {"action": torch.rand(64, ACTIONS) * 2 - 1, "reward": torch.randn(64, 1),
+             "discount": torch.full((64, 1), GAMMA)}
     losses = []
     for dtype in (torch.float32, torch.float16):
         agent = feature_agent(encoder.repr_dim)
         torch.manual_seed(1)  # the same next actions
-        losses.append(agent.update(batch | {"obs": obs.to(dtype), "next_obs": next_obs.to(dtype)})["critic_loss"].item())
+        metrics = agent.update(batch | {"obs": obs.to(dtype), "next_obs": next_obs.to(dtype)})
+        losses.append(metrics["critic_loss"].item())
     assert losses[0] != losses[1] and abs(losses[0] - losses[1]) <= 1e-3 * abs(losses[0])
 
 
@@ -171,7 +174,8 @@ def save_run(directory, arch: str = "simple2dcnn", freeze: bool = False, **video
 
 def test_weights_from_a_checkpoint_of_this_trainer_are_its_critics_encoder_frozen(tmp_path):
     path, trained = save_run(tmp_path)
-    encoder = build_video_encoder(encoder_config("simple2dcnn", num_filters=8, pretrained=True, weights=str(path), freeze=True), OBS)
+    cfg = encoder_config("simple2dcnn", num_filters=8, pretrained=True, weights=str(path), freeze=True)
+    encoder = build_video_encoder(cfg, OBS)
     for name, value in trained.critic.encoder.state_dict().items():
         assert torch.equal(encoder.state_dict()[name], value), name
     assert not any(p.requires_grad for p in encoder.parameters())
@@ -196,5 +200,11 @@ def test_weights_that_are_no_checkpoint_for_an_arch_without_its_own_are_a_one_li
     if exists:
         torch.save({"convs.0.weight": torch.zeros(1)}, path)
     cfg = encoder_config("simple2dcnn", pretrained=True, weights=str(path))
-    with pytest.raises(UserError, match="is (not found|not a checkpoint of this trainer); simple2dcnn loads weights only"):
+    with pytest.raises(UserError, match="is (not found|not a checkpoint of this trainer); simple2dcnn loads weights"):
         build_video_encoder(cfg, OBS)
+
+
+def test_shifted_copies_with_a_frozen_trunk_are_a_config_error():
+    overrides = ["encoder.video.freeze=true", "sac.augment_samples=2"]
+    with pytest.raises(UserError, match="nothing to shift with encoder.video.freeze=true .* set sac.augment_samples=1"):
+        load_config(DEFAULT_CONFIG, overrides)

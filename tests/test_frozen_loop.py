@@ -32,7 +32,7 @@ def test_a_stopped_and_resumed_frozen_run_ends_as_one_that_never_stopped(tmp_pat
     b, replay_b = checkpoint.load(tmp_path / "stopped" / "ckpt" / "sac_video_latest.pt")
     assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60}
     assert a["trunk"] == b["trunk"] and a["trunk"].startswith("simple2dcnn on 3x3x64x64")
-    assert not any(key.startswith("encoder.") and "weight" in key for key in a["agent"]["critic"]), "no trunk in the agent"
+    assert not any(key.startswith("encoder.") for key in a["agent"]["critic"]), "no trunk in the agent"
     for net in ("actor", "critic", "critic_target"):
         for name, tensor in a["agent"][net].items():
             assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"

@@ -53,8 +53,13 @@ class EnvConfig:
 class VideoEncoderConfig:
     arch: str = "simple2dcnn"  # simple2dcnn | simple3dcnn | r3d18 | timesformer
     pretrained: bool = False  # Kinetics-400 weights (r3d18; timesformer with preset base), read offline
-    weights: str | None = None  # where the pretrained weights are: r3d18 a .pth file, timesformer a checkpoint directory; None = the default cache
-    freeze: bool = False  # no gradients, BatchNorm in eval mode, features under no_grad: for pretrained trunks
+    # where the pretrained weights are: a checkpoint of this trainer (any arch: its critic's encoder), or r3d18's .pth
+    # file, timesformer's checkpoint directory; None = the default cache
+    weights: str | None = None
+    # the trunk runs once per agent step outside the update and the replay stores its features (float16): the
+    # updates train the SAC heads only, without random-shift augmentation
+    # (docs/encoders.md#frozen-trunks-features-computed-once-per-step)
+    freeze: bool = False
     input_size: int | None = None  # resize frames to this many pixels square on the device; None = as rendered
     preset: str = "small"  # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
     num_filters: int = 32  # simple2dcnn, simple3dcnn
@@ -349,8 +354,8 @@ def _validate(cfg: Config) -> None:
     if cfg.sac.augment_samples > 1 and (cfg.encoder.type != "video" or cfg.sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
     if cfg.sac.augment_samples > 1 and cfg.encoder.type == "video" and cfg.encoder.video.freeze:
-        raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay stores the "
-                        "frozen trunk's features, not frames); set sac.augment_samples=1")
+        raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
+                        "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
 

@@ -39,13 +39,13 @@ def checkpoint_encoder(weights: str, arch: str) -> dict[str, torch.Tensor] | Non
     video = encoder.get("video", {})
     if encoder.get("type") != "video" or video.get("arch") != arch:
         saved = video.get("arch") if encoder.get("type") == "video" else "state (no encoder)"
-        raise UserError(f"encoder.video.weights={weights} is a checkpoint of a {saved} run; set encoder.video.arch={saved} "
-                        f"or pass a checkpoint of a {arch} run")
+        raise UserError(f"encoder.video.weights={weights} is a checkpoint of a {saved} run; "
+                        f"set encoder.video.arch={saved} or pass a checkpoint of a {arch} run")
     state = {key.removeprefix(CRITIC_ENCODER): value for key, value in payload["agent"]["critic"].items()
              if key.startswith(CRITIC_ENCODER)}
     if not state:
-        raise UserError(f"encoder.video.weights={weights} holds no encoder weights (that run learnt on a frozen trunk's "
-                        "stored features); pass the weights it was started from")
+        raise UserError(f"encoder.video.weights={weights} holds no encoder weights (that run learnt on a frozen "
+                        "trunk's stored features); pass the weights it was started from")
     return state
 
 

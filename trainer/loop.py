@@ -90,7 +90,8 @@ class Trainer:
         else:
             frame_shape, frame_dtype = obs_space.shape[1:] if pixels else obs_space.shape, obs_space.dtype
             frame_stack = cfg.env.frame_stack if pixels else None
-        frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype))
+        replay_bytes = cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype)
+        frames_on = replay_frames_device(cfg.replay.device, self.device, replay_bytes)
         self.replay = ReplayBuffer(
             cfg.sac.buffer_size, frame_shape, frame_dtype, self.action_dim,
             frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
@@ -266,7 +267,8 @@ class Trainer:
             while not done:
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
-                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(self.observe(obs[None]), sample=False)[0])
+                action = self.agent.act(self.observe(obs[None]), sample=False)[0]
+                obs, reward, terminated, truncated, info = self.eval_env.step(action)
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
