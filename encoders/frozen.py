@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.errors import UserError
+from errors import UserError
 
 FEATURE_DTYPE = np.float16
 
@@ -54,5 +54,5 @@ class FrozenTrunk:
         if not np.isfinite(compact).all():
             largest = features.abs().max().item()
             raise UserError(f"the frozen encoder's features reach {largest:.3g}, beyond float16's range; "
-                            "this trunk cannot be stored compactly: set encoder.video.freeze=false")
+                            "this trunk cannot be stored compactly: set `freeze`=false")
         return compact

@@ -1,4 +1,5 @@
-"""Env worker processes stepped in turn, each given its next action the moment its step returns.
+"""Env worker processes stepped in turn, each given its next action the moment its step returns; and one env in this
+process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
 
 Gymnasium's AsyncVectorEnv steps all its envs in lockstep: every step waits for the slowest worker, and the workers
 idle while the trainer reads their results and computes the next actions. On 2 cores that held 2 workers to
@@ -13,7 +14,8 @@ next action is chosen before the updates that follow the step it answers (with o
 policy that acts is one round of updates old).
 
 Observations: uint8 (N, T, C, H, W) frame stacks or float32 (N, D) state vectors, copied out of shared memory
-before the worker is sent its next action (which overwrites it).
+before the worker is sent its next action (which overwrites it), or mapped by the step's `observe` (a frozen
+trunk's features, computed once per observation).
 """
 
 from collections.abc import Callable
@@ -83,3 +85,41 @@ class EnvWorkers:
         self._drain()
         for worker in self.workers:
             worker.close()
+
+
+class InProcessEnv:
+    """One env in this process as a vector of one, with EnvWorkers' interface and NEXT_STEP autoreset. Unlike a worker
+    it reseeds every episode, from `seed`, `seed + 1`, ... counted from the last `reset(seed)`: so a run stopped at
+    an episode boundary and started again with `reset(seed + episodes done)` continues exactly. A step that resets
+    chooses no action (`act` is not called, so no RNG is drawn) and reports zeros."""
+
+    def __init__(self, env: gym.Env):
+        self.env, self.num_envs = env, 1
+        self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
+        self.obs = None  # (1, ...) the observation the next action is chosen for
+        self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it
+        self.seed, self.resetting = 0, False
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.seed, self.resetting, self.observed = seed, False, None
+        self.obs = self.env.reset(seed=seed)[0][None]
+        return self.obs
+
+    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+        """As `EnvWorkers.step`, for one env: (actions, obs, reward, terminated, truncated), (1, ...) each, where obs
+        is what `observe` made of the observation."""
+        if self.resetting:
+            self.reset(self.seed + 1)
+            self.observed = observe(self.obs)
+            return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed, np.zeros(1),
+                    np.zeros(1, bool), np.zeros(1, bool))
+        if self.observed is None:  # the observation of `reset(seed)`, observed again: once per reset, not per step
+            self.observed = observe(self.obs)
+        action = np.array(act(self.observed), dtype=np.float32)
+        obs, reward, terminated, truncated, _ = self.env.step(action[0])
+        self.obs, self.resetting = obs[None], terminated or truncated
+        self.observed = observe(self.obs)
+        return action, self.observed, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
+
+    def close(self) -> None:
+        self.env.close()

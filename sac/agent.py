@@ -120,9 +120,8 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool,
-                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False,
-                 augment: bool = True):
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
+                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True):
         """`pixels`: the encoder's features are projected and normalised by the heads' trunk (sac.feature_dim);
         `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features)."""
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast

@@ -18,7 +18,7 @@ OBS = (3, 3, 64, 64)
 def make_agent(compile: bool = False, autocast: bool = False, device: str = "cpu", **overrides) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=64, **overrides)
-    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, torch.device(device), pixels=True,
+    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, device=torch.device(device), pixels=True,
                compile=compile, autocast=autocast)
 
 
@@ -107,7 +107,7 @@ def test_a_separate_target_encoder_costs_a_third_pass_and_a_frozen_encoder_never
     agent.update(batch())
     assert passes == ["online", "online", "target"]
     frozen = SAC(build_encoder(EncoderConfig(type="video", video=VideoEncoderConfig(freeze=True)), OBS), 2, SACConfig(hidden_dim=64),
-                 torch.device("cpu"), pixels=True)
+                 device=torch.device("cpu"), pixels=True)
     assert frozen.critic_target.encoder is None, "a frozen encoder's copy would never differ from it"
     older = frozen.state_dict()
     older["critic_target"] |= {f"encoder.{key}": value for key, value in frozen.critic.encoder.state_dict().items()}
@@ -205,7 +205,7 @@ def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr(
     assert agent.critic_opt.param_groups[0]["params"] == list(agent.critic.parameters())
 
     torch.manual_seed(0)
-    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), torch.device("cpu"), pixels=True, encoder_lr=1e-5)
+    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), device=torch.device("cpu"), pixels=True, encoder_lr=1e-5)
     heads, encoder = agent.critic_opt.param_groups
     assert encoder["lr"] == 1e-5 and encoder["params"] == list(agent.critic.encoder.parameters())
     assert heads["lr"] == 1e-3 and len(heads["params"]) + len(encoder["params"]) == len(list(agent.critic.parameters()))

@@ -11,13 +11,13 @@ import torch
 
 from encoders.frozen import FEATURE_DTYPE, FrozenTrunk, fingerprint
 from encoders.state import StateEncoder
+from errors import UserError
 from sac.agent import SAC
 from sac.replay import ReplayBuffer
 from tests.conftest import DEFAULT_CONFIG, encoder_config
 from trainer import checkpoint
 from trainer.config import Config, SACConfig, load_config, to_dict
 from trainer.encoders import build_encoders, build_video_encoder
-from trainer.errors import UserError
 
 T, SIZE, ACTIONS = 3, 32, 2
 OBS = (T, 3, SIZE, SIZE)
@@ -101,7 +101,7 @@ def test_a_feature_replay_resumes_with_the_same_samples():
 def feature_agent(repr_dim: int) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=32, feature_dim=16)
-    return SAC(StateEncoder((repr_dim,)), ACTIONS, cfg, torch.device("cpu"), pixels=True, augment=False)
+    return SAC(StateEncoder((repr_dim,)), ACTIONS, cfg, device=torch.device("cpu"), pixels=True, augment=False)
 
 
 def test_the_agent_learns_on_stored_features_through_the_pixel_trunk_without_augmenting():
@@ -164,12 +164,13 @@ def save_run(directory, arch: str = "simple2dcnn", freeze: bool = False, **video
     for key, value in video.items():
         setattr(cfg.encoder.video, key, value)
     encoder = StateEncoder((16,)) if freeze else build_video_encoder(cfg.encoder, OBS)
-    agent = SAC(encoder, ACTIONS, SACConfig(hidden_dim=32, feature_dim=16), torch.device("cpu"), pixels=True)
+    agent = SAC(encoder, ACTIONS, SACConfig(hidden_dim=32, feature_dim=16), device=torch.device("cpu"), pixels=True)
     with torch.no_grad():
         for parameter in agent.critic.encoder.parameters():
             parameter.add_(1.0)
     payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {}, "rng": {}}
-    return checkpoint.save(directory, "pre", payload, {}, 1, 1, 1, 0).latest, agent
+    saved = checkpoint.save(directory, "pre", payload, {}, env_step=1, episode=1, keep_replays=1, keep_last=0)
+    return saved.latest, agent
 
 
 def test_weights_from_a_checkpoint_of_this_trainer_are_its_critics_encoder_frozen(tmp_path):

@@ -10,10 +10,10 @@ import torch
 from torchvision.models.video import R3D_18_Weights, r3d_18
 
 from encoders import build_encoder
+from errors import UserError
 from sac.agent import SAC
 from tests.conftest import encoder_config
-from trainer.config import SACConfig
-from trainer.errors import UserError
+from trainer.config import SACConfig, explain
 
 OBS = (3, 3, 32, 32)
 
@@ -87,7 +87,7 @@ def test_missing_weights_is_a_one_line_error_with_where_and_how(tmp_path):
         build_encoder(encoder_config("r3d18", pretrained=True), OBS)
     message = str(err.value)
     assert "\n" not in message and f"not found at {expected}" in message
-    assert R3D_18_Weights.KINETICS400_V1.url in message and "encoder.video.weights" in message
+    assert R3D_18_Weights.KINETICS400_V1.url in message and "encoder.video.weights" in explain(err.value)
 
 
 def test_a_file_that_is_not_r3d18_weights_is_a_clear_error(tmp_path):
@@ -107,7 +107,7 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     path, _ = kinetics_like
     torch.manual_seed(0)
     encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path), freeze=True), OBS)
-    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), torch.device("cpu"), pixels=True)
+    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), device=torch.device("cpu"), pixels=True)
     before = {key: value.clone() for key, value in encoder.state_dict().items()}
     heads_before = [p.detach().clone() for p in agent.critic.q1.parameters()]
     batch = {

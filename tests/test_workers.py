@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs import make_env, make_vector_env
-from envs.workers import EnvWorkers
+from envs.workers import EnvWorkers, InProcessEnv
 from trainer.config import Config
 
 SEED = 5
@@ -36,14 +36,14 @@ class Recorder:
 @pytest.mark.parametrize("mode", ["state", "video"])
 def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_reported_actions(mode):
     cfg = pendulum(mode)
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     first = workers.reset(seed=SEED)
     rounds = [workers.step(policy) for _ in range(25)]
     workers.close()
 
     for i in range(cfg.env.num_envs):
-        env = make_env(cfg)
+        env = make_env(cfg.env, cfg.pixels)
         obs, _ = env.reset(seed=SEED + i)
         assert np.array_equal(first[i], obs)
         resetting, episodes = False, 0
@@ -64,7 +64,7 @@ def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_
 
 def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_previous_step_returned():
     cfg = pendulum()
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     obs = workers.reset(seed=SEED)
     for _ in range(5):
@@ -76,9 +76,11 @@ def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_prev
     workers.close()
 
 
-def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns():
+@pytest.mark.parametrize("num_envs", [1, 2])  # in this process, and worker processes
+def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns(num_envs):
     cfg = pendulum()
-    workers = make_vector_env(cfg)
+    cfg.env.num_envs = num_envs
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy, calls = Recorder(workers.single_action_space.shape[0]), []
 
     def features(obs: np.ndarray) -> np.ndarray:  # a stand-in for a frozen trunk: a different shape and dtype
@@ -88,35 +90,60 @@ def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_wha
         calls.append(obs.copy())
         return features(obs)
 
-    raw = first = workers.reset(seed=SEED)
-    for step in range(4):
-        _, observed, *_ = workers.step(policy, observe)
-        assert len(calls) == 1 + cfg.env.num_envs * (step + 1), "the reset batch once, then each worker's result once"
-        assert len(calls[0]) == cfg.env.num_envs and np.array_equal(calls[0], first)
-        new = np.concatenate(calls[-cfg.env.num_envs:])
+    first = workers.reset(seed=SEED)
+    ended = 0
+    for step in range(12):
+        _, observed, _, terminated, truncated = workers.step(policy, observe)
+        ended += int((terminated | truncated).sum())
+        assert len(calls) == 1 + num_envs * (step + 1), "the reset batch once, then each env's result once"
+        assert len(calls[0]) == num_envs and np.array_equal(calls[0], first)
+        new = np.concatenate(calls[-num_envs:])
+        assert new.shape == (num_envs, *workers.single_observation_space.shape)
         assert observed.dtype == np.float16 and np.array_equal(observed, features(new))
-        assert all(any(np.array_equal(o, row) for o, _ in policy.seen) for row in observed), "act read observe's output"
-        raw = new
-    assert raw.shape == (cfg.env.num_envs, *workers.single_observation_space.shape)
+    assert ended >= 1, "the pendulum fell at least once: reset frames were observed too"
+    made = [features(obs) for obs in calls]
+    assert all(any(np.array_equal(o, row) for batch in made for row in batch) for o, _ in policy.seen), \
+        "act read only what observe returned"
     workers.close()
 
 
 def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
     cfg = pendulum()
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     workers.reset(seed=SEED)
     workers.step(policy)
     assert all(workers.in_flight), "every worker has its next step running"
     again = workers.reset(seed=SEED)
     assert not any(workers.in_flight)
-    reference = make_env(cfg)
+    reference = make_env(cfg.env, cfg.pixels)
     assert np.array_equal(again[1], reference.reset(seed=SEED + 1)[0])
     reference.close()
     workers.close()
 
 
 def test_workers_take_any_env_factory():
-    workers = EnvWorkers(functools.partial(make_env, pendulum()), 3)
+    workers = EnvWorkers(functools.partial(make_env, pendulum().env, False), 3)
     assert workers.reset(seed=0).shape == (3, *workers.single_observation_space.shape)
     workers.close()
+
+
+def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choosing_an_action():
+    cfg = pendulum()
+    cfg.env.num_envs = 1
+    one = make_vector_env(cfg.env, cfg.pixels)
+    assert isinstance(one, InProcessEnv)
+    reference = make_env(cfg.env, cfg.pixels)
+    policy = Recorder(one.single_action_space.shape[0])
+    assert np.array_equal(one.reset(seed=SEED)[0], reference.reset(seed=SEED)[0])
+    terminated = truncated = [False]
+    while not (terminated[0] or truncated[0]):
+        actions, obs, _, terminated, truncated = one.step(policy)
+        assert np.array_equal(obs[0], reference.step(actions[0])[0])
+    chosen = len(policy.seen)
+    actions, obs, reward, terminated, truncated = one.step(policy)
+    assert len(policy.seen) == chosen, "no action is drawn for the reset frame"
+    assert not actions.any() and reward[0] == 0 and not terminated[0] and not truncated[0]
+    assert np.array_equal(obs[0], reference.reset(seed=SEED + 1)[0]), "the next episode starts from the next seed"
+    one.close()
+    reference.close()

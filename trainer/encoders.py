@@ -18,7 +18,7 @@ from torch import nn
 from encoders import arch_class, build_encoder
 from encoders.frozen import FrozenTrunk
 from encoders.state import StateEncoder
-from trainer.errors import UserError
+from errors import UserError
 
 CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from trainer.errors import UserError
+from errors import UserError
 
 
 def is_remote(directory: str) -> bool:
