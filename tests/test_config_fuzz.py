@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli
 from trainer import config
 from trainer.config import Config, load_config
-from trainer.errors import UserError
+from errors import UserError
 
 HUGE = str(10**12)
 
