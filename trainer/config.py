@@ -176,7 +176,8 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
-    local_dir: str = "checkpoints"  # where files are written first when `dir` is a URL, then uploaded
+    # where files are staged when `dir` is a URL; None = a folder unique to the URL and run (trainer/remote.py)
+    local_dir: str | None = setting(None, note="null = a staging folder unique to the URL and run")
     name: str | None = setting(None, note="null = sac_<encoder.type>")  # file prefix, checked by _check_name
     every_episodes: int = setting(100, ge=1, le=10 * MILLION)
     every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")  # also replace _latest every this many agent steps
