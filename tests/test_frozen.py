@@ -209,3 +209,11 @@ def test_shifted_copies_with_a_frozen_trunk_are_a_config_error():
     overrides = ["encoder.video.freeze=true", "sac.augment_samples=2"]
     with pytest.raises(UserError, match="nothing to shift with encoder.video.freeze=true .* set sac.augment_samples=1"):
         load_config(DEFAULT_CONFIG, overrides)
+
+
+def test_demonstrations_with_a_frozen_trunk_are_a_config_error(tmp_path):
+    """Not supported yet: the demonstration store holds frames, a frozen run's replay features."""
+    overrides = ["encoder.video.freeze=true", f"demos.path={tmp_path / 'demos'}"]
+    with pytest.raises(UserError, match="demos.path with encoder.video.freeze=true is not supported yet"):
+        load_config(DEFAULT_CONFIG, overrides)
+    load_config(DEFAULT_CONFIG, overrides[1:])  # either alone passes the cross-key rules
