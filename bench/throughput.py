@@ -20,6 +20,16 @@ Rows:
                                         encoder where the device computes bf16 natively (emulated, it is several times slower)
                       sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
+  frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes per hour of
+                    training (--episode-steps agent steps each, one update per step) two ways, in one run:
+                      in_update  the trunk inside every update, on a replay of frames (how a frozen trunk trained before
+                                 issue 21), composed from the same public classes: SAC over the frozen encoder, frame
+                                 ReplayBuffer, env; timed over --frozen-before-steps steps (seconds to minutes each)
+                      stored     this trainer: the trunk once per agent step, features in the replay, updates on the
+                                 heads only; timed over whole episodes (--steps, at least one)
+                    and the replay's bytes per stored transition of each. E.g. for R3D-18 at 112 px on dishwashing:
+                      python3 -m bench.throughput --rows frozen --config configs/dishwashing_video.yaml \
+                        --batch-size 128 --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
                     (the config's passes per update) and backward, optimiser steps, and one whole update
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
@@ -37,7 +47,7 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "phases")
+ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
 OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
@@ -143,8 +153,9 @@ def interleave(contenders: dict, rounds: int, steps: int) -> dict:
 
 
 class OurTrainer:
-    """This trainer as a contender of the `train` and `collect` rows, with its config's settings plus `overrides`,
-    warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or checkpoint."""
+    """This trainer as a contender of the `train`, `collect` and `frozen` rows, with its config's settings plus
+    `overrides`, warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or
+    checkpoint."""
 
     def __init__(self, args, overrides: dict):
         from trainer.loop import Trainer
@@ -173,6 +184,59 @@ def train(args) -> dict:
     replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
     totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
     return {name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders} | {"train_fast_autocast": autocast}
+
+
+def frozen(args) -> dict:
+    """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored features."""
+    import torch
+
+    from envs import make_env
+    from sac.agent import SAC
+    from sac.replay import ReplayBuffer
+    from trainer.encoders import build_video_encoder
+
+    overrides = {"encoder.video.freeze": True}
+    cfg = config(args, **overrides)
+    env = make_env(cfg.env, cfg.pixels)
+    shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
+    device = torch.device("cpu" if args.cpu else ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(cfg.training.seed)
+    agent = SAC(build_video_encoder(cfg.encoder, shape), action_dim, cfg.sac, device=device, pixels=True,
+                autocast=cfg.training.autocast)
+    frames = ReplayBuffer(capacity=cfg.sac.buffer_size, frame_shape=shape[1:], frame_dtype=np.uint8,
+                          action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=cfg.training.seed,
+                          discount=cfg.sac.discount, nstep=cfg.sac.nstep)
+    rng = np.random.default_rng(cfg.training.seed)
+    obs, _ = env.reset(seed=cfg.training.seed)
+    frames.add_first(obs)
+    for step in range(args.seed_steps + args.frozen_before_steps + 1):  # seed steps, one untimed step, the timed ones
+        if step == args.seed_steps + 1:
+            start = time.perf_counter()
+        seeding = step < args.seed_steps
+        action = rng.uniform(-1, 1, action_dim).astype(np.float32) if seeding else agent.act(obs[None], sample=True)[0]
+        obs, reward, terminated, truncated, _ = env.step(action)
+        frames.add(action, reward, terminated, obs)
+        if terminated or truncated:
+            obs, _ = env.reset()
+            frames.add_first(obs)
+        if step >= args.seed_steps:
+            agent.update(frames.sample(cfg.sac.batch_size, device))
+    in_update = (time.perf_counter() - start) / args.frozen_before_steps
+    env.close()
+    stored = OurTrainer(args, overrides)
+    steps, seconds = stored.run(args.steps)
+    features_bytes = stored.replay_bytes()
+    stored.close()
+    per_hour = {name: 3600 / (args.episode_steps * seconds_per_step)
+                for name, seconds_per_step in (("in_update", in_update), ("stored", seconds / steps))}
+    return {
+        "arch": cfg.encoder.video.arch, "input_size": cfg.encoder.video.input_size, "batch": cfg.sac.batch_size,
+        "autocast": cfg.training.autocast, "in_update_steps": args.frozen_before_steps, "stored_steps": steps,
+        "in_update_s_per_step": round(in_update, 3), "stored_s_per_step": round(seconds / steps, 3),
+        **{f"{name}_episodes_per_hour": round(value, 2) for name, value in per_hour.items()},
+        "speedup": round(per_hour["stored"] / per_hour["in_update"], 1),
+        "frames_bytes_per_transition": frames.bytes_per_slot, "features_bytes_per_transition": features_bytes,
+    }
 
 
 def phases(args) -> dict:
@@ -292,7 +356,8 @@ class SB3Trainer:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train, "phases": phases,
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train,
+        "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
     peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
@@ -313,6 +378,7 @@ def summary(rows: dict) -> dict:
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
         "collect_2env_vs_1env": rows.get("collect", {}).get("scaling"),
         "collect_2env_vs_1env_1thread": rows.get("collect_1thread", {}).get("scaling"),
+        "frozen_stored_vs_in_update": rows.get("frozen", {}).get("speedup"),
     }
 
 
@@ -325,6 +391,8 @@ def main() -> None:
     parser.add_argument("--collect-steps", type=int, default=2000, help="timed agent steps per env count in the collect rows (cheap: no updates)")
     parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
+    parser.add_argument("--frozen-before-steps", type=int, default=3,
+                        help="timed agent steps of the frozen row's in-update contender")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)")

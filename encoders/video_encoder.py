@@ -34,7 +34,8 @@ class VideoEncoder(nn.Module):
     def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
         super().__init__()
         if cfg.pretrained and not self.PRETRAINED:
-            raise UserError(f"`arch` {cfg.arch} has no pretrained weights; set `pretrained`=false or use r3d18 or timesformer")
+            raise UserError(f"`arch` {cfg.arch} has no pretrained weights; set `pretrained`=false, use r3d18 or "
+                            "timesformer, or set `weights` to a checkpoint of a run of this trainer")
         self.obs_shape = tuple(obs_shape)
         frames, channels, _, _ = self.obs_shape
         self.input_size = cfg.input_size

@@ -29,7 +29,7 @@ def random_batch(size: int = 4) -> dict[str, torch.Tensor]:
 def untrained_agent(**sac) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=32, feature_dim=16, **sac)
-    return SAC(build_encoder(encoder_config("r3d18"), OBS), 2, cfg, torch.device("cpu"), pixels=True)
+    return SAC(build_encoder(encoder_config("r3d18"), OBS), 2, cfg, device=torch.device("cpu"), pixels=True)
 
 
 def record_batchnorm_modes(module: torch.nn.Module) -> list[bool]:

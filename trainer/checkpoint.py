@@ -417,6 +417,19 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
             )
 
 
+def check_trunk(saved: str | None, current: str | None, path: Path) -> None:
+    """Refuse to resume a replay of stored features with another frozen trunk (fingerprints from
+    encoders/frozen.py; None: no trunk, frames stored): the stored features would silently mean something else."""
+    if saved != current:
+        def stored(trunk: str | None) -> str:
+            return f"the features of frozen trunk {trunk}" if trunk else "frames"
+
+        raise UserError(
+            f"checkpoint {path.name} stored {stored(saved)} but this config stores {stored(current)}; resume with "
+            "the encoder.video arch, input_size, weights and freeze it was trained with"
+        )
+
+
 def changed_settings(saved: dict, current: dict) -> list[str]:
     """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
     "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed. The config's

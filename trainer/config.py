@@ -35,7 +35,7 @@ VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")  # encoders
 PARAMETER_KEYS = {
     "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs", "capacity": "sac.buffer_size",
     "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
-    "preset": "encoder.video.preset", "input_size": "encoder.video.input_size",
+    "preset": "encoder.video.preset", "input_size": "encoder.video.input_size", "freeze": "encoder.video.freeze",
 }
 
 
@@ -96,8 +96,13 @@ class EnvConfig:
 class VideoEncoderConfig:
     arch: str = "simple2dcnn"  # simple2dcnn | simple3dcnn | r3d18 | timesformer
     pretrained: bool = False  # Kinetics-400 weights (r3d18; timesformer with preset base), read offline
-    weights: str | None = None  # where the pretrained weights are: r3d18 a .pth file, timesformer a checkpoint directory; None = the default cache
-    freeze: bool = False  # no gradients, BatchNorm in eval mode, features under no_grad: for pretrained trunks
+    # where the pretrained weights are: a checkpoint of this trainer (any arch: its critic's encoder), or r3d18's .pth
+    # file, timesformer's checkpoint directory; None = the default cache
+    weights: str | None = None
+    # the trunk runs once per agent step outside the update and the replay stores its features (float16): the
+    # updates train the SAC heads only, without random-shift augmentation
+    # (docs/encoders.md#frozen-trunks-features-computed-once-per-step)
+    freeze: bool = False
     # resize frames to this many pixels square on the device; None = as rendered
     input_size: int | None = setting(None, ge=32, le=1024, note="null = frames as rendered")
     # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
@@ -484,6 +489,13 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.augment_samples > 1 and (not pixels or sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would "
                         "be identical); set sac.augment_samples=1")
+    if sac.augment_samples > 1 and pixels and video.freeze:
+        raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
+                        "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
+    if cfg.demos.path and pixels and video.freeze:
+        raise UserError("demos.path with encoder.video.freeze=true is not supported yet (the demonstrations hold "
+                        "frames, the replay the frozen trunk's features); set encoder.video.freeze=false or "
+                        "demos.path=null")
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat

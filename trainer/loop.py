@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoders import build_encoder
+from encoders.frozen import FEATURE_DTYPE
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
 from errors import UserError
@@ -35,6 +35,7 @@ from sac.demos import mixed_sample
 from trainer.config import Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
+from trainer.encoders import build_encoders
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote, staging_dir
@@ -97,15 +98,24 @@ class Trainer:
             self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
-        encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels, encoder_lr=cfg.encoder.lr,
-                         compile=compiled, autocast=cfg.training.autocast)
-        frame_shape = obs_space.shape[1:] if cfg.pixels else obs_space.shape
-        frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
-        check_host_memory(cfg.sac.buffer_size, host_bytes_per_slot(frame_shape, obs_space.dtype, self.action_dim, frames_on is None))
+        encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
+        if found:  # stored features that another trunk computed would silently mean something else
+            checkpoint.check_trunk(found[1].get("trunk"), self.trunk.fingerprint if self.trunk else None, found[0])
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
+                         encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
+                         augment=self.trunk is None)
+        if self.trunk:  # one feature vector per step: its stack is already inside it
+            frame_shape, frame_dtype, frame_stack = (self.trunk.repr_dim,), FEATURE_DTYPE, None
+        else:
+            frame_shape, frame_dtype = obs_space.shape[1:] if cfg.pixels else obs_space.shape, obs_space.dtype
+            frame_stack = cfg.env.frame_stack if cfg.pixels else None
+        replay_bytes = cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype)
+        frames_on = replay_frames_device(cfg.replay.device, self.device, replay_bytes)
+        slot_bytes = host_bytes_per_slot(frame_shape, frame_dtype, self.action_dim, frames_on is None)
+        check_host_memory(cfg.sac.buffer_size, slot_bytes)
         self.replay = ReplayBuffer(
-            capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=obs_space.dtype, action_dim=self.action_dim,
-            frame_stack=cfg.env.frame_stack if cfg.pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
+            capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=frame_dtype,
+            action_dim=self.action_dim, frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
@@ -137,6 +147,7 @@ class Trainer:
             "config": to_dict(self.cfg),
             "agent": self.agent.state_dict(),
             "progress": asdict(self.progress),
+            "trunk": self.trunk.fingerprint if self.trunk else None,
             "demos": self.demos.state_dict() if self.demos else None,
             "rng": {
                 "torch": torch.get_rng_state(),
@@ -192,6 +203,11 @@ class Trainer:
             self.logger.message(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
 
     # ---- acting ------------------------------------------------------------------------------------------------
+    def observe(self, obs: np.ndarray) -> np.ndarray:
+        """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
+        (N, repr_dim), computed once per step for all N; else the observations themselves."""
+        return self.trunk(obs) if self.trunk else obs.copy()
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
         if self.progress.env_step < self.cfg.training.seed_steps:
@@ -231,7 +247,8 @@ class Trainer:
                     return None
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
-                obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
+                action = self.agent.act(self.observe(obs[None]), sample=False)[0]
+                obs, reward, terminated, truncated, info = self.eval_env.step(action)
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
@@ -271,7 +288,7 @@ class Trainer:
             return
         while until(last, progress.env_step) and not self.stop.requested:
             before = progress.env_step
-            action, obs, reward, terminated, truncated = self.env.step(self.act)
+            action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
             self.replay.add_batch(obs, action, reward, terminated, self.first)
             stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
             progress.env_step += int(stepped.sum())
@@ -294,7 +311,7 @@ class Trainer:
     def start_episodes(self) -> None:
         """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first frames."""
         n = self.num_envs
-        obs = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
+        obs = self.observe(self.env.reset(seed=self.cfg.training.seed + self.progress.episode))
         self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
