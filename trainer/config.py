@@ -25,6 +25,7 @@ from errors import UserError
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
+BACKENDS = ("mujoco", "mujoco_warp")  # envs.BACKENDS: tests/test_config.py holds them equal
 VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")  # encoders.ARCHS: tests/test_config.py holds them equal
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
 PARAMETER_KEYS = {
@@ -103,7 +104,9 @@ class SACConfig:
     # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
     # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
     augment_samples: int = 1
-    updates_per_step: int = 1
+    # updates per agent step, >= 0; fractions allowed: a step of N envs (N MuJoCo Warp worlds) earns N times this, the
+    # fraction carried to the next step, so 1024 worlds at 0.03 run ~31 updates per batched step
+    updates_per_step: float = 1.0
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
@@ -368,6 +371,16 @@ def _validate(cfg: Config) -> None:
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
     if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
         raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
+    _validate_batched_envs(cfg)
+
+
+def _validate_batched_envs(cfg: Config) -> None:
+    """The env backend and the update ratio (a fraction per agent step, for N batched worlds)."""
+    if cfg.env.backend not in BACKENDS:
+        raise UserError(f"env.backend must be one of {', '.join(BACKENDS)}; got '{cfg.env.backend}'")
+    if cfg.sac.updates_per_step < 0:
+        raise UserError(f"sac.updates_per_step must be >= 0 (fractions allowed: 0.25 = one update per 4 agent steps), "
+                        f"got {cfg.sac.updates_per_step}")
 
 
 def main(argv: list[str] | None = None) -> int:
