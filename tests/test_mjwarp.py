@@ -31,7 +31,8 @@ from PIL import Image  # noqa: E402
 
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
 from trainer import checkpoint  # noqa: E402
-from trainer.config import BACKENDS, Config  # noqa: E402
+from trainer.config import BACKENDS, Config, load_config  # noqa: E402
+from trainer.loop import Trainer  # noqa: E402
 from errors import UserError  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -343,3 +344,23 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     if config == "dmc/cartpole_swingup.yaml":  # the warp world's own frames, at the trained size
         with Image.open(gifs[0]) as gif:
             assert gif.size == (64, 64) and gif.n_frames == EPISODE
+
+
+def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task_terminates_on_it(tmp_path):
+    """A pixel run's evaluation: eval_episodes warp worlds, one episode each. The scripted policy (fed each eval
+    world's state) places the plate in all of them: success rate 1, returns as the single env's; carrying the plate
+    away succeeds in none. The clip is world 0's frames."""
+    cfg = load_config(ROOT / "configs" / "dishwashing_feasible.yaml", [
+        "env.backend=mujoco_warp", "env.num_envs=2", "encoder.type=video", "env.image_size=32", "sac.hidden_dim=32",
+        "sac.feature_dim=16", "training.eval_episodes=3", "logging.progress=false", "logging.tensorboard=false",
+        f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    run = Trainer(cfg)
+    eval_env = run.eval_env
+    states = lambda: eval_env.task.observation(eval_env.sim).numpy()  # noqa: E731
+    run.agent.act = lambda obs, sample: np.array([scripted_action(row) for row in states()], np.float32)
+    mean_return, success_rate, clip = run.evaluate()
+    assert eval_env.num_envs == 3 and success_rate == 1.0 and -20 < mean_return < 0
+    assert len(clip) > 1 and clip[0].shape == (32, 32, 3) and clip[0].dtype == np.uint8
+    run.agent.act = lambda obs, sample: np.tile(np.array([[-1, 0, 0, 1]], np.float32), (len(obs), 1))
+    assert run.evaluate()[1] == 0.0
+    run.close()
