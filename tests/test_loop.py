@@ -142,7 +142,8 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
 @pytest.mark.parametrize("ratio", [0.5, 3.0, 0.0])
 def test_updates_per_step_is_a_ratio_of_updates_to_agent_steps_once_learning_begins(tmp_path, ratio):
     """Learning begins at the step that reaches the seed steps (10), which counts: 31 learning steps by step 40."""
-    run = trainer(tmp_path, "inverted_pendulum_state.yaml", updates_per_step=ratio, seed_steps=10, eval_every_episodes=0)
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", updates_per_step=ratio, seed_steps=10,
+                  eval_every_episodes=0)
     run.run(40)
     assert run.progress.env_step == 40 and run.agent.updates == int(ratio * 31)
     run.close()

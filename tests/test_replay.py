@@ -135,8 +135,10 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
 
 
 def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
-    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, discount=GAMMA, num_envs=2)
-    reference, host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4,
+                  discount=GAMMA, num_envs=2)
+    reference, host = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs)
+    on_device = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
     fill_envs(reference, steps=80)
     fill_envs(host, steps=80, tensors=True)
     fill_envs(on_device, steps=80, tensors=True)

@@ -101,7 +101,10 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
         batched = cfg.env.backend == "mujoco_warp"
-        self.env = make_batched_env(cfg.env, cfg.pixels, self.device) if batched else make_vector_env(cfg.env, cfg.pixels)
+        if batched:
+            self.env = make_batched_env(cfg.env, cfg.pixels, self.device)
+        else:
+            self.env = make_vector_env(cfg.env, cfg.pixels)
         # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
         self.eval_batched = batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
@@ -140,7 +143,8 @@ class Trainer:
         `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
         env, logging = self.cfg.env, self.cfg.logging
         if self.eval_batched:
-            return make_batched_env(dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes), True, self.device), None
+            worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes)
+            return make_batched_env(worlds, True, self.device), None
         eval_env = make_env(env, self.cfg.pixels)
         if not logging.eval_video:
             return eval_env, None
@@ -227,10 +231,10 @@ class Trainer:
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
 
-    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
+    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
         task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
-        frames for the eval video."""
+        frames for the eval video. None when a batched evaluation is cut short by a stop signal."""
         if self.eval_batched:
             return self.evaluate_batched()
         returns, successes, clip = [], [], []
@@ -248,17 +252,20 @@ class Trainer:
                 successes.append(float(info["success"]))
         return float(np.mean(returns)), float(np.mean(successes)) if successes else None, clip
 
-    def evaluate_batched(self) -> tuple[float, float | None, list[np.ndarray]]:
+    def evaluate_batched(self) -> tuple[float, float | None, list[np.ndarray]] | None:
         """`evaluate` in MuJoCo Warp: world i runs one episode from `training.seed + EVAL_SEED_OFFSET + i` (its
         reset after the episode is ignored); success is termination where the task terminates only on success; the
-        clip is world 0's observed frames."""
+        clip is world 0's observed frames. None when a stop signal cuts it short."""
         n, max_frames = self.eval_env.num_envs, self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
         obs = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET)
         returns, done, success, clip = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), []
         while not done.all():
+            if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
+                return None
             if not done[0] and len(clip) < max_frames:
                 clip.append(to_host(obs[0, -1].permute(1, 2, 0)))
-            _, obs, reward, terminated, truncated = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False))
+            step = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False))
+            _, obs, reward, terminated, truncated = step
             reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
             returns += np.where(done, 0.0, reward)
             success |= ~done & terminated
@@ -333,21 +340,22 @@ class Trainer:
         cfg, progress = self.cfg, self.progress
         start, step, updates = self.clock
         seconds = time.perf_counter() - start
-        rates = {"env_steps_per_s": (progress.env_step - step) / seconds, "updates_per_s": (self.agent.updates - updates) / seconds}
+        rates = {"env_steps_per_s": (progress.env_step - step) / seconds,
+                 "updates_per_s": (self.agent.updates - updates) / seconds}
         before = progress.episode
         for i in ended:
-            self.logger.episode({"episode_return": float(self.returns[i]), "episode_length": int(self.lengths[i]), **rates},
-                                progress.env_step)
+            episode = {"episode_return": float(self.returns[i]), "episode_length": int(self.lengths[i])}
+            self.logger.episode(episode | rates, progress.env_step)
             self.returns[i], self.lengths[i] = 0.0, 0
             progress.episode += 1
             if self.complete():
                 break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
-        if crossed(cfg.training.eval_every_episodes, before, progress.episode):
-            mean_return, success_rate, clip = self.evaluate()
+        evaluation = self.evaluate() if crossed(cfg.training.eval_every_episodes, before, progress.episode) else None
+        if evaluation is not None:
             frames = progress.env_step * cfg.env.action_repeat
-            self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
+            self.logger.evaluation(*evaluation[:2], progress.env_step, frames, progress.episode, evaluation[2])
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
         return self.complete()
