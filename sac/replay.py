@@ -40,6 +40,11 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=True)
 
 
+def to_host(values) -> np.ndarray:
+    """numpy on the host, from numpy or a torch tensor on any device: a batched env's per-env numbers."""
+    return values.cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+
+
 def frame_bytes(frame_shape, frame_dtype) -> int:
     return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
@@ -93,9 +98,11 @@ class ReplayBuffer:
         """Single env: one step, the action taken, its outcome, and the observation it led to."""
         self.add_batch(next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool))
 
-    def add_batch(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray, first: np.ndarray) -> None:
+    def add_batch(self, obs: np.ndarray | torch.Tensor, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
+                  first: np.ndarray) -> None:
         """One frame per env, (N, ...) each: the observation, the action and outcome that led to it, and whether it
-        is a reset frame (`first`; its action, reward and terminated are ignored)."""
+        is a reset frame (`first`; its action, reward and terminated are ignored). `obs` may be a torch tensor on any
+        device (a batched env's): it is copied straight into device frames, or to the host for host frames."""
         assert len(obs) == self.num_envs, f"expected {self.num_envs} envs, got {len(obs)}"
         if self.count == 0:
             assert first.all(), "every env's first frame must be a reset frame"
@@ -105,7 +112,7 @@ class ReplayBuffer:
         if self.count >= self.capacity:
             self.num_transitions -= int((self.pos[slot] > 0).sum())
         frame = obs[:, -1] if self.frame_stack else obs
-        self.frames[slot] = torch.as_tensor(frame) if isinstance(self.frames, torch.Tensor) else frame
+        self.frames[slot] = torch.as_tensor(frame) if isinstance(self.frames, torch.Tensor) else to_host(frame)
         self.actions[slot] = np.where(first[:, None], 0.0, action)
         self.rewards[slot] = np.where(first, 0.0, reward)
         self.terminated[slot] = ~first & terminated

@@ -126,10 +126,10 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
         env.close()
 
 
-def trainer(tmp_path, config: str, **training) -> Trainer:
+def trainer(tmp_path, config: str, *, updates_per_step: float = 1.0, **training) -> Trainer:
     overrides = ["sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=1000", "logging.eval_video=false",
                  f"logging.tensorboard_dir={tmp_path / 'runs'}", "logging.progress=false", f"checkpoint.dir={tmp_path / 'ckpt'}",
-                 *(f"training.{k}={v}" for k, v in training.items())]
+                 f"sac.updates_per_step={updates_per_step}", *(f"training.{k}={v}" for k, v in training.items())]
     return Trainer(load_config(ROOT / "configs" / config, overrides))
 
 
@@ -141,6 +141,16 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     run.run(10)
     assert run.progress.env_step == 35
     assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
+    run.close()
+
+
+@pytest.mark.parametrize("ratio", [0.5, 3.0, 0.0])
+def test_updates_per_step_is_a_ratio_of_updates_to_agent_steps_once_learning_begins(tmp_path, ratio):
+    """Learning begins at the step that reaches the seed steps (10), which counts: 31 learning steps by step 40."""
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", updates_per_step=ratio, seed_steps=10,
+                  eval_every_episodes=0)
+    run.run(40)
+    assert run.progress.env_step == 40 and run.agent.updates == int(ratio * 31)
     run.close()
 
 

@@ -36,9 +36,10 @@ def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
     return reference
 
 
-def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
+def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = False) -> dict:
     """Lockstep random episodes in every env of `replay`, frames numbered uniquely across envs (frame number *
-    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame."""
+    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame. `tensors`:
+    observations as torch tensors, as a batched env on a device delivers them."""
     rng = np.random.default_rng(seed)
     n = replay.num_envs
     reference, stacks = {}, [None] * n
@@ -57,7 +58,7 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
                 reference[frame] = (env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]), next_stack)
                 stacks[env] = next_stack
             obs[env, :, 0] = stacks[env]
-        replay.add_batch(obs, actions, rewards, terminated, first)
+        replay.add_batch(torch.from_numpy(obs) if tensors else obs, actions, rewards, terminated, first)
     return reference
 
 
@@ -131,6 +132,18 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
     restored = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
     restored.load_state_dict(host.state_dict())
     assert torch.equal(restored.sample(16)["obs"], host.sample(16)["obs"]), "a host checkpoint loads into device frames"
+
+
+def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
+    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4,
+                  discount=GAMMA, num_envs=2)
+    reference, host = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs)
+    on_device = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    fill_envs(reference, steps=80)
+    fill_envs(host, steps=80, tensors=True)
+    fill_envs(on_device, steps=80, tensors=True)
+    assert isinstance(host.frames, np.ndarray) and np.array_equal(host.frames, reference.frames)
+    assert torch.equal(on_device.frames, torch.from_numpy(reference.frames))
 
 
 def test_reset_frames_are_not_transitions():

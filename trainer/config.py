@@ -30,6 +30,7 @@ from errors import UserError
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
+BACKENDS = ("mujoco", "mujoco_warp")  # envs.BACKENDS: tests/test_config.py holds them equal
 VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")  # encoders.ARCHS: tests/test_config.py holds them equal
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
 PARAMETER_KEYS = {
@@ -89,7 +90,7 @@ class EnvConfig:
     num_envs: int = setting(1, ge=1, le=256)
     # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
     # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
-    backend: str = setting("mujoco", choices=("mujoco", "mujoco_warp"))
+    backend: str = setting("mujoco", choices=BACKENDS)
 
 
 @dataclass
@@ -145,7 +146,9 @@ class SACConfig:
     # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
     # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
     augment_samples: int = setting(1, ge=1, le=16)
-    updates_per_step: int = setting(1, ge=1, le=100)
+    # updates per agent step; fractions allowed: a step of N envs (N MuJoCo Warp worlds) earns N times this, the
+    # fraction carried to the next step, so 1024 worlds at 0.03 run ~31 updates per batched step
+    updates_per_step: float = setting(1.0, gt=0, le=100, note="fractions allowed: 0.25 = one update per 4 agent steps")
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
@@ -492,6 +495,9 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.augment_samples > 1 and pixels and video.freeze:
         raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
                         "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
+    if pixels and video.freeze and env.backend == "mujoco_warp":
+        raise UserError("encoder.video.freeze=true with env.backend=mujoco_warp is not supported yet (the frozen trunk "
+                        "observes the workers' frames on the host); set env.backend=mujoco or encoder.video.freeze=false")
     if cfg.demos.path and pixels and video.freeze:
         raise UserError("demos.path with encoder.video.freeze=true is not supported yet (the demonstrations hold "
                         "frames, the replay the frozen trunk's features); set encoder.video.freeze=false or "
