@@ -325,4 +325,6 @@ def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path)
 
     result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set", "training.episodes=5",
                      "training.episodes=0")
-    assert result.returncode == 2 and result.stderr == "error: config key 'training.episodes' must be in [1, 10000000], got 0\n"
+    assert result.returncode == 2 and result.stderr == (
+        "error: config key 'training.episodes' must be in [1, 10000000], got 0\n"
+    )

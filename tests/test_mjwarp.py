@@ -14,26 +14,24 @@ import csv
 import math
 from types import SimpleNamespace
 
-import envs  # rendering was configured by tests/conftest.py, before mujoco loads
-
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
+from PIL import Image  # noqa: E402
 
+import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.mjwarp import make_task  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
-from PIL import Image  # noqa: E402
-
+from errors import UserError  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 from trainer.config import BACKENDS, Config, load_config  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
-from errors import UserError  # noqa: E402
 
 CPU = torch.device("cpu")
 CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasible-v0", "Dishwashing-v0"

@@ -44,9 +44,9 @@ from envs import make_batched_env, make_env, make_vector_env
 from envs.pixels import Camera
 from errors import UserError
 from sac.agent import SAC
+from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
-from sac.demos import mixed_sample
 from trainer.config import Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
@@ -139,18 +139,24 @@ class Trainer:
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
         # the logger last: bad input above fails before a run folder or a progress bar exists
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
-        self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
+        self.logger.message(
+            f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}"
+        )
         if self.demos:
             self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         if self.remote:
             self.logger.message(f"checkpoints for {ckpt.dir} are staged in {self.checkpoint_dir}")
         if cfg.training.autocast and not native_bfloat16(self.device):
-            self.logger.warning(f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
-                                "update is emulated and several times slower; set training.autocast=false here")
+            self.logger.warning(
+                f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
+                "update is emulated and several times slower; set training.autocast=false here"
+            )
         if cfg.training.compile and not compiled:
-            self.logger.warning("training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
-                                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false")
+            self.logger.warning(
+                "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
+                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
+            )
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
@@ -196,7 +202,10 @@ class Trainer:
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
-        self.logger.message(f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) in {time.perf_counter() - start:.1f} s")
+        self.logger.message(
+            f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
         return saved.latest
 
     def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
@@ -216,7 +225,10 @@ class Trainer:
         try:
             self.agent.load_state_dict(payload["agent"])
         except (RuntimeError, KeyError, ValueError) as err:
-            raise UserError(f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); resume with the config it was trained with") from None
+            raise UserError(
+                f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); "
+                "resume with the config it was trained with"
+            ) from None
         if replay_state is not None:
             self.replay.load_state_dict(replay_state)
         torch.set_rng_state(payload["rng"]["torch"])
@@ -224,7 +236,10 @@ class Trainer:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
         self.learning_steps = payload.get("learning_steps", 0)  # only the fraction of an update it carries matters
-        self.logger.message(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        self.logger.message(
+            f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, "
+            f"{len(self.replay)} transitions in replay"
+        )
         if self.demos:
             self.logger.message(self.demos.load_state_dict(payload.get("demos")))
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
@@ -232,7 +247,9 @@ class Trainer:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
         if saved_profile and saved_profile != self.cfg.profile:
-            self.logger.message(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
+            self.logger.message(
+                f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings"
+            )
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def observe(self, obs: np.ndarray) -> np.ndarray:
@@ -322,11 +339,15 @@ class Trainer:
                 self.run()
                 if self.stop.requested:
                     path = self.save(final_of_episode=False)
-                    self.logger.message(f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto")
+                    self.logger.message(
+                        f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto"
+                    )
                     return 128 + self.stop.signum
                 if progress.episode != self.saved_episode:
                     self.save(final_of_episode=True)
-                self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+                self.logger.message(
+                    f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}"
+                )
                 if cfg.training.auto_shutdown:
                     self.logger.message(f"running training.auto_shutdown: {cfg.training.auto_shutdown}")
         finally:
@@ -367,10 +388,13 @@ class Trainer:
         return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
 
     def start_episodes(self) -> None:
-        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first frames."""
+        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first
+        frames."""
         n = self.num_envs
         obs = self.observe(self.env.reset(seed=self.cfg.training.seed + self.progress.episode))
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
+        self.replay.add_batch(
+            obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
+        )
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
