@@ -173,8 +173,8 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
             "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0",
         ),
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
-        ("", ["env.backend=opengl"], "env.backend must be one of mujoco, mujoco_warp; got 'opengl'"),
-        ("", ["sac.updates_per_step=-0.5"], "sac.updates_per_step must be >= 0 (fractions allowed"),
+        ("", ["env.backend=opengl"], "config key 'env.backend' must be one of mujoco, mujoco_warp, got 'opengl'"),
+        ("", ["sac.updates_per_step=-0.5"], "config key 'sac.updates_per_step' must be in (0, 100] (fractions allowed"),
     ],
 )
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
@@ -197,7 +197,7 @@ def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
         (["--config", DEFAULT, "--set", "sac.batch_size=abc"], "'sac.batch_size' must be int"),
         (["--config", DEFAULT, "--set", "encoder.video.arch=resnet9000"], "unknown encoder.video.arch"),
         (["--config", DEFAULT, "--set", "env.id=NoSuchTask-v9"], "unknown env.id 'NoSuchTask-v9'"),
-        (["--config", DEFAULT, "--set", "env.backend=mjx"], "env.backend must be one of mujoco, mujoco_warp"),
+        (["--config", DEFAULT, "--set", "env.backend=mjx"], "config key 'env.backend' must be one of mujoco, mujoco_warp"),
     ],
 )
 def test_cli_reports_bad_input_in_one_line_with_status_2(args, expected):
