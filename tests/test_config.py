@@ -197,7 +197,8 @@ def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
         (["--config", DEFAULT, "--set", "sac.batch_size=abc"], "'sac.batch_size' must be int"),
         (["--config", DEFAULT, "--set", "encoder.video.arch=resnet9000"], "unknown encoder.video.arch"),
         (["--config", DEFAULT, "--set", "env.id=NoSuchTask-v9"], "unknown env.id 'NoSuchTask-v9'"),
-        (["--config", DEFAULT, "--set", "env.backend=mjx"], "config key 'env.backend' must be one of mujoco, mujoco_warp"),
+        (["--config", DEFAULT, "--set", "env.backend=mjx"],
+         "config key 'env.backend' must be one of mujoco, mujoco_warp"),
     ],
 )
 def test_cli_reports_bad_input_in_one_line_with_status_2(args, expected):
