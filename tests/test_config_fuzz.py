@@ -36,9 +36,11 @@ SET_CASES = [
       for value in ("-1", str(2**32), str(2**64))],
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be in [1, ")
       for key in ("encoder.video.num_filters", "encoder.video.num_layers", "sac.hidden_depth", "sac.hidden_dim",
-                  "sac.feature_dim", "sac.updates_per_step", "sac.nstep", "training.episodes",
+                  "sac.feature_dim", "sac.nstep", "training.episodes",
                   "env.action_repeat", "logging.video_max_frames")
       for value in ("0", "-1", HUGE)],
+    *[(f"sac.updates_per_step={value}", [f"sac.updates_per_step={value}"], "'sac.updates_per_step' must be in (0, ")
+      for value in ("0", "-1", HUGE)],  # a ratio: fractions allowed, no learning at all is not
     ("sac.augment_pad=-1", ["sac.augment_pad=-1"], "'sac.augment_pad' must be in [0, "),
     ("sac.augment_pad>image", ["sac.augment_pad=50"], "sac.augment_pad must be at most half of env.image_size"),
     *[(f"env.max_episode_steps={value}", [f"env.max_episode_steps={value}"],

@@ -151,7 +151,7 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     run.close()
 
 
-@pytest.mark.parametrize("ratio", [0.5, 3.0, 0.0])
+@pytest.mark.parametrize("ratio", [0.5, 3.0, 0.1])
 def test_updates_per_step_is_a_ratio_of_updates_to_agent_steps_once_learning_begins(tmp_path, ratio):
     """Learning begins at the step that reaches the seed steps (10), which counts: 31 learning steps by step 40."""
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", updates_per_step=ratio, seed_steps=10,

@@ -255,7 +255,10 @@ class Trainer:
     def observe(self, obs: np.ndarray) -> np.ndarray:
         """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
         (N, repr_dim), computed once per step for all N; else the observations themselves."""
-        return self.trunk(obs) if self.trunk else obs.copy()
+        if self.trunk:
+            return self.trunk(obs)
+        # a copy: a worker's frames live in shared memory that its next step overwrites
+        return obs.copy() if isinstance(obs, np.ndarray) else obs.clone()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
