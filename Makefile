@@ -6,12 +6,13 @@ REQUIREMENTS ?= requirements.txt
 CONFIG ?= configs/default.yaml
 ARGS ?= --resume auto
 PY := $(VENV)/bin/python
+TOOLS_VENV ?= .tools-venv
 
-.PHONY: setup train test clean
+.PHONY: setup train test lint tools clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt scripts/setup_system.sh
+$(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt requirements-warp.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt
@@ -22,8 +23,21 @@ train: setup
 
 # Two workers, one file each at a time (module fixtures such as the smoke run and the S3 server are built once),
 # one torch thread per process: the suite's processes fill both cores.
-test: setup
+test: setup tools
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
 
+# ruff's rules and line length live in pyproject.toml.
+lint: setup
+	$(PY) -m ruff check .
+
+# Launcher-side tools (SkyPilot, W&B's sweep engine) in a venv of their own, for tests/test_cloud.py: not project
+# dependencies, and SkyPilot alone brings ~100 packages (about 2 minutes to install here).
+tools: $(TOOLS_VENV)/.installed
+
+$(TOOLS_VENV)/.installed: requirements-tools.txt
+	$(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-tools.txt
+	touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(TOOLS_VENV) .pytest_cache

@@ -1,33 +1,42 @@
 """Train SAC from MuJoCo camera frames (or states).
 
     python3 train_sac.py --config configs/dmc/cartpole_swingup.yaml [--resume PATH|auto] [--set key=value ...]
+    [key=value ...]
+
+A bare key=value is the same as --set key=value: it is what `wandb agent` passes a sweep trial (${args_no_hyphens}).
 """
 
 import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
     parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = newest valid one, or a fresh start")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
-    args = parser.parse_args(argv)
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
+    args = parser.parse_intermixed_args(argv)
+    args.set += args.overrides
+    return args
 
-    from trainer.errors import UserError
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    from errors import UserError
+    from trainer.config import explain, load_config
+    from trainer.headless import configure
 
     try:
-        from trainer.config import load_config
-
         cfg = load_config(args.config, args.set)
+        configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
-        trainer = Trainer(cfg)
-        if args.resume:
-            trainer.resume(args.resume)
-        return trainer.train()
+        return Trainer(cfg, resume=args.resume).train()
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {explain(err)}", file=sys.stderr)
         return 2
 
 

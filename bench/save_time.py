@@ -3,8 +3,8 @@
     python3 -m bench.save_time --transitions 100000 --dir /tmp/save_bench
 
 Builds the default video agent (simple2dcnn, 84x84, T=3, DrQ sizes) and a replay buffer holding `--transitions`
-frames of noise, makes one update (so the optimiser state exists), then times `checkpoint.save` (replay sidecar + `_latest`, each written, fsynced and renamed), the
-same call the trainer makes on SIGTERM. Prints one JSON line.
+frames of noise, makes one update (so the optimiser state exists), then times `checkpoint.save` (replay sidecar +
+`_latest`, each written, fsynced and renamed), the same call the trainer makes on SIGTERM. Prints one JSON line.
 """
 
 import argparse
@@ -32,8 +32,9 @@ def main() -> None:
 
     cfg = Config()
     obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
-    agent = SAC(build_encoder(cfg.encoder, obs_shape), 6, cfg.sac, torch.device("cpu"), pixels=True)
-    replay = ReplayBuffer(args.transitions, obs_shape[1:], np.uint8, 6, cfg.env.frame_stack, seed=0, discount=cfg.sac.discount)
+    agent = SAC(build_encoder(cfg.encoder, obs_shape), 6, cfg.sac, device=torch.device("cpu"), pixels=True)
+    replay = ReplayBuffer(capacity=args.transitions, frame_shape=obs_shape[1:], frame_dtype=np.uint8, action_dim=6,
+                          frame_stack=cfg.env.frame_stack, seed=0, discount=cfg.sac.discount)
     rng = np.random.default_rng(0)
     noise = rng.integers(0, 256, (1000, *obs_shape[1:]), dtype=np.uint8)
     replay.add_first(noise[0][None])
@@ -47,7 +48,7 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
         payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {"episode": 0, "env_step": repeat}, "rng": {}}
         start = time.perf_counter()
-        checkpoint.save(directory, "bench", payload, replay.state_dict(), repeat, None, keep_replays=1, keep_last=0)
+        checkpoint.save(directory, "bench", payload, replay.state_dict(), env_step=repeat, episode=None, keep_replays=1, keep_last=0)
         seconds.append(time.perf_counter() - start)
     sizes = {p.name: p.stat().st_size for p in directory.iterdir()}
     shutil.rmtree(directory, ignore_errors=True)

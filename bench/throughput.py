@@ -7,8 +7,8 @@ settings, and prints one JSON line; a last line holds the ratios the README repo
 contenders it alternates between them in chunks, so that load from other jobs on a shared machine hits all alike.
 Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
-                    quality, same camera), against make_env(cfg).step: the wrapper overhead
-  collect           the trainer's own loop, random actions, no updates (frames into the replay): 1 env against 2
+                    quality, same camera), against make_env(...).step: the wrapper overhead
+  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay): 1 env against 2
                     env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer draws in its
                     process's own thread, in the 1-env process too: one core per env)
   train             one update per env step, each contender timed after --seed-steps random steps and one untimed
@@ -69,14 +69,14 @@ def rate(steps: int, seconds: float) -> dict:
 def raw_vs_wrapper(args) -> dict:
     """The same model, camera and render quality stepped and drawn two ways, alternating in chunks so that load from
     other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene + render into a preallocated
-    buffer, and `make_env(cfg).step` (Gymnasium wrappers, action scaling, frame stack)."""
-    from envs import make_env  # headless GL set-up, before mujoco is imported
-    from envs.pixels import resolve_camera
-
+    buffer, and `make_env(...).step` (Gymnasium wrappers, action scaling, frame stack)."""
     import mujoco
 
+    from envs import make_env
+    from envs.pixels import resolve_camera
+
     cfg = config(args)
-    env = make_env(cfg)
+    env = make_env(cfg.env, cfg.pixels)
     base = env.unwrapped
     model, data = base.model, base.data  # the wrapper's own model: its render quality is already set
     camera = resolve_camera(model, cfg.env.camera, base.mujoco_renderer.default_cam_config)
@@ -112,34 +112,17 @@ def raw_vs_wrapper(args) -> dict:
     }
 
 
-def quiet_trainer(cfg):
-    """The real Trainer with checkpoint writes and logging output switched off (they are not part of the step)."""
-    from trainer.gpu_monitor import GpuMonitor
-    from trainer.logger import Logger
-    from trainer.loop import Trainer
-
-    trainer = Trainer(cfg)
-    trainer.save = lambda final_of_episode: None
-    trainer.logger = Logger(cfg, 0, cfg.training.episodes, 0)
-    trainer.gpu_monitor = GpuMonitor(trainer.device, cfg.logging.gpu_every_s, lambda message: None)
-    return trainer
-
-
-def timed_run(trainer, steps: int, stop) -> tuple[int, int, float]:
-    """`Trainer.run` for about `steps` more agent steps (to the next episode boundary): (steps, updates, seconds)."""
-    trainer.cfg.training.max_env_steps = trainer.progress.env_step + steps
+def timed_run(trainer, steps: int) -> tuple[int, int, float]:
+    """`Trainer.run` for `steps` more agent steps: (steps, updates, seconds)."""
     start, step_before, updates_before = time.perf_counter(), trainer.progress.env_step, trainer.agent.updates
-    trainer.run(stop)
+    trainer.run(steps)
     return trainer.progress.env_step - step_before, trainer.agent.updates - updates_before, time.perf_counter() - start
 
 
 def collect(args, chunks: int = 10) -> dict:
     """1 env (in process) against 2 env workers, random actions, no updates."""
-    from trainer.signals import GracefulStop
-
-    with GracefulStop() as stop:
-        contenders = {n: OurTrainer(args, {"env.num_envs": n, "training.seed_steps": 10**9}, stop) for n in (1, 2)}
-        totals = interleave(contenders, chunks, args.collect_steps // chunks)
+    contenders = {n: OurTrainer(args, {"env.num_envs": n, "training.seed_steps": 10**9}) for n in (1, 2)}
+    totals = interleave(contenders, chunks, args.collect_steps // chunks)
     rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
     return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
             "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
@@ -161,14 +144,16 @@ def interleave(contenders: dict, rounds: int, steps: int) -> dict:
 
 class OurTrainer:
     """This trainer as a contender of the `train` and `collect` rows, with its config's settings plus `overrides`,
-    warmed up untimed by the seed steps and one episode."""
+    warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or checkpoint."""
 
-    def __init__(self, args, overrides: dict, stop):
-        self.trainer, self.stop = quiet_trainer(config(args, **overrides)), stop
-        timed_run(self.trainer, args.seed_steps + args.episode_steps, stop)
+    def __init__(self, args, overrides: dict):
+        from trainer.loop import Trainer
+
+        self.trainer = Trainer(config(args, **overrides))
+        timed_run(self.trainer, args.seed_steps + args.episode_steps)
 
     def run(self, steps: int) -> tuple[int, float]:
-        done, _, seconds = timed_run(self.trainer, steps, self.stop)
+        done, _, seconds = timed_run(self.trainer, steps)
         return done, seconds
 
     def replay_bytes(self) -> int:
@@ -180,15 +165,13 @@ class OurTrainer:
 
 def train(args) -> dict:
     from trainer.device import native_bfloat16, resolve_device
-    from trainer.signals import GracefulStop
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
-    with GracefulStop() as stop:
-        contenders = {name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}), stop)
-                      for name, overrides in OURS.items()}
-        contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
-        replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
-        totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
+    contenders = {name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
+                  for name, overrides in OURS.items()}
+    contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
+    replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
+    totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
     return {name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders} | {"train_fast_autocast": autocast}
 
 
@@ -199,14 +182,9 @@ def phases(args) -> dict:
     from sac.augment import random_shift
     from trainer.loop import Trainer
 
-    cfg = config(args)
+    cfg = config(args, **{"training.seed_steps": 10**9})  # random actions, no updates: just fill the replay
     trainer = Trainer(cfg)
-    obs, _ = trainer.env.reset(seed=0)
-    trainer.replay.add_first(obs)
-    for _ in range(4 * args.batch_size):
-        action = trainer.rng.uniform(-1, 1, trainer.action_dim).astype(np.float32)
-        obs, reward, terminated, truncated, _ = trainer.env.step(action)
-        trainer.replay.add(action, reward, terminated, obs)
+    trainer.run(4 * args.batch_size)
     agent, device, sync = trainer.agent, trainer.device, torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
 
     def ms(fn, repeats: int = 20) -> float:
@@ -246,8 +224,7 @@ def phases(args) -> dict:
         "update_ms": ms(lambda: agent.update(trainer.replay.sample(args.batch_size, device))),
         "device": str(device),
     }
-    trainer.env.close()
-    trainer.eval_env.close()
+    trainer.close()
     return row
 
 
@@ -273,7 +250,7 @@ class SB3Trainer:
         from envs import make_env
 
         cfg = config(args)
-        self.env = channels_stacked(make_env(cfg))
+        self.env = channels_stacked(make_env(cfg.env, cfg.pixels))
         stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
 
         class Simple2DCNNExtractor(BaseFeaturesExtractor):
@@ -354,6 +331,9 @@ def main() -> None:
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
+        from trainer.headless import configure
+
+        configure()  # before any row imports mujoco
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
     rows = {}

@@ -12,7 +12,7 @@ import torch
 from torchvision.models.video import R3D_18_Weights, r3d_18
 
 from encoders.video_encoder import VideoEncoder
-from trainer.errors import UserError
+from errors import UserError
 
 KINETICS = R3D_18_Weights.KINETICS400_V1
 CLASSIFIER = "fc."  # state-dict prefix of the Kinetics classifier, which the trunk does without
@@ -30,7 +30,7 @@ def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
         raise UserError(
             f"r3d18 pretrained weights not found at {path}; on a connected machine download {KINETICS.url} "
             f"(or run: python -c \"import torchvision; torchvision.models.video.r3d_18(weights='KINETICS400_V1')\" "
-            f"and take it from ~/.cache/torch/hub/checkpoints/), then copy it to {path} or set encoder.video.weights=<file>"
+            f"and take it from ~/.cache/torch/hub/checkpoints/), then copy it to {path} or set `weights`=<file>"
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)

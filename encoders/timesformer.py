@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from transformers import TimesformerConfig, TimesformerModel
 
 from encoders.video_encoder import VideoEncoder
-from trainer.errors import UserError
+from errors import UserError
 
 PRESETS = {  # the tiny and small ones tile 84 px frames with 7 x 7 patches; base is the public checkpoint's shape
     "tiny": dict(patch_size=12, hidden_size=96, num_hidden_layers=2, num_attention_heads=3, intermediate_size=384),
@@ -36,14 +36,14 @@ def find_checkpoint(weights: str | None) -> Path:
     if weights:
         path = Path(weights)
         if not (path / "config.json").is_file():
-            raise UserError(f"encoder.video.weights={weights} is not a TimeSformer checkpoint directory; pass the folder holding config.json and {' or '.join(WEIGHT_FILES)}")
+            raise UserError(f"`weights`={weights} is not a TimeSformer checkpoint directory; pass the folder holding config.json and {' or '.join(WEIGHT_FILES)}")
         return path
     try:
         return Path(snapshot_download(PUBLIC_CHECKPOINT, local_files_only=True))
     except LocalEntryNotFoundError:
         raise UserError(
             f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache {constants.HF_HUB_CACHE}; "
-            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, or set encoder.video.weights=<checkpoint dir>"
+            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, or set `weights`=<checkpoint dir>"
         ) from None
 
 
@@ -79,9 +79,9 @@ class TimeSformer(VideoEncoder):
     def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
         super().__init__(cfg, obs_shape)
         if cfg.preset not in PRESETS:
-            raise UserError(f"unknown encoder.video.preset '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
+            raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":
-            raise UserError(f"pretrained timesformer weights have the base preset's shape; set encoder.video.preset=base (got '{cfg.preset}')")
+            raise UserError(f"pretrained timesformer weights have the base preset's shape; set `preset`=base (got '{cfg.preset}')")
         checkpoint = find_checkpoint(cfg.weights) if cfg.pretrained else None
         # a checkpoint describes its own width and depth; fed our frame count and size, with no dropout so the
         # critic's targets come from a deterministic encoder
@@ -94,7 +94,7 @@ class TimeSformer(VideoEncoder):
         if size % arch.patch_size:
             raise UserError(
                 f"timesformer preset '{cfg.preset}' cuts {arch.patch_size} px patches, which do not tile {size} px frames; "
-                f"set encoder.video.input_size to a multiple of {arch.patch_size} (e.g. {arch.patch_size * max(1, round(size / arch.patch_size))})"
+                f"set `input_size` to a multiple of {arch.patch_size} (e.g. {arch.patch_size * max(1, round(size / arch.patch_size))})"
             )
         self.net = TimesformerModel(arch)
         if checkpoint:

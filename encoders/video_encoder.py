@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.errors import UserError
+from errors import UserError
 
 
 def init_relu_convs(net: nn.Module) -> None:
@@ -34,7 +34,7 @@ class VideoEncoder(nn.Module):
     def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
         super().__init__()
         if cfg.pretrained and not self.PRETRAINED:
-            raise UserError(f"encoder.video.arch {cfg.arch} has no pretrained weights; set encoder.video.pretrained=false or use r3d18 or timesformer")
+            raise UserError(f"`arch` {cfg.arch} has no pretrained weights; set `pretrained`=false or use r3d18 or timesformer")
         self.obs_shape = tuple(obs_shape)
         frames, channels, _, _ = self.obs_shape
         self.input_size = cfg.input_size

@@ -1,55 +1,74 @@
-"""Environments: `make_env(cfg)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations are
-float32 state vectors (`encoder.type: state`) or uint8 frame stacks (T, 3, H, W) (`encoder.type: video`).
-`make_vector_env(cfg)` runs `env.num_envs` of them in worker processes, observations batched (N, ...)."""
+"""Environments: `make_env(cfg, pixels)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations
+are uint8 frame stacks (T, 3, H, W) (`pixels`) or float32 state vectors; `cfg` is the `env` config section.
+`make_vector_env(cfg, pixels)` gives `cfg.num_envs` of them behind one interface, observations batched (N, ...): worker
+processes, or with one env, that env in this process; `make_batched_env(cfg, pixels, device)` runs `cfg.num_envs`
+MuJoCo Warp worlds in this process (the `backend` mujoco_warp).
+Rendering is headless: the process chooses MuJoCo's GL backend before importing this package (trainer/headless.py)."""
 
-from envs import headless
+import functools
+import multiprocessing
+import os
 
-headless.configure()  # before anything imports mujoco's GL backends: see envs/headless.py
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleAction, TimeLimit
 
-import functools  # noqa: E402
-import multiprocessing  # noqa: E402
-import os  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleAction, TimeLimit  # noqa: E402
-
-from envs import dishwashing  # noqa: E402,F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
-from envs.action_repeat import ActionRepeat  # noqa: E402
-from envs.pixels import PixelObservation  # noqa: E402
-from envs.workers import EnvWorkers  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
+from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
+from envs.action_repeat import ActionRepeat
+from envs.pixels import PixelObservation
+from envs.workers import EnvWorkers, InProcessEnv
+from errors import UserError
 
 
-def make_env(cfg) -> gym.Env:
-    env = make_task(cfg.env.id)
+def make_env(cfg, pixels: bool) -> gym.Env:
+    env = make_task(cfg.id)
     env = RescaleAction(env, -1.0, 1.0)
-    if cfg.env.action_repeat > 1:
-        env = ActionRepeat(env, cfg.env.action_repeat)
-    if cfg.env.max_episode_steps:
-        env = TimeLimit(env, cfg.env.max_episode_steps)
-    if cfg.encoder.type == "video":
+    if cfg.action_repeat > 1:
+        env = ActionRepeat(env, cfg.action_repeat)
+    if cfg.max_episode_steps:
+        env = TimeLimit(env, cfg.max_episode_steps)
+    if pixels:
         return PixelObservation(
             env,
-            size=cfg.env.image_size,
-            camera=cfg.env.camera,
-            frame_stack=cfg.env.frame_stack,
-            shadow_size=cfg.env.render_shadow_size,
-            offsamples=cfg.env.render_offsamples,
+            size=cfg.image_size,
+            camera=cfg.camera,
+            frame_stack=cfg.frame_stack,
+            shadow_size=cfg.render_shadow_size,
+            offsamples=cfg.render_offsamples,
         )
     if isinstance(env.observation_space, gym.spaces.Dict):
         env = FlattenObservation(env)
     return DtypeObservation(env, np.float32)
 
 
-def make_vector_env(cfg) -> EnvWorkers:
-    """`env.num_envs` envs, one spawned worker process and one renderer each (fork is unsafe once torch and GL are
-    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py."""
-    render_threads = max(1, (os.cpu_count() or 1) // cfg.env.num_envs)
-    return EnvWorkers(functools.partial(make_worker_env, cfg, render_threads), cfg.env.num_envs)
+def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
+    """`cfg.num_envs` envs, one spawned worker process and one renderer each (fork is unsafe once torch and GL are
+    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py. One env
+    steps in this process: no worker to wait for, and every episode seeded."""
+    if cfg.num_envs == 1:
+        return InProcessEnv(make_env(cfg, pixels))
+    render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
+    return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-def make_worker_env(cfg, render_threads: int) -> gym.Env:
+BACKENDS = ("mujoco", "mujoco_warp")
+
+
+def make_batched_env(cfg, pixels: bool, device):
+    """The `backend` mujoco_warp: `cfg.num_envs` worlds in this process on `device` (a torch device), stepped and
+    rendered by MuJoCo Warp; the interface of make_vector_env's workers with torch tensors on `device` in and out
+    (envs/mjwarp/vector.py)."""
+    if cfg.backend not in BACKENDS:
+        raise UserError(f"`backend` must be one of {', '.join(BACKENDS)}; got '{cfg.backend}'")
+    try:
+        from envs.mjwarp import make_warp_env
+    except ImportError as err:
+        raise UserError(f"the `backend` mujoco_warp needs MuJoCo Warp ({err}); install it with "
+                        "'pip install -r requirements-warp.txt'") from None
+    return make_warp_env(cfg, pixels, device)
+
+
+def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:
     """A vector worker's env. Mesa's software renderer (llvmpipe, what EGL and OSMesa use without a GPU) starts a
     rasterizer thread per core in every process; N workers would fight over the cores, so each gets its share. A
     share of one core means LP_NUM_THREADS=0: the worker rasterizes in its own thread, because a separate rasterizer
@@ -59,7 +78,7 @@ def make_worker_env(cfg, render_threads: int) -> gym.Env:
     renderers ignore it."""
     if multiprocessing.parent_process() is not None:
         os.environ.setdefault("LP_NUM_THREADS", str(render_threads if render_threads > 1 else 0))
-    return make_env(cfg)
+    return make_env(cfg, pixels)
 
 
 def make_task(env_id: str) -> gym.Env:
@@ -72,6 +91,6 @@ def make_task(env_id: str) -> gym.Env:
     except gym.error.Error as err:
         reason = str(err).splitlines()[0]
         raise UserError(
-            f"unknown env.id '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
+            f"unknown `env_id` '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
             "or dm_control/<domain>-<task>-v0, e.g. dm_control/cartpole-swingup-v0"
         ) from None

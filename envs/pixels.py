@@ -11,7 +11,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from trainer.errors import UserError
+from errors import UserError
 
 
 def mujoco_handles(env: gym.Env):
@@ -31,11 +31,11 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
     names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
     if isinstance(camera, str):
         if camera not in names:
-            raise UserError(f"unknown env.camera '{camera}'; this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
+            raise UserError(f"unknown `camera` '{camera}'; this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
         return names.index(camera)
     if isinstance(camera, int):
         if not -1 <= camera < model.ncam:
-            raise UserError(f"env.camera {camera} is out of range; this task has cameras 0..{model.ncam - 1} ({', '.join(map(str, names))}) and -1 (free)")
+            raise UserError(f"`camera` {camera} is out of range; this task has cameras 0..{model.ncam - 1} ({', '.join(map(str, names))}) and -1 (free)")
         return camera
     if free_config is None:
         return 0 if model.ncam else -1

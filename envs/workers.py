@@ -1,4 +1,5 @@
-"""Env worker processes stepped in turn, each given its next action the moment its step returns.
+"""Env worker processes stepped in turn, each given its next action the moment its step returns; and one env in this
+process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
 
 Gymnasium's AsyncVectorEnv steps all its envs in lockstep: every step waits for the slowest worker, and the workers
 idle while the trainer reads their results and computes the next actions. On 2 cores that held 2 workers to
@@ -79,3 +80,34 @@ class EnvWorkers:
         self._drain()
         for worker in self.workers:
             worker.close()
+
+
+class InProcessEnv:
+    """One env in this process as a vector of one, with EnvWorkers' interface and NEXT_STEP autoreset. Unlike a worker
+    it reseeds every episode, from `seed`, `seed + 1`, ... counted from the last `reset(seed)`: so a run stopped at
+    an episode boundary and started again with `reset(seed + episodes done)` continues exactly. A step that resets
+    chooses no action (`act` is not called, so no RNG is drawn) and reports zeros."""
+
+    def __init__(self, env: gym.Env):
+        self.env, self.num_envs = env, 1
+        self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
+        self.obs = None  # (1, ...) the observation the next action is chosen for
+        self.seed, self.resetting = 0, False
+
+    def reset(self, seed: int) -> np.ndarray:
+        self.seed, self.resetting = seed, False
+        self.obs = self.env.reset(seed=seed)[0][None]
+        return self.obs
+
+    def step(self, act: Callable[[np.ndarray], np.ndarray]):
+        """As `EnvWorkers.step`, for one env: (actions, obs, reward, terminated, truncated), (1, ...) each."""
+        if self.resetting:
+            self.reset(self.seed + 1)
+            return np.zeros((1, *self.single_action_space.shape), np.float32), self.obs, np.zeros(1), np.zeros(1, bool), np.zeros(1, bool)
+        action = np.array(act(self.obs), dtype=np.float32)
+        obs, reward, terminated, truncated, _ = self.env.step(action[0])
+        self.obs, self.resetting = obs[None], terminated or truncated
+        return action, self.obs, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
+
+    def close(self) -> None:
+        self.env.close()

@@ -19,9 +19,16 @@ Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on 
 dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the encoder passes, where nearly all
 the FLOPs are (tensor cores on a GPU, AMX on recent Xeons). The heads, losses and optimiser steps stay float32: a
 bfloat16 Q-value near 800 (cartpole with action repeat 8) would be rounded to a multiple of 4. Nothing in `update`
-reads a value back to the host: metrics stay on the device until the trainer logs them.
+reads a value back to the host: metrics stay on the device until the trainer logs them, and the policy's
+distributions skip torch's argument validation, whose checks would each wait for the device.
+
+Modes: the update runs every network in training mode, the target critic included, as DrQ and DrQ-v2 keep it
+(`critic_target.train()`): a BatchNorm in the target encoder (r3d18) normalises by the batch like the online encoder
+whose parameters it averages, so its running statistics (those of its own passes) are never read. `act` runs the
+online encoder and the actor in eval mode.
 """
 
+import contextlib
 import copy
 import math
 
@@ -48,6 +55,21 @@ def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int) -> nn.Sequential
     return net
 
 
+@contextlib.contextmanager
+def eval_mode(*modules: nn.Module):
+    """Eval mode for the duration, then every submodule's own mode back (DrQ's and SAC-AE's `utils.eval_mode`, but
+    per submodule, so a frozen encoder inside a training critic stays as it was): BatchNorm normalises by its running
+    statistics and leaves them alone, so an observation's action does not depend on the rest of its batch."""
+    modes = [(module, module.training) for root in modules for module in root.modules()]
+    for root in modules:
+        root.train(False)
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 def trunk(repr_dim: int, feature_dim: int, pixels: bool) -> tuple[nn.Module, int]:
     """Pixel features are wide (tens of thousands of dims): project and normalise them, as DrQ-v2 does."""
     if not pixels:
@@ -65,7 +87,9 @@ class Actor(nn.Module):
     def forward(self, features: torch.Tensor) -> TransformedDistribution:
         mu, log_std = self.policy(self.trunk(features)).chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
-        return TransformedDistribution(Normal(mu, log_std.exp()), [TanhTransform(cache_size=1)])
+        # no argument validation: its checks branch on tensor values, a host-device sync each (4 per policy pass)
+        base = Normal(mu, log_std.exp(), validate_args=False)
+        return TransformedDistribution(base, [TanhTransform(cache_size=1)], validate_args=False)
 
 
 class Critic(nn.Module):
@@ -94,7 +118,7 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, device: torch.device, pixels: bool,
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False):
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
@@ -129,9 +153,11 @@ class SAC:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
-        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation."""
+        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation.
+        The networks run in eval mode, so BatchNorm uses (and keeps) its running statistics."""
         obs = torch.as_tensor(obs, device=self.device)
-        dist = self.actor(self.encode(self.critic.encoder, obs))
+        with eval_mode(self.critic.encoder, self.actor):
+            dist = self.actor(self.encode(self.critic.encoder, obs))
         action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
         return action.cpu().numpy()
 
@@ -221,7 +247,11 @@ class SAC:
         self.actor.load_state_dict(state["actor"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        for name in ("critic_opt", "actor_opt", "alpha_opt"):
+            optimiser = getattr(self, name)
+            # torch restores the saved groups' lr and betas too; a resumed run trains with its config's, as it says
+            settings = [{key: group[key] for key in ("lr", "betas")} for group in optimiser.param_groups]
+            optimiser.load_state_dict(state[name])
+            for group, setting in zip(optimiser.param_groups, settings):
+                group.update(setting)
         self.updates = state["updates"]

@@ -26,13 +26,11 @@ the factor on the value of next_obs: `discount`^m, 0 after a termination.
 """
 
 import numpy as np
-import psutil
 import torch
 
-from trainer.errors import UserError
+from errors import UserError
 
 ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
-MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM (or device memory) to the rest of the process
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -46,8 +44,14 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
     return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
 
+def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_host: bool) -> int:
+    """Host memory one slot takes: its frame (unless frames live on a device), action, reward, flag and pos. numpy
+    allocates lazily, so a buffer too large for the RAM fails only as it fills: callers check this up front."""
+    return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + 4 * action_dim + 4 + 1 + 4
+
+
 class ReplayBuffer:
-    def __init__(self, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
+    def __init__(self, *, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
                  discount: float, num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1):
         """`capacity` frames in all, split evenly across `num_envs` rings; `discount` per step (sampled batches carry
         the whole bootstrap factor); `frames_on` a device to keep frames on (None = host memory); `nstep` steps per
@@ -58,17 +62,7 @@ class ReplayBuffer:
         self.nstep, self.discount = nstep, discount
         self._window = (frame_stack or 1) + 1
         if self.capacity <= self._window:
-            raise UserError(f"sac.buffer_size={capacity} leaves {self.capacity} slots per env; raise it above {self._window * num_envs} or lower env.num_envs")
-        host_frame = 0 if frames_on is not None else frame_bytes(frame_shape, frame_dtype)
-        slot_bytes = host_frame + 4 * action_dim + 4 + 1 + 4
-        rings = self.capacity * num_envs
-        needed, available = rings * slot_bytes, psutil.virtual_memory().available
-        if needed > MEMORY_HEADROOM * available:
-            fits = int(MEMORY_HEADROOM * available // slot_bytes)
-            raise UserError(
-                f"replay buffer of sac.buffer_size={capacity} needs {needed / 2**30:.1f} GiB but only "
-                f"{available / 2**30:.1f} GiB of RAM is free; lower sac.buffer_size to at most {fits}"
-            )
+            raise UserError(f"`capacity`={capacity} leaves {self.capacity} slots per env; raise it above {self._window * num_envs} or lower `num_envs`")
         shape = (self.capacity, num_envs)
         if frames_on is None:
             self.frames = np.zeros((*shape, *frame_shape), dtype=frame_dtype)
@@ -184,7 +178,7 @@ class ReplayBuffer:
         if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != tuple(self.frames.shape[1:]):
             raise UserError(
                 f"the checkpoint's replay holds {state['capacity']} slots of (envs, frame) {tuple(state['frames'].shape[1:])}, "
-                f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; resume with the sac.buffer_size, env.num_envs and env settings it was trained with"
+                f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; resume with the `capacity`, `num_envs` and env settings it was trained with"
             )
         filled = len(state["frames"])
         for name in ARRAYS:

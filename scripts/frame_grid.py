@@ -15,9 +15,13 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from trainer.config import load_config  # noqa: E402
+from trainer.headless import configure  # noqa: E402
+
+configure()  # before mujoco is imported
+
 from envs import make_env  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from trainer.config import load_config  # noqa: E402
 
 CAMERAS = ("overview", "close")
 GAP = 4  # white pixels between tiles
@@ -25,7 +29,8 @@ GAP = 4  # white pixels between tiles
 
 def episode_frames(config: str, camera: str, seed: int) -> list[np.ndarray]:
     """Every (H, W, 3) frame the encoder gets in one scripted episode, seen from `camera`."""
-    env = make_env(load_config(config, [f"env.camera={camera}"]))
+    cfg = load_config(config, [f"env.camera={camera}"])
+    env = make_env(cfg.env, cfg.pixels)
     obs, _ = env.reset(seed=seed)
     frames, done = [obs[-1].transpose(1, 2, 0)], False
     while not done:
@@ -61,7 +66,8 @@ def main() -> None:
     grid = join(rows, axis=0)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(grid).save(args.out, optimize=True)
-    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {', '.join(map(str, picks))} of {len(frames) - 1} (columns)")
+    steps = ", ".join(map(str, picks))
+    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {steps} of {len(frames) - 1} (columns)")
 
 
 if __name__ == "__main__":

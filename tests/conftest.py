@@ -1,11 +1,15 @@
 """Shared helpers: run the real command line in a subprocess with `--set` overrides, tiny network sizes for speed,
-and encoder config blocks."""
+and encoder config blocks. Rendering is configured here, as the command line does, before any test module imports
+mujoco."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 from trainer.config import EncoderConfig
+from trainer.headless import configure
+
+configure()
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")

@@ -15,19 +15,20 @@ from trainer.config import EncoderConfig, SACConfig, VideoEncoderConfig
 OBS = (3, 3, 64, 64)
 
 
-def make_agent(compile: bool = False, autocast: bool = False, **overrides) -> SAC:
+def make_agent(compile: bool = False, autocast: bool = False, device: str = "cpu", **overrides) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=64, **overrides)
-    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, torch.device("cpu"), pixels=True, compile=compile, autocast=autocast)
+    return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, device=torch.device(device), pixels=True,
+               compile=compile, autocast=autocast)
 
 
-def batch(size: int = 4) -> dict:
+def batch(size: int = 4, device: str = "cpu") -> dict:
     return {
-        "obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
-        "action": torch.rand(size, 2) * 2 - 1,
-        "reward": torch.randn(size, 1),
-        "discount": torch.ones(size, 1),
-        "next_obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
+        "obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8, device=device),
+        "action": torch.rand(size, 2, device=device) * 2 - 1,
+        "reward": torch.randn(size, 1, device=device),
+        "discount": torch.ones(size, 1, device=device),
+        "next_obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8, device=device),
     }
 
 
@@ -106,7 +107,7 @@ def test_a_separate_target_encoder_costs_a_third_pass_and_a_frozen_encoder_never
     agent.update(batch())
     assert passes == ["online", "online", "target"]
     frozen = SAC(build_encoder(EncoderConfig(type="video", video=VideoEncoderConfig(freeze=True)), OBS), 2, SACConfig(hidden_dim=64),
-                 torch.device("cpu"), pixels=True)
+                 device=torch.device("cpu"), pixels=True)
     assert frozen.critic_target.encoder is None, "a frozen encoder's copy would never differ from it"
     older = frozen.state_dict()
     older["critic_target"] |= {f"encoder.{key}": value for key, value in frozen.critic.encoder.state_dict().items()}
@@ -145,6 +146,30 @@ def test_act_returns_one_action_per_observation_in_bounds_sampled_or_determinist
     assert np.array_equal(mean, mean_again)
 
 
+def test_the_policys_distributions_skip_argument_validation():
+    """torch validates distribution arguments by default, and each check is a host-device sync on CUDA."""
+    with pytest.raises(ValueError):
+        torch.distributions.Normal(torch.zeros(1), -torch.ones(1))  # the default in this process: validation on
+    agent = make_agent()
+    dist = agent.actor(torch.randn(3, agent.critic.encoder.repr_dim))
+    assert not dist._validate_args and not dist.base_dist._validate_args
+    edge = torch.ones(3, 2)  # outside tanh's open interval (-1, 1): a validating log_prob raises
+    assert dist.log_prob(edge).shape == (3, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host-device syncs exist only with a CUDA device")
+def test_an_update_never_waits_for_the_device():
+    agent = make_agent(device="cuda", actor_update_every=2, target_update_every=1)
+    first, *later = (batch(device="cuda") for _ in range(3))
+    agent.update(first)  # first calls: lazy initialisation and autotuning may synchronise
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for data in later:  # a critic-only update, then one with the actor and temperature
+            agent.update(data)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
     agent, other = make_agent(), make_agent(init_temperature=0.5)
     agent.update(batch())
@@ -159,17 +184,40 @@ def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
     assert all(torch.equal(a[k], b[k]) for k in b)
 
 
+def test_a_loaded_state_keeps_this_configs_learning_rates_and_betas_and_the_saved_moments():
+    """Resume's changed-settings line says sac.lr 0.001 -> 0.0001: the optimisers must then train with 1e-4."""
+    agent = make_agent()
+    agent.update(batch())
+    agent.update(batch())
+    other = make_agent(lr=1e-4, alpha_lr=3e-4, alpha_beta=0.5)
+    other.load_state_dict(agent.state_dict())
+    for name in ("critic_opt", "actor_opt"):
+        group = getattr(other, name).param_groups[0]
+        assert group["lr"] == 1e-4 and group["betas"] == (0.9, 0.999)
+    assert other.alpha_opt.param_groups[0]["lr"] == 3e-4 and other.alpha_opt.param_groups[0]["betas"] == (0.5, 0.999)
+    saved = agent.critic_opt.state_dict()["state"][0]["exp_avg"]
+    assert torch.equal(other.critic_opt.state_dict()["state"][0]["exp_avg"], saved), "Adam's moments come back"
+
+
 def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr():
     agent = make_agent()
     assert len(agent.critic_opt.param_groups) == 1
     assert agent.critic_opt.param_groups[0]["params"] == list(agent.critic.parameters())
 
     torch.manual_seed(0)
-    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), torch.device("cpu"), pixels=True, encoder_lr=1e-5)
+    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), device=torch.device("cpu"), pixels=True, encoder_lr=1e-5)
     heads, encoder = agent.critic_opt.param_groups
     assert encoder["lr"] == 1e-5 and encoder["params"] == list(agent.critic.encoder.parameters())
     assert heads["lr"] == 1e-3 and len(heads["params"]) + len(encoder["params"]) == len(list(agent.critic.parameters()))
     assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"
+
+
+def test_the_temperatures_adam_uses_torchs_default_betas_as_drq_does():
+    """DrQ: Adam(lr=1e-3) with default betas for all three optimisers; SAC-AE's beta1 0.5 goes with its lr 1e-4."""
+    agent = make_agent()
+    defaults = torch.optim.Adam([torch.zeros(1)]).defaults["betas"]
+    assert agent.alpha_opt.param_groups[0]["betas"] == defaults == agent.actor_opt.param_groups[0]["betas"]
+    assert agent.alpha_opt.param_groups[0]["lr"] == agent.actor_opt.param_groups[0]["lr"], "DrQ's one lr for all"
 
 
 def test_autocast_runs_the_encoder_in_bfloat16_and_keeps_heads_losses_and_parameters_float32():

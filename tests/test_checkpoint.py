@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from errors import UserError
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
-from trainer.errors import UserError
 
 
 def payload(step: int) -> dict:
@@ -17,7 +17,8 @@ def payload(step: int) -> dict:
 
 
 def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0) -> Path:
-    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, step, episode, keep_replays, keep_last).latest
+    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, env_step=step, episode=episode,
+                           keep_replays=keep_replays, keep_last=keep_last).latest
 
 
 def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_path):
@@ -38,7 +39,7 @@ def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path)
 
 def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):
     for step, episode in [(10, 1), (20, 2), (30, 3)]:
-        saved = checkpoint.save(tmp_path, "run", payload(step), {}, step, episode, keep_replays=1, keep_last=2)
+        saved = checkpoint.save(tmp_path, "run", payload(step), {}, env_step=step, episode=episode, keep_replays=1, keep_last=2)
     assert sorted(p.name for p in tmp_path.glob("run_ep*.pt")) == ["run_ep2.pt", "run_ep3.pt"]
     assert sorted(saved.deleted) == ["run_ep1.pt", "run_step20.replay.pt"]
     assert [p.name for p in saved.written] == ["run_step30.replay.pt", "run_ep3.pt", "run_latest.pt"]

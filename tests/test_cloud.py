@@ -1,9 +1,11 @@
 """SkyPilot task files and the sweep launcher in scripts/cloud/.
 
 SkyPilot is a launcher-side CLI that brings ~100 packages (an API server, databases, cloud SDKs), so it is not
-installed with the project (`make setup` runs on every GPU pod). The task files are checked here against the keys of
-SkyPilot's task schema (skypilot 0.14.1, sky/utils/schemas.py), their `run` command is executed with a stand-in
-python to see what it would train, and the sweep is run with a stand-in `sky` to see what it would launch."""
+installed with the project (`make setup` runs on every GPU pod) but in the tools venv `make tools` builds: the task
+files are parsed there by SkyPilot's own parser and the W&B sweep files checked by W&B's sweep engine
+(scripts/cloud/check.py). Their `run` commands are executed with a stand-in python to see what they would train, the
+launchers with a stand-in `sky` and `wandb` to see what they would launch, and a W&B agent's command line is built by
+wandb's own agent code."""
 
 import json
 import os
@@ -11,23 +13,20 @@ import re
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+import train_sac
 from trainer.config import load_config
 
 CLOUD = ROOT / "scripts" / "cloud"
 TASK_FILES = ("train.yaml", "train-spot.yaml")
-TASK_KEYS = {"name", "workdir", "event_callback", "num_nodes", "resources", "file_mounts", "service", "pool", "setup",
-             "run", "envs", "secrets", "volumes", "config"}
-RESOURCE_KEYS = {"cloud", "region", "zone", "infra", "cpus", "memory", "accelerators", "instance_type", "use_spot",
-                 "job_recovery", "disk_size", "disk_tier", "network_tier", "ports", "labels", "image_id", "autostop",
-                 "any_of", "ordered"}
-STORAGE_KEYS = {"name", "source", "store", "persistent", "mode", "config"}
-STORAGE_MODES = {"MOUNT", "COPY", "MOUNT_CACHED"}
-ENV_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+SKY_FILES = (*TASK_FILES, "sweep-cluster.yaml", "sweep-agent.yaml")
+SWEEP_FILES = ("sweep.yaml", "sweep-state.yaml")
+TOOLS_PYTHON = ROOT / ".tools-venv" / "bin" / "python"
 TRAIN_OPTIONS = {"--config", "--resume", "--set"}
 
 
@@ -52,18 +51,62 @@ def recorded(calls) -> list[list[str]]:
     return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
 
 
-@pytest.mark.parametrize("name", TASK_FILES)
-def test_task_file_uses_only_keys_skypilot_defines(name):
-    spec = task(name)
-    assert set(spec) <= TASK_KEYS, set(spec) - TASK_KEYS
-    resources = spec["resources"]
-    for block in [resources, *resources.get("any_of", [])]:
-        assert set(block) <= RESOURCE_KEYS, set(block) - RESOURCE_KEYS
-    for target, mount in spec["file_mounts"].items():
-        assert target.startswith("/") and set(mount) <= STORAGE_KEYS and mount["mode"] in STORAGE_MODES
-    for key, value in spec["envs"].items():
-        assert ENV_NAME.fullmatch(key) and (value is None or isinstance(value, str)), key
-    assert isinstance(spec["setup"], str) and isinstance(spec["run"], str)
+def check_with_the_tools(*paths) -> tuple[int, dict]:
+    """scripts/cloud/check.py in the tools venv (`make tools`): SkyPilot's and W&B's sweep engine's own parsers."""
+    assert TOOLS_PYTHON.is_file(), f"{TOOLS_PYTHON} is missing: run `make tools` (make test does)"
+    result = subprocess.run([str(TOOLS_PYTHON), str(CLOUD / "check.py"), *map(str, paths)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    return result.returncode, {Path(r["file"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def checked():
+    status, reports = check_with_the_tools(*(CLOUD / name for name in SKY_FILES + SWEEP_FILES))
+    assert status == 0, [r for r in reports.values() if "error" in r]
+    return reports
+
+
+@pytest.mark.parametrize("name", SKY_FILES)
+def test_skypilot_parses_the_task_file_and_demands_its_bucket_or_sweep(checked, name):
+    report = checked[name]
+    assert report["kind"] == "skypilot" and report["workdir"] == "."
+    assert report["required_envs"] == (["SWEEP_ID"] if name == "sweep-agent.yaml" else ["BUCKET"])
+    for mount in report["storage_mounts"].values():  # ${BUCKET} became the bucket --env names
+        assert mount == {"name": "placeholder", "mode": "MOUNT_CACHED", "persistent": True}
+
+
+def test_skypilot_rejects_a_misspelt_resources_key(tmp_path):
+    typo = task("train.yaml")
+    typo["resources"]["disk_sise"] = 100
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(typo))
+    status, reports = check_with_the_tools(tmp_path / "typo.yaml")
+    assert status == 1 and "Instead of 'disk_sise', did you mean 'disk_size'?" in reports["typo.yaml"]["error"]
+
+
+def test_sweep_cluster_only_sets_up_and_each_agent_runs_wandb_agent_on_one_gpu(checked):
+    cluster, agent = checked["sweep-cluster.yaml"], checked["sweep-agent.yaml"]
+    assert cluster["run"] is None and cluster["setup"] == checked["train.yaml"]["setup"]
+    assert list(cluster["storage_mounts"]) == list(checked["train.yaml"]["storage_mounts"])  # trials write there
+    assert cluster["file_mounts"] == {"~/.netrc": "~/.netrc"}  # W&B's key from `wandb login`
+    assert agent["setup"] is None and agent["accelerators"] == ["{'A100': 1}"]
+    assert agent["run"].split()[:2] == [".venv/bin/wandb", "agent"] and '"$SWEEP_ID"' in agent["run"]
+
+
+@pytest.mark.parametrize("name", SWEEP_FILES)
+def test_wandb_sweep_engine_accepts_the_sweep_file(checked, name):
+    report = checked[name]
+    assert report["kind"] == "wandb-sweep" and report["method"] in ("random", "bayes")
+    assert report["metric"] == {"name": "eval/return", "goal": "maximize"}
+
+
+def test_wandb_sweep_engine_rejects_a_misspelt_method_and_distribution(tmp_path):
+    bad = task("sweep.yaml")
+    bad["method"], bad["parameters"]["sac.lr"]["distribution"] = "bayesian", "loguniform"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    status, reports = check_with_the_tools(tmp_path / "bad.yaml")
+    error = reports["bad.yaml"]["error"]
+    assert status == 1 and "'bayesian' is not one of" in error
+    assert "invalid hyperparameter configuration: sac.lr" in error
 
 
 @pytest.mark.parametrize("name", TASK_FILES)
@@ -172,3 +215,112 @@ def test_sweep_rejects_bad_arguments_before_launching_anything(fake_sky, args, e
     result = sweep({**env, **extra_env}, *args)
     assert result.returncode == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
     assert recorded(calls) == []
+
+
+SAMPLED = {"sac.lr": 0.00042, "sac.alpha_lr": 0.0011, "sac.batch_size": 128, "env.action_repeat": 4, "sac.nstep": 3,
+           "sac.augment_pad": 6, "sac.augment_samples": 2, "encoder.video.arch": "simple3dcnn"}
+
+
+def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_them(tmp_path, monkeypatch):
+    """wandb's own agent (0.31.0) expands the sweep file's command and starts it, as `wandb agent` does for each value
+    set the controller sends: the trial wrapper hands train_sac.py the values as KEY=VALUE, which become exactly
+    those config values, in a resumable run in the bucket whose name depends on the values alone."""
+    from wandb.wandb_agent import Agent
+
+    sweep = task("sweep.yaml")
+    calls = tmp_path / "calls.jsonl"
+    recorder(tmp_path / "python", calls)
+    monkeypatch.chdir(ROOT)  # the agent runs in the cluster's workdir, the repository
+    for name, value in {"PYTHON": tmp_path / "python", "WANDB_DIR": tmp_path, "WANDB_RUN_ID": "",
+                        "WANDB_SWEEP_PARAM_PATH": ""}.items():
+        monkeypatch.setenv(name, str(value))  # restored after the test; the agent sets the last two itself
+    agent = Agent(api=None, queue=None)
+    agent._sweep_command = sweep["command"]  # what the agent takes from the sweep the controller describes
+    other = {**SAMPLED, "sac.lr": 0.0003}
+    for run_id, values in (("run1", SAMPLED), ("run2", SAMPLED), ("run3", other)):
+        agent._command_run({"run_id": run_id, "program": sweep["program"],
+                            "args": {key: {"value": value} for key, value in values.items()}})
+        assert agent._run_processes[run_id].wait() == 0
+    (cwd, script, *argv), second, third = recorded(calls)
+    assert (cwd, script) == (str(ROOT), "train_sac.py")
+    args = train_sac.parse_args(argv)
+    assert args.config == "configs/dmc/cartpole_swingup.yaml" and args.resume == "auto"
+    assert args.overrides == [f"{key}={value}" for key, value in SAMPLED.items()]
+    cfg = load_config(ROOT / args.config, args.set)
+    for key, value in SAMPLED.items():
+        section, *rest = key.split(".")
+        node = getattr(cfg, section)
+        for part in rest:
+            node = getattr(node, part)
+        assert node == value, key
+    assert cfg.checkpoint.dir == "/checkpoints/checkpoints" and cfg.logging.tensorboard_dir == "/checkpoints/runs"
+    assert cfg.logging.wandb is True and cfg.run_name.startswith("cartpole_swingup_")
+    names = [load_config(ROOT / a.config, a.set).run_name for a in map(train_sac.parse_args, (second[2:], third[2:]))]
+    assert names[0] == cfg.run_name != names[1]  # the same values continue the same run; others are another
+
+
+def test_trial_wrapper_rejects_a_command_without_the_config_first(tmp_path):
+    result = subprocess.run(["bash", str(CLOUD / "sweep-trial.sh"), "sac.lr=0.001"], cwd=ROOT, capture_output=True,
+                            text=True, env={**os.environ, "PYTHON": str(tmp_path / "missing")})
+    assert result.returncode == 2 and result.stderr.startswith("error: expected --config CONFIG KEY=VALUE")
+
+
+@pytest.fixture
+def fake_sky_and_wandb(fake_sky, tmp_path):
+    """Adds a stand-in `wandb` that records its call and prints what `wandb sweep` prints."""
+    env, calls = fake_sky
+    wandb_calls = tmp_path / "wandb_calls.jsonl"
+    executable(tmp_path / "bin" / "wandb",
+               f"#!{sys.executable}\nimport json, os, sys\n"
+               f"open({str(wandb_calls)!r}, 'a').write(json.dumps([os.getcwd(), *sys.argv[1:]]) + '\\n')\n"
+               "print('wandb: Creating sweep with ID: abc123')\n"
+               "print('wandb: Run sweep agent with: wandb agent me/pixel-sac/abc123')\n")
+    return env, calls, wandb_calls
+
+
+def test_sweep_launch_creates_the_sweep_provisions_once_and_starts_one_agent_per_gpu(fake_sky_and_wandb):
+    env, calls, wandb_calls = fake_sky_and_wandb
+    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), "A100:3"], cwd=ROOT / "configs",
+                            env={**env, "BUCKET": "my-bucket"}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    [[cwd, *create]] = recorded(wandb_calls)
+    assert cwd == str(ROOT) and create == ["sweep", "--project", "pixel-sac", "scripts/cloud/sweep.yaml"]
+    launch, *agents = recorded(calls)
+    assert launch[1:] == ["launch", "-c", "sac-sweep", "scripts/cloud/sweep-cluster.yaml", "--gpus", "A100:3",
+                          "--env", "BUCKET=my-bucket", "--yes"]
+    assert [a[1:] for a in agents] == [["exec", "sac-sweep", "scripts/cloud/sweep-agent.yaml", "--gpus", "A100:1",
+                                        "--env", "SWEEP_ID=me/pixel-sac/abc123", "-d"]] * 3
+    assert all(cwd == str(ROOT) for cwd, *_ in recorded(calls))  # SkyPilot uploads the working directory
+
+
+def test_sweep_launch_adds_agents_to_an_existing_sweep_without_creating_one(fake_sky_and_wandb):
+    env, calls, wandb_calls = fake_sky_and_wandb
+    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), "L4:1"], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "BUCKET": "b", "SWEEP_ID": "me/p/xyz", "CLUSTER": "more"})
+    assert result.returncode == 0, result.stderr
+    assert recorded(wandb_calls) == []
+    assert [call[1:3] for call in recorded(calls)] == [["launch", "-c"], ["exec", "more"]]
+    assert recorded(calls)[1][-2] == "SWEEP_ID=me/p/xyz"
+
+
+@pytest.mark.parametrize("args, extra_env, expected", [
+    ([], {"BUCKET": "b"}, "error: one argument GPU_TYPE:COUNT is needed, got ''"),
+    (["A100"], {"BUCKET": "b"}, "error: one argument GPU_TYPE:COUNT is needed, got 'A100'"),
+    (["A100:8"], {}, "error: BUCKET is not set; usage:"),
+    (["A100:8"], {"BUCKET": "b", "SWEEP_FILE": "nope.yaml"}, "error: sweep file not found: nope.yaml"),
+])
+def test_sweep_launch_rejects_bad_arguments_before_launching_anything(fake_sky_and_wandb, args, extra_env, expected):
+    env, calls, wandb_calls = fake_sky_and_wandb
+    env = {key: value for key, value in env.items() if key != "BUCKET"}
+    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), *args], cwd=ROOT, env={**env, **extra_env},
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
+    assert recorded(calls) == [] and recorded(wandb_calls) == []
+
+
+def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path):
+    from tests.conftest import run_cli
+
+    result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set", "training.episodes=5",
+                     "training.episodes=0")
+    assert result.returncode == 2 and result.stderr == "error: config key 'training.episodes' must be >= 1, got 0\n"

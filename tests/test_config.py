@@ -5,12 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer import device
-from trainer.config import Config, load_config, main, to_dict
-from trainer.errors import UserError
-
+from trainer.config import Config, explain, load_config, main, to_dict
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -115,6 +114,11 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
     with pytest.raises(UserError, match=expected.replace("(", r"\(").replace("[", r"\[")):
         load_config(write(tmp_path, text), overrides)
+
+
+def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
+    err = UserError("unknown `camera` 'top'; raise `capacity` or lower `num_envs`; run `hf download x` or `other`")
+    assert explain(err) == "unknown env.camera 'top'; raise sac.buffer_size or lower env.num_envs; run `hf download x` or `other`"
 
 
 @pytest.mark.parametrize(

@@ -6,11 +6,13 @@ import platform
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from trainer.device import can_compile, native_bfloat16, replay_frames_device
-from trainer.errors import UserError
+from errors import UserError
+from sac.replay import host_bytes_per_slot
+from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(), reason="reads Linux x86 CPU flags")
@@ -27,6 +29,12 @@ def test_plain_avx512_does_not_count_as_native_bfloat16_although_onednn_runs_it(
     assert not native_bfloat16(torch.device("cpu"))
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert native_bfloat16(torch.device("cpu"))
+
+
+def test_a_replay_buffer_larger_than_free_ram_is_refused_before_allocation():
+    with pytest.raises(UserError, match=r"needs .* GiB .* lower sac.buffer_size to at most \d+"):
+        check_host_memory(10**9, host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
+    check_host_memory(1000, host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
 
 
 def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):

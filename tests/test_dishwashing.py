@@ -3,19 +3,18 @@ by the scripted policy in both variants, shows the plate to the cameras, and rej
 
 import warnings
 
-from envs import make_env  # first: it picks MuJoCo's headless GL backend before mujoco loads (envs/headless.py)
+import gymnasium as gym
+import mujoco
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
 
-import gymnasium as gym  # noqa: E402
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-
-from envs.dishwashing.env import OBS_HELD, OBS_SIZE, SCENE, DishwashingEnv  # noqa: E402
-from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
-from trainer.config import load_config  # noqa: E402
-from trainer.errors import UserError  # noqa: E402
+from envs import make_env
+from envs.dishwashing.env import OBS_HELD, OBS_SIZE, SCENE, DishwashingEnv
+from envs.dishwashing.scripted import scripted_action
+from errors import UserError
+from tests.conftest import ROOT
+from trainer.config import load_config
 
 ENV_IDS = ("Dishwashing-v0", "DishwashingFeasible-v0")  # the full task and its feasible variant
 CAMERAS = ("overview", "close")
@@ -156,7 +155,7 @@ def plate_mask(env: gym.Env, camera: str, size: int) -> np.ndarray:
 @pytest.mark.parametrize("camera", CAMERAS)
 def test_video_frames_show_the_plate_and_change_where_it_moves(camera, size):
     cfg = load_config(ROOT / "configs" / "dishwashing_video.yaml", [f"env.camera={camera}", f"env.image_size={size}"])
-    env = make_env(cfg)
+    env = make_env(cfg.env, cfg.pixels)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (cfg.env.frame_stack, 3, size, size) and obs.dtype == np.uint8
     before, mask_before = obs[-1].transpose(1, 2, 0).copy(), plate_mask(env, camera, size)
@@ -174,7 +173,8 @@ def test_video_frames_show_the_plate_and_change_where_it_moves(camera, size):
 
 
 def test_feasible_config_builds_a_state_env():
-    env = make_env(load_config(ROOT / "configs" / "dishwashing_feasible.yaml"))
+    cfg = load_config(ROOT / "configs" / "dishwashing_feasible.yaml")
+    env = make_env(cfg.env, cfg.pixels)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (OBS_SIZE,) and obs.dtype == np.float32
 

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from encoders import ARCHS, build_encoder
+from errors import UserError
 from tests.conftest import ROOT, encoder_config
-from trainer.config import EncoderConfig, load_config
-from trainer.errors import UserError
+from trainer.config import VIDEO_ARCHS, EncoderConfig, load_config
 
 EXAMPLES = {  # the shipped example config of each arch
     "simple2dcnn": "configs/dmc/cartpole_swingup.yaml",
@@ -86,6 +86,10 @@ def test_channels_last_changes_the_memory_layout_not_the_features(arch, memory_f
     assert channels_last.convs[0].weight.is_contiguous(memory_format=memory_format)
     obs = torch.randint(0, 256, (2, 3, 3, 64, 64), dtype=torch.uint8)
     assert torch.allclose(default(obs), channels_last(obs), atol=1e-5)
+
+
+def test_the_config_offers_exactly_the_registered_archs():
+    assert list(VIDEO_ARCHS) == list(ARCHS), "declare a new arch in trainer/config.py's VIDEO_ARCHS too"
 
 
 def test_archs_without_weights_refuse_pretrained():

@@ -2,28 +2,24 @@
 
 import multiprocessing
 import os
+import re
 
 import numpy as np
 import pytest
 
-from envs import make_env, make_worker_env
+from envs import make_env, make_task, make_worker_env
 from envs.action_repeat import ActionRepeat
-from envs import make_task
-from trainer.config import Config
-from trainer.errors import UserError
+from errors import UserError
+from trainer.config import EnvConfig, explain
 
 
-def config(env_id: str, mode: str, **env) -> Config:
-    cfg = Config()
-    cfg.env.id, cfg.encoder.type = env_id, mode
-    for key, value in env.items():
-        setattr(cfg.env, key, value)
-    return cfg
+def config(env_id: str, **settings) -> EnvConfig:
+    return EnvConfig(id=env_id, **settings)
 
 
 @pytest.mark.parametrize("env_id, camera", [("dm_control/cartpole-swingup-v0", None), ("InvertedPendulum-v5", None), ("HalfCheetah-v5", "track")])
 def test_video_observations_are_uint8_frame_stacks_that_show_motion(env_id, camera):
-    env = make_env(config(env_id, "video", image_size=64, camera=camera))
+    env = make_env(config(env_id, image_size=64, camera=camera), pixels=True)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (3, 3, 64, 64) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
     assert obs.std() > 5, "a rendered scene, not a blank frame"
@@ -38,38 +34,38 @@ def test_video_observations_are_uint8_frame_stacks_that_show_motion(env_id, came
 
 
 def test_a_vector_worker_limits_its_software_renderer_to_its_share_of_the_cores_unless_the_user_chose(monkeypatch):
-    cfg = config("InvertedPendulum-v5", "video", image_size=32)
+    cfg = config("InvertedPendulum-v5", image_size=32)
     monkeypatch.setenv("LP_NUM_THREADS", "unset")
     monkeypatch.delenv("LP_NUM_THREADS")  # monkeypatch restores whatever the worker function sets
-    make_worker_env(cfg, 3).close()
+    make_worker_env(cfg, True, 3).close()
     assert "LP_NUM_THREADS" not in os.environ, "in the trainer's own process (Gymnasium's call for the spaces) nothing changes"
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a spawned worker
-    make_worker_env(cfg, 3).close()
+    make_worker_env(cfg, True, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "3"
     monkeypatch.delenv("LP_NUM_THREADS")
-    make_worker_env(cfg, 1).close()
+    make_worker_env(cfg, True, 1).close()
     assert os.environ["LP_NUM_THREADS"] == "0", "one core per worker: rasterize in the worker's own thread"
     monkeypatch.setenv("LP_NUM_THREADS", "7")
-    make_worker_env(cfg, 3).close()
+    make_worker_env(cfg, True, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "7"
 
 
 def test_render_size_follows_the_config():
-    env = make_env(config("dm_control/cartpole-swingup-v0", "video", image_size=84, frame_stack=2))
+    env = make_env(config("dm_control/cartpole-swingup-v0", image_size=84, frame_stack=2), pixels=True)
     assert env.reset(seed=0)[0].shape == (2, 3, 84, 84)
     env.close()
 
 
 @pytest.mark.parametrize("env_id, dim", [("dm_control/cartpole-swingup-v0", 5), ("InvertedPendulum-v5", 4)])
 def test_state_observations_are_flat_float32_vectors(env_id, dim):
-    env = make_env(config(env_id, "state"))
+    env = make_env(config(env_id), pixels=False)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (dim,) and obs.dtype == np.float32
     assert env.action_space.low.min() == -1 and env.action_space.high.max() == 1
 
 
 def test_same_seed_gives_the_same_start_and_another_seed_does_not():
-    env = make_env(config("dm_control/cartpole-swingup-v0", "video", image_size=64))
+    env = make_env(config("dm_control/cartpole-swingup-v0", image_size=64), pixels=True)
     first, again, other = env.reset(seed=7)[0], env.reset(seed=7)[0], env.reset(seed=8)[0]
     assert np.array_equal(first, again) and not np.array_equal(first, other)
 
@@ -85,12 +81,13 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
 
 
 def test_max_episode_steps_truncates_in_agent_steps():
-    env = make_env(config("dm_control/cartpole-swingup-v0", "state", max_episode_steps=7, action_repeat=2))
+    env = make_env(config("dm_control/cartpole-swingup-v0", max_episode_steps=7, action_repeat=2), pixels=False)
     env.reset(seed=0)
     flags = [env.step(np.zeros(1, np.float32))[3] for _ in range(7)]
     assert flags == [False] * 6 + [True]
 
 
 def test_unknown_camera_names_the_available_ones():
-    with pytest.raises(UserError, match="unknown env.camera 'top'.*track"):
-        make_env(config("HalfCheetah-v5", "video", camera="top"))
+    with pytest.raises(UserError) as err:
+        make_env(config("HalfCheetah-v5", camera="top"), pixels=True)
+    assert re.search("unknown env.camera 'top'.*track", explain(err.value))

@@ -12,11 +12,13 @@ from tests.conftest import ROOT
 
 RENDER = """
 import os, sys, numpy as np
+from trainer.headless import configure
+configure()
 from envs import make_env
 from trainer.config import Config
 cfg = Config()
 cfg.env.image_size = 64
-obs, _ = make_env(cfg).reset(seed=0)
+obs, _ = make_env(cfg.env, pixels=True).reset(seed=0)
 np.save(sys.argv[1], obs)
 print(os.environ["MUJOCO_GL"])
 """
@@ -46,3 +48,12 @@ def test_egl_renders_the_scene(egl_frame):
 def test_other_backends_render_the_same_pixels(egl_frame, tmp_path, backend, chosen):
     assert render_with(backend, tmp_path / "frame.npy") == chosen
     assert np.array_equal(np.load(tmp_path / "frame.npy"), egl_frame)
+
+
+def test_importing_the_env_layer_sets_nothing_up():
+    """Rendering is configured by the entry points (trainer/headless.py), never as a side effect of an import."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
+    probe = "import os, sys, envs; print(os.environ.get('MUJOCO_GL'), 'torch._dynamo' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["None", "False"]

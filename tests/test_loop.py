@@ -108,7 +108,7 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
     cfg = config_from_dict(data["config"])
     seed, restart = cfg.training.seed, saved_replay["count"]
     for worker in range(2):
-        env = make_env(cfg)
+        env = make_env(cfg.env, cfg.pixels)
         for slot in range(replay["count"]):
             if replay["pos"][slot, worker] == 0:
                 start_seed = {0: seed + worker, restart: seed + saved["progress"]["episode"] + worker}.get(slot)
@@ -121,14 +121,26 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
         env.close()
 
 
-def trainer(config: str, **training) -> Trainer:
+def trainer(tmp_path, config: str, **training) -> Trainer:
     overrides = ["sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=1000", "logging.eval_video=false",
+                 f"logging.tensorboard_dir={tmp_path / 'runs'}", "logging.progress=false", f"checkpoint.dir={tmp_path / 'ckpt'}",
                  *(f"training.{k}={v}" for k, v in training.items())]
     return Trainer(load_config(ROOT / "configs" / config, overrides))
 
 
-def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success():
-    run = trainer("dishwashing_feasible.yaml", eval_episodes=3)
+def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_and_saves_only_on_schedule(tmp_path):
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=10, eval_every_episodes=0)
+    run.run(25)
+    assert run.progress.env_step == 25 and run.progress.episode >= 1, "the pendulum falls within a few random steps"
+    assert run.agent.updates > 0 and len(run.replay) == 25
+    run.run(10)
+    assert run.progress.env_step == 35
+    assert not (tmp_path / "ckpt").exists(), "no checkpoint falls due in 35 steps"
+    run.close()
+
+
+def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success(tmp_path):
+    run = trainer(tmp_path, "dishwashing_feasible.yaml", eval_episodes=3)
     run.agent.act = lambda obs, sample: scripted_action(obs[0])[None]  # act takes a batch
     mean_return, success_rate, _ = run.evaluate()
     assert success_rate == 1.0 and -20 < mean_return < 0
@@ -137,28 +149,28 @@ def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success():
     assert run.evaluate()[1] == 0.0
 
 
-def test_tasks_without_success_report_no_success_rate():
-    run = trainer("inverted_pendulum_state.yaml", eval_episodes=1)
+def test_tasks_without_success_report_no_success_rate(tmp_path):
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", eval_episodes=1)
     mean_return, success_rate, _ = run.evaluate()
     assert success_rate is None and mean_return > 0
 
 
-def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(monkeypatch, capsys):
+def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(tmp_path, monkeypatch, capsys):
     warning = "has no native bfloat16, so every update is emulated and several times slower; set training.autocast=false here"
-    trainer("inverted_pendulum_state.yaml", autocast="true")
+    trainer(tmp_path, "inverted_pendulum_state.yaml", autocast="true")
     assert (warning in capsys.readouterr().err) != native_bfloat16(torch.device("cpu")), "this machine's own answer"
     monkeypatch.setattr(loop, "native_bfloat16", lambda device: False)
-    trainer("inverted_pendulum_state.yaml", autocast="true")
+    trainer(tmp_path, "inverted_pendulum_state.yaml", autocast="true")
     assert warning in capsys.readouterr().err
-    trainer("inverted_pendulum_state.yaml", autocast="false")
+    trainer(tmp_path, "inverted_pendulum_state.yaml", autocast="false")
     assert "autocast" not in capsys.readouterr().err
 
 
-def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_uncompiled(monkeypatch, capsys):
+def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_uncompiled(tmp_path, monkeypatch, capsys):
     warning = "training.compile is on but no C++ compiler was found"
     monkeypatch.setenv("CXX", "no-such-compiler")
-    run = trainer("inverted_pendulum_state.yaml", compile="true")
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")
     assert warning in capsys.readouterr().err and run.agent.critic._compiled_call_impl is None
     monkeypatch.setattr(loop, "can_compile", lambda device: True)
-    run = trainer("inverted_pendulum_state.yaml", compile="true")
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")
     assert warning not in capsys.readouterr().err and run.agent.critic._compiled_call_impl is not None

@@ -47,7 +47,8 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
     local = tmp_path / "local"
     remote = RemoteDir(f"{s3}/unit", local, retries=2, backoff_s=0.01, report=messages.append)
     for step, episode in [(10, 1), (20, 2)]:
-        saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, step, episode, 1, 1)
+        saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, env_step=step,
+                                episode=episode, keep_replays=1, keep_last=1)
         remote.upload(saved.written, saved.deleted)
     assert remote.close(timeout_s=30) and messages == []
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]

@@ -6,11 +6,11 @@ import pytest
 import torch
 from torchvision.models.video import r3d_18
 
+from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import run_cli, sets
 from trainer import checkpoint
 from trainer.config import load_config, to_dict
-from trainer.errors import UserError
 
 STEPS = 12  # agent steps per episode; updates start after SEED_STEPS
 SEED_STEPS = 8

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs import make_env, make_vector_env
-from envs.workers import EnvWorkers
+from envs.workers import EnvWorkers, InProcessEnv
 from trainer.config import Config
 
 SEED = 5
@@ -36,14 +36,14 @@ class Recorder:
 @pytest.mark.parametrize("mode", ["state", "video"])
 def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_reported_actions(mode):
     cfg = pendulum(mode)
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     first = workers.reset(seed=SEED)
     rounds = [workers.step(policy) for _ in range(25)]
     workers.close()
 
     for i in range(cfg.env.num_envs):
-        env = make_env(cfg)
+        env = make_env(cfg.env, cfg.pixels)
         obs, _ = env.reset(seed=SEED + i)
         assert np.array_equal(first[i], obs)
         resetting, episodes = False, 0
@@ -64,7 +64,7 @@ def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_
 
 def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_previous_step_returned():
     cfg = pendulum()
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     obs = workers.reset(seed=SEED)
     for _ in range(5):
@@ -78,20 +78,41 @@ def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_prev
 
 def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
     cfg = pendulum()
-    workers = make_vector_env(cfg)
+    workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     workers.reset(seed=SEED)
     workers.step(policy)
     assert all(workers.in_flight), "every worker has its next step running"
     again = workers.reset(seed=SEED)
     assert not any(workers.in_flight)
-    reference = make_env(cfg)
+    reference = make_env(cfg.env, cfg.pixels)
     assert np.array_equal(again[1], reference.reset(seed=SEED + 1)[0])
     reference.close()
     workers.close()
 
 
 def test_workers_take_any_env_factory():
-    workers = EnvWorkers(functools.partial(make_env, pendulum()), 3)
+    workers = EnvWorkers(functools.partial(make_env, pendulum().env, False), 3)
     assert workers.reset(seed=0).shape == (3, *workers.single_observation_space.shape)
     workers.close()
+
+
+def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choosing_an_action():
+    cfg = pendulum()
+    cfg.env.num_envs = 1
+    one = make_vector_env(cfg.env, cfg.pixels)
+    assert isinstance(one, InProcessEnv)
+    reference = make_env(cfg.env, cfg.pixels)
+    policy = Recorder(one.single_action_space.shape[0])
+    assert np.array_equal(one.reset(seed=SEED)[0], reference.reset(seed=SEED)[0])
+    terminated = truncated = [False]
+    while not (terminated[0] or truncated[0]):
+        actions, obs, _, terminated, truncated = one.step(policy)
+        assert np.array_equal(obs[0], reference.step(actions[0])[0])
+    chosen = len(policy.seen)
+    actions, obs, reward, terminated, truncated = one.step(policy)
+    assert len(policy.seen) == chosen, "no action is drawn for the reset frame"
+    assert not actions.any() and reward[0] == 0 and not terminated[0] and not truncated[0]
+    assert np.array_equal(obs[0], reference.reset(seed=SEED + 1)[0]), "the next episode starts from the next seed"
+    one.close()
+    reference.close()

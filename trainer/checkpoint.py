@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
+from errors import UserError
 from trainer.config import Config
-from trainer.errors import UserError
 
 FORMAT = 1
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
@@ -63,7 +63,7 @@ def atomic_save(obj, path: Path) -> None:
         os.close(dir_fd)
 
 
-def save(directory: Path, name: str, payload: dict, replay_state: dict, env_step: int, episode: int | None,
+def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_step: int, episode: int | None,
          keep_replays: int, keep_last: int) -> Saved:
     """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), then `<name>_latest.pt`."""
     directory.mkdir(parents=True, exist_ok=True)

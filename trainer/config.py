@@ -21,10 +21,17 @@ from pathlib import Path
 
 import yaml
 
-from trainer.errors import UserError
+from errors import UserError
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
+VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")  # encoders.ARCHS: tests/test_config.py holds them equal
+# the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
+PARAMETER_KEYS = {
+    "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs", "capacity": "sac.buffer_size",
+    "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
+    "preset": "encoder.video.preset", "input_size": "encoder.video.input_size",
+}
 
 
 class _Loader(yaml.SafeLoader):
@@ -47,6 +54,9 @@ class EnvConfig:
     render_shadow_size: int = 512  # MuJoCo's default 4096 costs ~7x in software rendering
     render_offsamples: int = 0  # multisample anti-aliasing samples; 0 is fastest
     num_envs: int = 1  # parallel env worker processes (frames through shared memory); resume is exact only for 1
+    # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
+    # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
+    backend: str = "mujoco"
 
 
 @dataclass
@@ -75,7 +85,9 @@ class SACConfig:
     buffer_size: int = 100_000
     lr: float = 1e-3
     alpha_lr: float = 1e-3
-    alpha_beta: float = 0.5
+    # the temperature's Adam beta1: torch's default 0.9, as DrQ (lr 1e-3, default betas); SAC-AE's 0.5 goes with its
+    # alpha_lr 1e-4. The key stays so that configs saved with it still load.
+    alpha_beta: float = 0.9
     discount: float = 0.99
     nstep: int = 1  # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
     critic_tau: float = 0.01
@@ -161,6 +173,11 @@ class Config:
     def run_name(self) -> str:
         return self.checkpoint.name or f"sac_{self.encoder.type}"
 
+    @property
+    def pixels(self) -> bool:
+        """Whether the envs render camera frames (a video encoder) rather than return state vectors."""
+        return self.encoder.type == "video"
+
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
@@ -183,6 +200,11 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     cfg.profile = _choose_profile(cfg.profile, profiles)
     _validate(cfg)
     return cfg
+
+
+def explain(err: UserError) -> str:
+    """The error's message with config keys in place of the parameters low layers name in backticks."""
+    return re.sub(r"`(\w+)`", lambda m: PARAMETER_KEYS.get(m.group(1), m.group(0)), str(err))
 
 
 def config_from_dict(data: dict) -> Config:
@@ -299,13 +321,11 @@ def _coerce(path: str, value, hint):
 
 
 def _validate(cfg: Config) -> None:
-    from encoders import ARCHS
-
     if cfg.encoder.type not in ENCODER_TYPES:
         raise UserError(f"encoder.type must be one of {', '.join(ENCODER_TYPES)}; got '{cfg.encoder.type}'")
     video = cfg.encoder.video
-    if video.arch not in ARCHS:
-        raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(ARCHS)}")
+    if video.arch not in VIDEO_ARCHS:
+        raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(VIDEO_ARCHS)}")
     if video.weights is not None and not video.pretrained:
         raise UserError("encoder.video.weights is set but encoder.video.pretrained is false; set encoder.video.pretrained=true to load it")
     if video.input_size is not None and video.input_size < 32:
@@ -362,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.set)
         values = [_resolved(cfg, key) for key in args.keys]
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {explain(err)}", file=sys.stderr)
         return 2
     print("\n".join(str(value) for value in values))
     return 0

@@ -1,15 +1,17 @@
 """What the hardware offers: the training device, whether it computes bfloat16 natively, whether `torch.compile`
-can build CPU kernels, and where replay frames live. The config's `profile: auto` and the trainer ask the same
-questions here, so they cannot disagree."""
+can build CPU kernels, where replay frames live and whether the replay fits in memory. The config's `profile: auto`
+and the trainer ask the same questions here, so they cannot disagree."""
 
 import os
 import platform
 import shutil
 
+import psutil
 import torch
 
-from sac.replay import MEMORY_HEADROOM
-from trainer.errors import UserError
+from errors import UserError
+
+MEMORY_HEADROOM = 0.9  # leave a tenth of free RAM (or device memory) to the rest of the process
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,3 +53,14 @@ def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) 
     if setting == "cuda":
         raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of GPU memory is free; lower sac.buffer_size or set replay.device=auto")
     return None
+
+
+def check_host_memory(buffer_size: int, slot_bytes: int) -> None:
+    """Refuse a replay buffer of `buffer_size` slots of `slot_bytes` host bytes that the free RAM cannot hold."""
+    needed, available = buffer_size * slot_bytes, psutil.virtual_memory().available
+    if needed > MEMORY_HEADROOM * available:
+        fits = int(MEMORY_HEADROOM * available // slot_bytes)
+        raise UserError(
+            f"replay buffer of sac.buffer_size={buffer_size} needs {needed / 2**30:.1f} GiB but only "
+            f"{available / 2**30:.1f} GiB of RAM is free; lower sac.buffer_size to at most {fits}"
+        )

@@ -30,4 +30,8 @@ class GpuMonitor:
         self._last = time.monotonic()
         rates = self._nvml.nvmlDeviceGetUtilizationRates(self.handle)
         memory = self._nvml.nvmlDeviceGetMemoryInfo(self.handle)
-        return {"utilization_pct": float(rates.gpu), "memory_used_gb": memory.used / 2**30, "memory_total_gb": memory.total / 2**30}
+        return {
+            "utilization_pct": float(rates.gpu),
+            "memory_used_gb": memory.used / 2**30,
+            "memory_total_gb": memory.total / 2**30,
+        }

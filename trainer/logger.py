@@ -7,6 +7,7 @@ from the checkpoint without a doubled tail from the interrupted run.
 """
 
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,8 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from errors import UserError
 from trainer.config import Config, to_dict, to_yaml
-from trainer.errors import UserError
 from trainer.plot import plot_curves, read_rows
 
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it
@@ -84,7 +85,12 @@ class Logger:
         self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
-        tqdm.write(text)
+        """A line on stdout, above the progress bar; flushed, so a log file under tmux shows it at once."""
+        tqdm.write(text, file=sys.stdout)
+        sys.stdout.flush()
+
+    def warning(self, text: str) -> None:
+        tqdm.write(f"warning: {text}", file=sys.stderr)
 
     def _truncate_eval_csv(self, start_step: int) -> None:
         if not self.eval_csv.exists():

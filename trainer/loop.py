@@ -1,8 +1,12 @@
 """The training loop: episodes of acting and learning, with evaluation, logging and checkpoints.
 
-Determinism: with one env every episode starts from `env.reset(seed=training.seed + episode)`, evaluation uses its
-own fixed seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a
-CPU run stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
+One loop acts in every setting: the envs are a vector (envs/workers.py), with one env a vector of one in this
+process. Each vector step steps every env once; an env whose episode ended returns its reset frame the step after
+(NEXT_STEP autoreset), which stores a first frame and counts no agent step.
+
+Determinism: with one env every episode starts from seed `training.seed + episode`, evaluation uses its own fixed
+seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a CPU run
+stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
 
 With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates
 behind, and are seeded once per start, worker i with `training.seed + episode + i` (episode = completed episodes so
@@ -13,7 +17,6 @@ bitwise the one that never stopped.
 """
 
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,12 +27,12 @@ import torch
 from encoders import build_encoder
 from envs import make_env, make_vector_env
 from envs.pixels import Camera
+from errors import UserError
 from sac.agent import SAC
-from sac.replay import ReplayBuffer, frame_bytes
+from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
-from trainer.device import can_compile, native_bfloat16, replay_frames_device, resolve_device
-from trainer.errors import UserError
+from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote
@@ -59,44 +62,63 @@ def crossed(n: int, before: int, after: int) -> bool:
 
 
 class Trainer:
-    def __init__(self, cfg: Config):
+    """A training run, whole after construction (DrQ-v2's setup()): logger and GPU monitor, envs, agent and replay,
+    restored from a checkpoint when `resume` names one ("auto": the newest valid one, or a fresh start), and the
+    envs reset. `train()` runs it to its end as the command line does; `run(steps)` advances it by some agent steps.
+    Every message goes through the logger. Rendering must be configured first (trainer/headless.py)."""
+
+    def __init__(self, cfg: Config, resume: str | None = None):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
-        if cfg.training.autocast and not native_bfloat16(self.device):
-            print(f"warning: training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
-                  "update is emulated and several times slower; set training.autocast=false here", file=sys.stderr)
+        ckpt = cfg.checkpoint
+        self.remote = None
+        if is_remote(ckpt.dir):  # it reports from its upload thread, once the logger exists
+            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s,
+                                    report=lambda text: self.logger.message(text))
+        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+        found = self.find_checkpoint(resume) if resume else None
+        self.progress = Progress(**found[1]["progress"]) if found else Progress()
+        self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
+
         compiled = cfg.training.compile and can_compile(self.device)
-        if cfg.training.compile and not compiled:
-            print("warning: training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
-                  "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false", file=sys.stderr)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
-        self.env = make_env(cfg) if self.num_envs == 1 else make_vector_env(cfg)
-        self.eval_env = make_env(cfg)
+        self.env = make_vector_env(cfg.env, cfg.pixels)
+        self.eval_env = make_env(cfg.env, cfg.pixels)
         self.eval_camera = None
         if cfg.logging.eval_video:
             env = cfg.env
             self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
-        pixels = cfg.encoder.type == "video"
         obs_space = self.eval_env.observation_space
         self.action_dim = self.eval_env.action_space.shape[0]
         encoder = build_encoder(cfg.encoder, obs_space.shape)
-        self.agent = SAC(encoder, self.action_dim, cfg.sac, self.device, pixels, encoder_lr=cfg.encoder.lr,
+        self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels, encoder_lr=cfg.encoder.lr,
                          compile=compiled, autocast=cfg.training.autocast)
-        frame_shape = obs_space.shape[1:] if pixels else obs_space.shape
+        frame_shape = obs_space.shape[1:] if cfg.pixels else obs_space.shape
         frames_on = replay_frames_device(cfg.replay.device, self.device, cfg.sac.buffer_size * frame_bytes(frame_shape, obs_space.dtype))
+        check_host_memory(cfg.sac.buffer_size, host_bytes_per_slot(frame_shape, obs_space.dtype, self.action_dim, frames_on is None))
         self.replay = ReplayBuffer(
-            cfg.sac.buffer_size, frame_shape, obs_space.dtype, self.action_dim,
-            frame_stack=cfg.env.frame_stack if pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
+            capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=obs_space.dtype, action_dim=self.action_dim,
+            frame_stack=cfg.env.frame_stack if cfg.pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
-        self.progress = Progress()
-        ckpt = cfg.checkpoint
-        self.remote = None
-        if is_remote(ckpt.dir):
-            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s, report=print)
-        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+        # the logger last: bad input above fails before a run folder or a progress bar exists
+        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
+        self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
+        self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
+        if cfg.training.autocast and not native_bfloat16(self.device):
+            self.logger.warning(f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
+                                "update is emulated and several times slower; set training.autocast=false here")
+        if cfg.training.compile and not compiled:
+            self.logger.warning("training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
+                                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false")
+        if resume == "auto" and not found:
+            self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
+        if found:
+            self.restore(*found)
+        self.stop = GracefulStop()  # installed while `train` runs
+        self.start_episodes()
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
@@ -113,44 +135,48 @@ class Trainer:
         }
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
+        if final_of_episode:
+            self.saved_episode = self.progress.episode
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
-                                self.progress.env_step, episode, ckpt.keep_replays, ckpt.keep_last)
+                                env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
+                                keep_last=ckpt.keep_last)
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
         self.logger.message(f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) in {time.perf_counter() - start:.1f} s")
         return saved.latest
 
-    def resume(self, target: str) -> None:
+    def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
+        """(path, payload, replay state) of `target`, a file or "auto" (None when there is none), checked against
+        this config before anything is built."""
         if target == "auto":
             names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
             found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
             if found is None:
-                print(f"no usable checkpoint for run '{self.cfg.run_name}' in {self.cfg.checkpoint.dir}; starting fresh")
-                return
-            path, payload, replay_state = found
+                return None
         else:
-            path = Path(target)
-            payload, replay_state = checkpoint.load(path)
-        checkpoint.check_compatible(payload["config"], to_dict(self.cfg), path)
+            found = (Path(target), *checkpoint.load(Path(target)))
+        checkpoint.check_compatible(found[1]["config"], to_dict(self.cfg), found[0])
+        return found
+
+    def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
         try:
             self.agent.load_state_dict(payload["agent"])
         except (RuntimeError, KeyError, ValueError) as err:
             raise UserError(f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); resume with the config it was trained with") from None
         if replay_state is not None:
             self.replay.load_state_dict(replay_state)
-        self.progress = Progress(**payload["progress"])
         torch.set_rng_state(payload["rng"]["torch"])
         if payload["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
-        print(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        self.logger.message(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
         if changes:
-            print(f"settings changed since that checkpoint: {', '.join(changes)}")
+            self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
         if saved_profile and saved_profile != self.cfg.profile:
-            print(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
+            self.logger.message(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -159,7 +185,7 @@ class Trainer:
             return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
         return self.agent.act(obs, sample=True)
 
-    def learn(self, env_steps: int = 1) -> None:
+    def learn(self, env_steps: int) -> None:
         """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
         seed phase is over and the replay can fill a batch."""
         sac = self.cfg.sac
@@ -170,76 +196,6 @@ class Trainer:
             metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
-
-    def run_episode(self, stop: GracefulStop) -> bool:
-        """One training episode; False if a stop signal cut it short."""
-        obs, _ = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
-        self.replay.add_first(obs)
-        episode_return, length, updates_before, start = 0.0, 0, self.agent.updates, time.perf_counter()
-        done = False
-        while not done:
-            if stop.requested:
-                return False
-            action = self.act(obs[None])[0]
-            obs, reward, terminated, truncated, _ = self.env.step(action)
-            self.replay.add(action, reward, terminated, obs)
-            self.progress.env_step += 1
-            episode_return += float(reward)
-            length += 1
-            self.learn()
-            if every(self.cfg.checkpoint.every_steps, self.progress.env_step):
-                self.save(final_of_episode=False)
-            done = terminated or truncated
-        seconds = time.perf_counter() - start
-        self.log_episode(episode_return, length, length, self.agent.updates - updates_before, seconds)
-        return True
-
-    def log_episode(self, episode_return: float, length: int, env_steps: int, updates: int, seconds: float) -> None:
-        """One finished episode; the rates are over the `env_steps` and `updates` done in the last `seconds`."""
-        self.logger.episode({
-            "episode_return": episode_return,
-            "episode_length": length,
-            "env_steps_per_s": env_steps / seconds,
-            "updates_per_s": updates / seconds,
-        }, self.progress.env_step)
-        self.logger.scalars(self.gpu_monitor.poll(), self.progress.env_step, "gpu")
-
-    def episodes(self, stop: GracefulStop):
-        """Yield once per completed training episode; return when a stop signal cuts an episode short."""
-        if self.num_envs > 1:
-            yield from self.parallel_episodes(stop)
-            return
-        while self.run_episode(stop):
-            yield True
-
-    def parallel_episodes(self, stop: GracefulStop):
-        """`env.num_envs` workers stepped in turn (envs/workers.py); yields once per episode any of them completes.
-        The workers compute their next steps while this process runs the updates."""
-        cfg, progress, n = self.cfg, self.progress, self.num_envs
-        obs = self.env.reset(seed=cfg.training.seed + progress.episode)
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
-        first = np.zeros(n, dtype=bool)  # workers whose next frame is a reset frame (NEXT_STEP autoreset)
-        returns, lengths = np.zeros(n), np.zeros(n, dtype=int)
-        steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
-        while not stop.requested:
-            action, obs, reward, terminated, truncated = self.env.step(self.act)
-            self.replay.add_batch(obs, action, reward, terminated, first)
-            stepped = ~first  # a resetting worker ignored its action: no agent step
-            before, taken = progress.env_step, int(stepped.sum())
-            progress.env_step += taken
-            steps_since += taken
-            returns += np.where(stepped, reward, 0.0)
-            lengths += stepped
-            self.learn(taken)
-            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
-                self.save(final_of_episode=False)
-            first = stepped & (terminated | truncated)
-            for worker in np.flatnonzero(first):
-                seconds = time.perf_counter() - start
-                self.log_episode(float(returns[worker]), int(lengths[worker]), steps_since, self.agent.updates - updates_before, seconds)
-                returns[worker], lengths[worker] = 0.0, 0
-                steps_since, updates_before, start = 0, self.agent.updates, time.perf_counter()
-                yield True
 
     def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
@@ -262,44 +218,87 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
-        """Train until `training.episodes` (or `training.max_env_steps`); returns the process exit status."""
-        cfg = self.cfg
-        print(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}", flush=True)
-        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
-        self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
+        """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
+        stop signal cut the run short (after saving `_latest`)."""
+        cfg, progress = self.cfg, self.progress
         try:
-            with GracefulStop() as stop:
-                self.run(stop)
-                if stop.requested:
+            with self.stop:
+                self.run()
+                if self.stop.requested:
                     path = self.save(final_of_episode=False)
-                    self.logger.message(f"stopped by signal {stop.signum}; saved {path}; continue with --resume auto")
-                    return 128 + stop.signum
+                    self.logger.message(f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto")
+                    return 128 + self.stop.signum
+                if progress.episode != self.saved_episode:
+                    self.save(final_of_episode=True)
+                self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+                if cfg.training.auto_shutdown:
+                    self.logger.message(f"running training.auto_shutdown: {cfg.training.auto_shutdown}")
         finally:
             self.close()
         if cfg.training.auto_shutdown:
-            print(f"running training.auto_shutdown: {cfg.training.auto_shutdown}", flush=True)
             subprocess.run(cfg.training.auto_shutdown, shell=True, check=False)
         return 0
 
-    def run(self, stop: GracefulStop) -> None:
-        """The episodes themselves, with evaluation and checkpoints; returns early when a stop is requested."""
+    def run(self, steps: int | None = None) -> None:
+        """Act and learn until the run is complete, `steps` more agent steps are taken (with several envs a vector
+        step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
-        saved_episode = progress.episode
-        episodes = self.episodes(stop)
-        while progress.episode < cfg.training.episodes and until(cfg.training.max_env_steps, progress.env_step):
-            if not next(episodes, False):
-                return
-            progress.episode += 1
-            if every(cfg.training.eval_every_episodes, progress.episode):
-                mean_return, success_rate, clip = self.evaluate()
-                frames = progress.env_step * cfg.env.action_repeat
-                self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
-            if every(cfg.checkpoint.every_episodes, progress.episode):
-                self.save(final_of_episode=True)
-                saved_episode = progress.episode
-        if progress.episode != saved_episode:
+        last = None if steps is None else progress.env_step + steps
+        if self.complete():
+            return
+        while until(last, progress.env_step) and not self.stop.requested:
+            before = progress.env_step
+            action, obs, reward, terminated, truncated = self.env.step(self.act)
+            self.replay.add_batch(obs, action, reward, terminated, self.first)
+            stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
+            progress.env_step += int(stepped.sum())
+            self.returns += np.where(stepped, reward, 0.0)
+            self.lengths += stepped
+            self.learn(int(stepped.sum()))
+            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
+                self.save(final_of_episode=False)
+            self.first = stepped & (terminated | truncated)
+            for i in np.flatnonzero(self.first):
+                self.end_episode(i)
+                if self.complete():
+                    return
+
+    def complete(self) -> bool:
+        """`training.episodes` done, or `training.max_env_steps` reached: asked at the start and at episode ends."""
+        training = self.cfg.training
+        return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
+
+    def start_episodes(self) -> None:
+        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first frames."""
+        n = self.num_envs
+        obs = self.env.reset(seed=self.cfg.training.seed + self.progress.episode)
+        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
+        self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
+        self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
+        self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
+
+    def end_episode(self, i: int) -> None:
+        """Env i finished an episode: log it with the rates since the last one ended, count it, evaluate and save
+        when due."""
+        cfg, progress = self.cfg, self.progress
+        start, step, updates = self.clock
+        seconds = time.perf_counter() - start
+        self.logger.episode({
+            "episode_return": float(self.returns[i]),
+            "episode_length": int(self.lengths[i]),
+            "env_steps_per_s": (progress.env_step - step) / seconds,
+            "updates_per_s": (self.agent.updates - updates) / seconds,
+        }, progress.env_step)
+        self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
+        self.returns[i], self.lengths[i] = 0.0, 0
+        self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
+        progress.episode += 1
+        if every(cfg.training.eval_every_episodes, progress.episode):
+            mean_return, success_rate, clip = self.evaluate()
+            frames = progress.env_step * cfg.env.action_repeat
+            self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
+        if every(cfg.checkpoint.every_episodes, progress.episode):
             self.save(final_of_episode=True)
-        self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
 
     def close(self) -> None:
         """Flush logs and pending uploads, release the renderers."""

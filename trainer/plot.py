@@ -23,7 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 def read_rows(path: Path) -> list[dict]:
     """(frames, seed, return) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV."""
     with open(path, newline="") as f:
-        return [{"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"])} for r in csv.DictReader(f)]
+        return [
+            {"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"])}
+            for r in csv.DictReader(f)
+        ]
 
 
 def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -64,7 +67,9 @@ def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", refer
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs")
+    parser.add_argument(
+        "runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs"
+    )
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
     args = parser.parse_args(argv)
     paths = [p / "eval.csv" if p.is_dir() else p for p in args.runs]

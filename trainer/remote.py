@@ -18,7 +18,7 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from trainer.errors import UserError
+from errors import UserError
 
 
 def is_remote(directory: str) -> bool:
@@ -80,7 +80,8 @@ class RemoteDir:
                 self._retry(f"upload {name}", lambda: self.fs.put_file(str(snapshot), self._remote(name)))
                 snapshot.unlink()
             for name in deleted:
-                self._retry(f"delete {name}", lambda: self.fs.rm_file(self._remote(name)) if self.fs.exists(self._remote(name)) else None)
+                remote = self._remote(name)
+                self._retry(f"delete {name}", lambda: self.fs.rm_file(remote) if self.fs.exists(remote) else None)
             self._queue.task_done()
         self._queue.task_done()
 
@@ -92,10 +93,15 @@ class RemoteDir:
             except Exception as err:  # network and permission errors come in many types; all are retried alike
                 if attempt == self.retries:
                     self.failures += 1
-                    self.report(f"warning: could not {what} to {self.url} after {attempt} tries ({err}); the local copy in {self.local_dir} is intact")
+                    self.report(
+                        f"warning: could not {what} to {self.url} after {attempt} tries ({err}); "
+                        f"the local copy in {self.local_dir} is intact"
+                    )
                     return
                 delay = self.backoff_s * 2 ** (attempt - 1)
-                self.report(f"warning: {what} to {self.url} failed ({err}); retry {attempt}/{self.retries - 1} in {delay:.0f} s")
+                self.report(
+                    f"warning: {what} to {self.url} failed ({err}); retry {attempt}/{self.retries - 1} in {delay:.0f} s"
+                )
                 time.sleep(delay)
 
     def close(self, timeout_s: float) -> bool:
@@ -103,6 +109,9 @@ class RemoteDir:
         self._queue.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
-            self.report(f"warning: uploads to {self.url} still pending after {timeout_s:.0f} s; local copies are in {self.local_dir}")
+            self.report(
+                f"warning: uploads to {self.url} still pending after {timeout_s:.0f} s; "
+                f"local copies are in {self.local_dir}"
+            )
             return False
         return self.failures == 0

@@ -45,7 +45,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.mujoco import MujocoEnv
 
-from trainer.errors import UserError
+from errors import UserError
 
 SCENE = Path(__file__).with_name("scene.xml")
 VARIANTS = ("full", "feasible")
@@ -93,7 +93,7 @@ NEEDED = {
 
 
 class DishwashingEnv(MujocoEnv):
-    # no "human": the project renders headless (envs/headless.py selects EGL or OSMesa), where no window can open
+    # no "human": the project renders headless (trainer/headless.py selects EGL or OSMesa), where no window can open
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 25}
 
     def __init__(self, variant: str = "full", model_path: str | Path = SCENE, render_mode: str | None = None,

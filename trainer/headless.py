@@ -1,16 +1,19 @@
-"""Process-wide set-up that must happen before MuJoCo creates its first OpenGL context.
+"""Process-wide set-up for headless rendering. Every entry point calls `configure()` first, before anything imports
+mujoco (train_sac.py's main, the benchmarks and scripts that render, tests/conftest.py): the env layer leaves it to
+them, as Gymnasium and dm_control do, so importing it has no side effect.
 
 Two facts of this torch build and headless Mesa drive it:
 - torch imports triton lazily (torch._dynamo, e.g. inside the first torch.optim.Adam). Loading triton's LLVM
   after Mesa's EGL/OSMesa context exists segfaults the process (two LLVMs in one process); importing
-  torch._dynamo first avoids it.
+  torch._dynamo first, here and nowhere else, avoids it.
 - MuJoCo picks its GL backend from MUJOCO_GL when it is imported; without a display it must be egl or osmesa.
+  Env worker processes inherit the choice through the environment.
 """
 
 import ctypes.util
 import os
 
-from trainer.errors import UserError
+from errors import UserError
 
 _BACKEND_LIBRARIES = {"egl": "EGL", "osmesa": "OSMesa"}
 

@@ -1,0 +1,40 @@
+"""`env.backend: mujoco_warp`: N worlds of a task simulated and ray-traced by MuJoCo Warp in one process, on the
+training device (CUDA when present, else the CPU), observations and rewards as torch tensors on that device.
+
+Layers: simulation.py (MuJoCo Warp's model, data and renderer behind torch views), the batched tasks (cartpole.py,
+dishwashing.py: reset, controls, reward, termination), vector.py (WarpVectorEnv: frame stacks, action repeat, time
+limits, autoreset; its docstring gives the shapes). Optional install: requirements-warp.txt.
+
+What differs from `env.backend: mujoco` (docs/warp.md): frames are ray-traced, not rasterised by OpenGL; no shadows,
+no skybox (black background), no anti-aliasing; positions are read after the last physics step of an agent step,
+as dm_control does (the Gymnasium dishwashing env reads them one 2 ms physics step earlier); float32 physics. A
+policy trained on one backend is not expected to transfer to the other unchanged.
+"""
+
+import gymnasium as gym
+import torch
+
+from envs.mjwarp.cartpole import CartpoleSwingup
+from envs.mjwarp.dishwashing import Dishwashing
+from envs.mjwarp.vector import WarpVectorEnv
+from errors import UserError
+
+DISHWASHING_VARIANTS = {"Dishwashing-v0": "full", "DishwashingFeasible-v0": "feasible"}
+CARTPOLE_SWINGUP = "dm_control/cartpole-swingup-v0"
+TASKS = (CARTPOLE_SWINGUP, *DISHWASHING_VARIANTS)
+
+
+def make_task(env_id: str, device: torch.device):
+    if env_id == CARTPOLE_SWINGUP:
+        return CartpoleSwingup(device)
+    if env_id in DISHWASHING_VARIANTS:
+        return Dishwashing(DISHWASHING_VARIANTS[env_id], time_limit=gym.spec(env_id).max_episode_steps, device=device)
+    raise UserError(f"the `backend` mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} "
+                    "(or use the `backend` mujoco)")
+
+
+def make_warp_env(cfg, pixels: bool, device: torch.device) -> WarpVectorEnv:
+    """`cfg.num_envs` worlds of the task `cfg.id` (`cfg` the env config section); frame stacks when `pixels`, state
+    vectors otherwise."""
+    device = torch.device(device)
+    return WarpVectorEnv(make_task(cfg.id, device), cfg, num_envs=cfg.num_envs, pixels=pixels, device=device)

@@ -1,0 +1,101 @@
+"""N worlds of one MuJoCo model stepped and ray-traced by MuJoCo Warp on a torch device, with zero-copy torch views.
+
+MuJoCo Warp keeps every world's state in arrays with a leading world axis; `wp.to_torch` views them as torch tensors
+on the same memory, so the tasks (envs/mjwarp/cartpole.py, dishwashing.py) read and write state with batched torch
+ops and nothing crosses to the host. Views (N = worlds; float32 as MuJoCo Warp computes):
+    qpos (N, nq), qvel (N, nv), ctrl (N, nu), act (N, na), time (N,), qacc_warmstart (N, nv), eq_active (N, neq) bool
+    xpos (N, nbody, 3), xquat (N, nbody, 4), xmat (N, nbody, 3, 3), site_xpos (N, nsite, 3)
+    cvel (N, nbody, 6) [angular, linear], subtree_com (N, nbody, 3)
+    eq_data (N, neq, 12): the model's, one row per world (a task that edits it per world asks for the batch)
+    contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts, the first
+        `num_contacts` rows
+Derived fields (x*, cvel, subtree_com) describe the positions after `sync` (see `Simulation.sync`).
+"""
+
+import contextlib
+
+import mujoco
+import mujoco_warp as mjw
+import torch
+import warp as wp
+
+wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
+
+# MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs)
+RGB_BYTES = [2, 1, 0]
+
+
+class Simulation:
+    def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: int | None,
+                 image_size: int | None, batched_model_fields: tuple[str, ...] = ()):
+        """`camera` and `image_size` None: no renderer (state observations only)."""
+        self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
+        wp.init()  # idempotent; device lookups need the runtime
+        self._wp_device = wp.device_from_torch(self.device)
+        self.image_size = image_size
+        with self.scope():
+            self.model = mjw.put_model(mjm, batch_sizes={name: num_worlds for name in batched_model_fields})
+            reference = mujoco.MjData(mjm)
+            mujoco.mj_forward(mjm, reference)
+            self.data = mjw.put_data(mjm, reference, nworld=num_worlds)
+            self.render_context = None
+            if image_size is not None:
+                self.render_context = mjw.create_render_context(
+                    mjm, nworld=num_worlds, cam_res=(image_size, image_size), render_rgb=True, render_depth=False,
+                    cam_active=[camera])
+        view = wp.to_torch
+        d = self.data
+        self.qpos, self.qvel, self.ctrl, self.act = view(d.qpos), view(d.qvel), view(d.ctrl), view(d.act)
+        self.time, self.qacc_warmstart, self.eq_active = view(d.time), view(d.qacc_warmstart), view(d.eq_active)
+        self.xpos, self.xquat, self.xmat = view(d.xpos), view(d.xquat), view(d.xmat)
+        self.site_xpos, self.cvel, self.subtree_com = view(d.site_xpos), view(d.cvel), view(d.subtree_com)
+        self.eq_data = view(self.model.eq_data)
+        self.contact_geom, self.contact_worldid, self.num_contacts = (
+            view(d.contact.geom), view(d.contact.worldid), view(d.nacon))
+        self.eq_active0 = torch.as_tensor(mjm.eq_active0, dtype=torch.bool, device=self.device)
+        self._pixel_bytes = None  # uint8 (N, H, W, 4) view of the renderer's output
+        if image_size is not None:
+            packed = view(self.render_context.rgb_data).view(torch.uint8)
+            self._pixel_bytes = packed.view(num_worlds, image_size, image_size, 4)
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Warp on this simulation's device, and on CUDA on torch's current stream, so torch and warp work is
+        ordered without synchronising the host."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(wp.ScopedDevice(self._wp_device))
+            if self.device.type == "cuda":
+                stack.enter_context(wp.ScopedStream(wp.stream_from_torch(self.device)))
+            yield
+
+    def step(self, substeps: int) -> None:
+        """`substeps` physics steps of every world (mj_step: forward dynamics at the current state, integrate)."""
+        with self.scope():
+            for _ in range(substeps):
+                mjw.step(self.model, self.data)
+
+    def sync(self) -> None:
+        """Positions, velocities and cameras computed at the current qpos/qvel (after a step MuJoCo's derived fields
+        describe the state before its last integration). dm_control does the same after every step (mj_step1);
+        contacts are left as the last step found them."""
+        with self.scope():
+            mjw.kinematics(self.model, self.data)
+            mjw.com_pos(self.model, self.data)
+            mjw.com_vel(self.model, self.data)
+            mjw.camlight(self.model, self.data)
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Clear the dynamic state of the worlds in `mask` (bool (N,)) as mj_resetData does; the task then writes
+        its initial qpos/qvel/ctrl."""
+        rows = mask[:, None]
+        for field in (self.qvel, self.ctrl, self.act, self.qacc_warmstart):
+            field.masked_fill_(rows, 0.0)
+        self.time.masked_fill_(mask, 0.0)
+        self.eq_active.copy_(torch.where(rows, self.eq_active0, self.eq_active))
+
+    def render(self) -> torch.Tensor:
+        """Every world's camera image of the current positions (call `sync` first): uint8 (N, 3, H, W)."""
+        with self.scope():
+            mjw.refit_bvh(self.model, self.data, self.render_context)
+            mjw.render(self.model, self.data, self.render_context)
+        return self._pixel_bytes[..., RGB_BYTES].permute(0, 3, 1, 2)

@@ -1,0 +1,151 @@
+"""N worlds of a task as one vector env: the batched counterpart of envs/workers.py's EnvWorkers, on a torch device.
+
+Interface (as EnvWorkers, so the trainer can take either): `reset(seed)` -> obs; `step(act)` -> (actions, obs,
+reward, terminated, truncated), where `act` maps obs to actions. Everything is a torch tensor on `device`:
+    obs         uint8 (N, T, 3, H, W) frame stacks (oldest first; at reset the first frame fills the stack), or
+                float32 (N, D) state vectors
+    actions     float32 (N, A) in [-1, 1], the ones this step took
+    reward      float32 (N,), summed over action repeats
+    terminated, truncated   bool (N,)
+Autoreset is NEXT_STEP, as with the workers: after an episode ends, the world's next result is its reset observation
+(its action ignored, reward 0, both flags false). World i starts its k-th episode from (seed + i, k) only
+(envs/mjwarp/random.py), whatever the other worlds do. There is no policy lag: all worlds step together.
+
+One step: the task turns the actions into controls; `task.substeps` physics steps per task step, `action_repeat`
+task steps per agent step (a world that ends inside the repeat keeps its final state for its observation); positions
+synced to the final state; ended worlds reset in place; one batched render.
+"""
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.mjwarp.simulation import Simulation
+
+
+class WarpVectorEnv:
+    def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device):
+        """`env_cfg`: the config's env section (image_size, camera, frame_stack, action_repeat, max_episode_steps);
+        `pixels`: frame stacks, else state vectors."""
+        self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
+        self.action_repeat = env_cfg.action_repeat
+        self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
+        camera = _camera_index(task.mjm, env_cfg.camera) if pixels else None
+        self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
+                              image_size=env_cfg.image_size if pixels else None,
+                              batched_model_fields=task.batched_model_fields)
+        if pixels:
+            size = env_cfg.image_size
+            self.single_observation_space = gym.spaces.Box(0, 255, (env_cfg.frame_stack, 3, size, size), np.uint8)
+        else:
+            self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (task.state_dim,), np.float32)
+        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (task.action_dim,), np.float32)
+        self.obs = torch.zeros((num_envs, *self.single_observation_space.shape),
+                               dtype=torch.uint8 if pixels else torch.float32, device=self.device)
+        self._pixels = pixels
+        n, long = num_envs, {"dtype": torch.long, "device": self.device}
+        self._seeds, self._episodes = torch.zeros(n, **long), torch.zeros(n, **long)
+        self._task_steps, self._agent_steps = torch.zeros(n, **long), torch.zeros(n, **long)
+        self._resetting = torch.zeros(n, dtype=torch.bool, device=self.device)
+
+    def reset(self, seed: int) -> torch.Tensor:
+        """World i starts an episode from `seed + i` (its first); returns the observations."""
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._seeds = seed + torch.arange(self.num_envs, dtype=torch.long, device=self.device)
+        self._episodes.zero_()
+        self._resetting.zero_()  # a world that had just ended starts now, not at the next step
+        self._restart(everyone)
+        self.sim.sync()
+        self.task.after_reset(self.sim, everyone)
+        self._observe(everyone)
+        return self.obs.clone()
+
+    def step(self, act: Callable[[torch.Tensor], torch.Tensor]):
+        """One agent step of every world; see the module docstring."""
+        action = torch.as_tensor(act(self.obs), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+        resetting = self._resetting
+        live = ~resetting
+        reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        terminated = torch.zeros_like(resetting)
+        task_truncated = torch.zeros_like(resetting)
+        kept, kept_mask = None, None  # state of worlds that ended before the current repeat, and which
+        for repeat in range(self.action_repeat):
+            if repeat:
+                kept, kept_mask = self._keep(~live, kept, kept_mask)
+            self.task.apply_action(self.sim, action)
+            self.sim.step(self.task.substeps)
+            self.sim.sync()
+            step_reward, step_terminated = self.task.outcome(self.sim, action)
+            self._task_steps += live
+            limit = self._task_steps >= self.task.time_limit
+            reward += torch.where(live, step_reward, 0.0)
+            terminated |= live & step_terminated
+            task_truncated |= live & limit & ~step_terminated
+            live &= ~(step_terminated | limit)
+        if kept is not None:
+            for field, value in zip(self._final_state(), kept):
+                field.copy_(torch.where(_rows(kept_mask, field), value, field))
+        self._agent_steps += ~resetting
+        truncated = task_truncated | (~resetting & ~terminated & self._over_agent_limit())
+        self._episodes += resetting
+        self._restart(resetting)
+        self.sim.sync()
+        self.task.after_reset(self.sim, resetting)
+        self._observe(resetting)
+        self._resetting = terminated | truncated
+        return action, self.obs.clone(), reward, terminated, truncated
+
+    def _over_agent_limit(self) -> torch.Tensor:
+        if self.max_episode_steps is None:
+            return torch.zeros_like(self._resetting)
+        return self._agent_steps >= self.max_episode_steps
+
+    def _restart(self, mask: torch.Tensor) -> None:
+        """Initial state of the worlds in `mask` (positions not yet synced)."""
+        self.sim.reset(mask)
+        self.task.reset(self.sim, mask, self._seeds, self._episodes)
+        self._task_steps.masked_fill_(mask, 0)
+        self._agent_steps.masked_fill_(mask, 0)
+
+    def _final_state(self) -> tuple[torch.Tensor, ...]:
+        """What a world's last observation is made of: restored for worlds that ended inside an action repeat."""
+        return self.sim.qpos, self.sim.qvel, self.sim.eq_active
+
+    def _keep(self, ended: torch.Tensor, kept, kept_mask):
+        """Add the worlds that ended at the previous repeat to the kept states (their state is final now)."""
+        state = self._final_state()
+        if kept is None:
+            return tuple(field.clone() for field in state), ended
+        newly = ended & ~kept_mask
+        return tuple(torch.where(_rows(newly, field), field, value) for field, value in zip(state, kept)), ended
+
+    def _observe(self, restarted: torch.Tensor) -> None:
+        if not self._pixels:
+            self.obs.copy_(self.task.observation(self.sim))
+            return
+        frame = self.sim.render()
+        shifted = torch.cat([self.obs[:, 1:], frame[:, None]], dim=1)
+        filled = frame[:, None].expand_as(self.obs)
+        self.obs.copy_(torch.where(restarted[:, None, None, None, None], filled, shifted))
+
+    def close(self) -> None:
+        """Nothing to stop: no processes, and MuJoCo Warp frees its arrays with the objects."""
+
+
+def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (like.dim() - 1)))
+
+
+def _camera_index(mjm, camera) -> int:
+    """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
+    when the task sets no free camera)."""
+    from envs.pixels import resolve_camera
+    from errors import UserError
+
+    if camera is None:
+        camera = 0
+    if camera == -1 or mjm.ncam == 0:
+        raise UserError("the `backend` mujoco_warp renders a fixed camera; set `camera` to one of the task's cameras")
+    return resolve_camera(mjm, camera, None)

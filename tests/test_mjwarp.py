@@ -1,0 +1,280 @@
+"""The MuJoCo Warp backend (envs/mjwarp) against MuJoCo C and the single-env tasks.
+
+- physics: same model, controls and initial state -> MuJoCo Warp (float32) and MuJoCo C (float64) agree on qpos/qvel
+  within stated tolerances over K steps (cartpole through dm_control's own env, rewards and observations too;
+  dishwashing through the Gymnasium env with the grasp weld on, then released);
+- task logic: batched rewards, reward terms, successes, observations, finger contacts and the grasp weld equal the
+  single dishwashing env's on the same MjData states (scripted episodes, so grasps, carries and successes occur);
+- worlds: world i's episodes depend only on its seed (neighbours with other seeds and actions do not move it, across
+  autoresets); frames are not blank and differ between worlds; NEXT_STEP autoreset, time limits, action repeat.
+Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs load them.
+"""
+
+from types import SimpleNamespace
+
+import envs  # rendering was configured by tests/conftest.py, before mujoco loads
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from dm_control import suite  # noqa: E402
+
+from envs.dishwashing.env import DishwashingEnv  # noqa: E402
+from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from envs.mjwarp import make_task  # noqa: E402
+from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
+from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
+from trainer.config import Config  # noqa: E402
+from errors import UserError  # noqa: E402
+
+CPU = torch.device("cpu")
+CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasible-v0", "Dishwashing-v0"
+
+
+def warp_env(env_id: str, num_envs: int, *, pixels: bool = False, **env_overrides) -> WarpVectorEnv:
+    cfg = Config()
+    cfg.env.id, cfg.env.num_envs, cfg.env.backend = env_id, num_envs, "mujoco_warp"
+    for key, value in env_overrides.items():
+        setattr(cfg.env, key, value)
+    return envs.make_batched_env(cfg.env, pixels, CPU)
+
+
+def constant(actions: np.ndarray):
+    """An `act` callable for WarpVectorEnv.step that ignores the observations."""
+    return lambda obs: torch.as_tensor(actions, dtype=torch.float32)
+
+
+# ---- physics parity -------------------------------------------------------------------------------------------------
+CARTPOLE_STEPS = 100  # 1 s of simulated time
+CARTPOLE_TOL = {"state": 1e-4, "reward": 1e-5, "obs": 1e-4}
+
+
+def test_cartpole_matches_dm_control():
+    """Two worlds against two dm_control swing-up envs started from the warp worlds' states, driven by the same
+    random controls for 100 steps: states, rewards and observations agree."""
+    env = warp_env(CARTPOLE, 2)
+    obs = env.reset(seed=3)
+    references = []
+    for i in range(2):
+        reference = suite.load("cartpole", "swingup")
+        reference.reset()
+        with reference.physics.reset_context():
+            reference.physics.data.qpos[:] = env.sim.qpos[i].numpy()
+            reference.physics.data.qvel[:] = env.sim.qvel[i].numpy()
+        references.append(reference)
+    rng = np.random.default_rng(0)
+    errors = {"state": 0.0, "reward": 0.0, "obs": 0.0}
+    for _ in range(CARTPOLE_STEPS):
+        actions = rng.uniform(-1, 1, (2, 1))
+        _, obs, reward, terminated, truncated = env.step(constant(actions))
+        assert not terminated.any() and not truncated.any()
+        for i, reference in enumerate(references):
+            step = reference.step(actions[i])
+            data = reference.physics.data
+            state = np.concatenate([data.qpos, data.qvel])
+            warp_state = torch.cat([env.sim.qpos[i], env.sim.qvel[i]]).numpy()
+            errors["state"] = max(errors["state"], np.abs(state - warp_state).max())
+            errors["reward"] = max(errors["reward"], abs(step.reward - float(reward[i])))
+            flat = np.concatenate([step.observation["position"], step.observation["velocity"]])
+            errors["obs"] = max(errors["obs"], np.abs(flat - obs[i].numpy()).max())
+    print("cartpole max errors", errors)
+    for key, tol in CARTPOLE_TOL.items():
+        assert errors[key] < tol, (key, errors[key])
+
+
+DISHWASHING_STEPS, RELEASE_AT = 12, 6  # agent steps (20 physics steps each); the fingers open at step 6
+# float32 against float64: while the weld holds, positions (m, rad) and velocities (per s) agree closely; once the
+# plate drops onto the rack, impacts make velocities jump (a fraction of a physics step earlier or later is a large
+# velocity difference), so there positions are compared
+DISHWASHING_TOL = {"held qpos": 1e-4, "held qvel": 5e-3, "released qpos": 2e-3}
+
+
+def test_dishwashing_physics_matches_mujoco():
+    """Feasible starts (plate welded to the hand): two worlds against two Gymnasium envs set to the same state
+    (qpos, qvel, controls, the weld and its relative pose), driven by the same random moves with the fingers shut,
+    then opened (the weld lets go, the plate drops): the weld switches alike and the states agree."""
+    env = warp_env(FEASIBLE, 2)
+    env.reset(seed=5)
+    sim, references = env.sim, []
+    weld = 0
+    for i in range(2):
+        reference = DishwashingEnv(variant="feasible")
+        reference.reset(seed=0)
+        weld = reference.model.equality("grasp").id
+        reference.model.eq_data[weld] = sim.eq_data[i, weld].numpy()
+        reference.data.eq_active[:] = sim.eq_active[i].numpy()
+        reference.data.ctrl[:] = sim.ctrl[i].numpy()
+        reference.set_state(sim.qpos[i].numpy(), sim.qvel[i].numpy())
+        references.append(reference)
+    assert all(reference.held for reference in references)
+    rng = np.random.default_rng(1)
+    errors = dict.fromkeys(DISHWASHING_TOL, 0.0)
+    for step in range(DISHWASHING_STEPS):
+        held = step < RELEASE_AT
+        actions = rng.uniform(-1, 1, (2, 4))
+        actions[:, 3] = 1.0 if held else -1.0
+        env.step(constant(actions))
+        phase = "held" if held else "released"
+        for i, reference in enumerate(references):
+            reference.step(actions[i])
+            assert bool(sim.eq_active[i, weld]) == reference.held == held
+            qpos_error = np.abs(reference.data.qpos - sim.qpos[i].numpy()).max()
+            errors[f"{phase} qpos"] = max(errors[f"{phase} qpos"], qpos_error)
+            if held:
+                errors["held qvel"] = max(errors["held qvel"], np.abs(reference.data.qvel - sim.qvel[i].numpy()).max())
+    print("dishwashing max errors", errors)
+    for key, tol in DISHWASHING_TOL.items():
+        assert errors[key] < tol, (key, errors[key])
+
+
+# ---- task logic on the same states ------------------------------------------------------------------------------
+def stacked_states(datas: list[mujoco.MjData], model: mujoco.MjModel) -> SimpleNamespace:
+    """MjData states as the batched task reads a Simulation: one world per state (float64 here), all contacts in
+    one flat list with their world ids."""
+    stack = lambda name: torch.as_tensor(np.stack([getattr(d, name) for d in datas]))  # noqa: E731
+    geoms = [d.contact.geom[: d.ncon] for d in datas]
+    return SimpleNamespace(
+        num_worlds=len(datas), qpos=stack("qpos"), xpos=stack("xpos"), xquat=stack("xquat"),
+        xmat=stack("xmat").view(len(datas), -1, 3, 3), site_xpos=stack("site_xpos"), cvel=stack("cvel"),
+        subtree_com=stack("subtree_com"), eq_active=stack("eq_active").bool(),
+        eq_data=torch.as_tensor(np.repeat(model.eq_data[None, :, :12], len(datas), axis=0)),
+        contact_geom=torch.as_tensor(np.concatenate(geoms)),
+        contact_worldid=torch.as_tensor(np.concatenate([np.full(len(g), i) for i, g in enumerate(geoms)])),
+        num_contacts=torch.tensor([sum(len(g) for g in geoms)]),
+    )
+
+
+@pytest.mark.parametrize("variant", ["full", "feasible"])
+def test_dishwashing_rewards_match_single_env(variant):
+    """Scripted episodes of the single env (grasp, carry, release, success), every step's MjData kept: the batched
+    reward, its terms, success, observation and finger contacts equal the single env's, all states in one batch;
+    where the single env grasped (in a step, or at a feasible reset), the batched grasp sets the same weld pose."""
+    reference = DishwashingEnv(variant=variant)
+    task = Dishwashing(variant, time_limit=100, device=CPU)
+    weld = reference.model.equality("grasp").id
+    datas, actions, outcomes, touches, grasps = [], [], [], [], []  # grasps: (state, the weld pose set there)
+    for seed in range(2):
+        obs, _ = reference.reset(seed=seed)
+        if reference.held:
+            grasps.append((_copy(reference), reference.model.eq_data[weld, 3:10].copy()))
+        for _ in range(60):
+            action = scripted_action(obs)
+            held_before = reference.held
+            obs, reward, terminated, _, info = reference.step(action)
+            datas.append(_copy(reference))
+            actions.append(action)
+            touches.append(reference._fingers_touch_plate())
+            outcomes.append((reward, terminated, info, obs))
+            if reference.held and not held_before:
+                grasps.append((_copy(reference), reference.model.eq_data[weld, 3:10].copy()))
+            if terminated:
+                break
+    assert any(terminated for _, terminated, _, _ in outcomes), "the scripted episodes should succeed"
+    assert grasps, "the scripted episodes should grasp"
+    assert any(touches) and not all(touches)
+    states = stacked_states(datas, reference.model)
+    action = torch.as_tensor(np.array(actions)).clamp(-1, 1)
+    reward, success, terms = task.reward_terms(states, action)
+    np.testing.assert_allclose(reward.numpy(), [r for r, _, _, _ in outcomes], atol=1e-6)
+    np.testing.assert_array_equal(success.numpy(), [t for _, t, _, _ in outcomes])
+    for name, values in terms.items():
+        np.testing.assert_allclose(values.numpy(), [info[f"reward_{name}"] for _, _, info, _ in outcomes], atol=1e-9)
+    np.testing.assert_allclose(task.observation(states).numpy(), [o for _, _, _, o in outcomes], atol=1e-5)
+    np.testing.assert_array_equal(task.fingers_touch_plate(states).numpy(), touches)
+
+    at_grasp = stacked_states([state for state, _ in grasps], reference.model)
+    at_grasp.eq_active[:] = False
+    everyone = torch.ones(len(grasps), dtype=torch.bool)
+    task.grasp(at_grasp, everyone)
+    assert at_grasp.eq_active[:, weld].all()
+    np.testing.assert_allclose(at_grasp.eq_data[:, weld, 3:10].numpy(), [pose for _, pose in grasps], atol=1e-9)
+
+
+def _copy(env: DishwashingEnv) -> mujoco.MjData:
+    data = mujoco.MjData(env.model)
+    mujoco.mj_copyData(data, env.model, env.data)
+    return data
+
+
+# ---- worlds, frames, episodes -------------------------------------------------------------------------------------
+def test_worlds_depend_only_on_their_seed():
+    """Env A's worlds 1 and 2 and env B's worlds 0 and 1 share seeds (seed + i) and actions; A's world 0 and every
+    other action differ. Over 5 steps with 2-step episodes (two autoresets), the shared worlds' frames, rewards and
+    flags are identical: neither a neighbour's seed nor its actions move a world. A reset frame fills the stack."""
+    a = warp_env(CARTPOLE, 3, pixels=True, max_episode_steps=2)
+    b = warp_env(CARTPOLE, 2, pixels=True, max_episode_steps=2)
+    obs_a, obs_b = a.reset(seed=10), b.reset(seed=11)
+    torch.testing.assert_close(obs_a[1:], obs_b, rtol=0, atol=0)
+    rng = np.random.default_rng(2)
+    for step in range(5):
+        shared = rng.uniform(-1, 1, (2, 1))
+        own = rng.uniform(-1, 1, (1, 1))  # world 0 of A only
+        _, obs_a, reward_a, terminated_a, truncated_a = a.step(constant(np.vstack([own, shared])))
+        _, obs_b, reward_b, terminated_b, truncated_b = b.step(constant(shared))
+        torch.testing.assert_close(obs_a[1:], obs_b, rtol=0, atol=0)
+        torch.testing.assert_close(reward_a[1:], reward_b, rtol=0, atol=0)
+        assert torch.equal(truncated_a[1:], truncated_b) and not terminated_a.any() and not terminated_b.any()
+        assert truncated_a.all() == (step % 3 == 1)  # steps 2 and 4 end episodes; the step after each is a reset
+        if step % 3 == 2:  # a reset frame: the first frame fills the stack
+            assert (reward_a == 0).all() and (obs_a == obs_a[:, -1:]).all()
+
+
+def test_frames_show_each_world():
+    """Three dishwashing worlds (plate and gripper placed at random): frames are not blank and differ between
+    worlds, at reset and after a step."""
+    env = warp_env(FULL, 3, pixels=True)
+    for obs in (env.reset(seed=0), env.step(constant(np.zeros((3, 4))))[1]):
+        frames = obs[:, -1].float()
+        assert frames.std(dim=(1, 2, 3)).min() > 10, "frames should show the scene, not a blank image"
+        for i in range(3):
+            for j in range(i):
+                assert (frames[i] - frames[j]).abs().mean() > 0.1, f"worlds {i} and {j} rendered the same frame"
+
+
+def test_an_episode_restarts_from_its_world_seed_and_episode_count():
+    """NEXT_STEP autoreset on termination: the scripted policy places the plate in both worlds (success terminates
+    with reward 0); the next step returns each world's second start (reward 0, no flags), unlike its first (a
+    fresh env's reset with the same seed). Rewards stay in [-1, 0]."""
+    env = warp_env(FEASIBLE, 2)
+    obs = env.reset(seed=7)
+    act = lambda o: torch.as_tensor(np.array([scripted_action(row) for row in o.numpy()]))  # noqa: E731
+    ended = torch.zeros(2, dtype=torch.bool)
+    for _ in range(env.task.time_limit):
+        _, obs, reward, terminated, truncated = env.step(act)
+        assert ((reward >= -1) & (reward <= 0)).all() and not truncated.any()
+        for i in torch.nonzero(terminated & ~ended).flatten().tolist():
+            assert reward[i] == 0.0
+        ended |= terminated
+        if ended.all():
+            break
+    assert ended.all(), "the scripted policy should place the plate in every world"
+    _, restarted, reward, terminated, truncated = env.step(act)
+    assert not terminated.any() and not truncated.any() and (reward == 0).all()
+    assert not torch.equal(restarted, obs), "the reset observations should be new starts"
+    fresh = warp_env(FEASIBLE, 2)
+    first = fresh.reset(seed=7)
+    assert not torch.allclose(first, restarted), "a world's second episode should not repeat its first"
+
+
+def test_action_repeat_sums_rewards_of_the_repeated_steps():
+    """action_repeat 3 equals three single steps with the same action: the same state and the summed reward."""
+    repeated, single_steps = warp_env(CARTPOLE, 2, action_repeat=3), warp_env(CARTPOLE, 2)
+    repeated.reset(seed=4), single_steps.reset(seed=4)
+    actions = np.array([[0.7], [-0.4]])
+    _, obs, reward, _, _ = repeated.step(constant(actions))
+    total = torch.zeros(2)
+    for _ in range(3):
+        _, expected, step_reward, _, _ = single_steps.step(constant(actions))
+        total += step_reward
+    torch.testing.assert_close(obs, expected, rtol=0, atol=0)
+    torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
+
+
+def test_make_batched_env_rejects_what_it_cannot_run():
+    cfg = Config()
+    cfg.env.backend = "opengl"
+    with pytest.raises(UserError, match="`backend` must be one of mujoco, mujoco_warp"):
+        envs.make_batched_env(cfg.env, False, CPU)
+    with pytest.raises(UserError, match="has no task 'HalfCheetah-v5'"):
+        make_task("HalfCheetah-v5", CPU)

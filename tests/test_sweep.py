@@ -1,0 +1,101 @@
+"""The local sweep (trainer/sweep.py): Optuna draws a W&B sweep file's parameters the way W&B's own scheduler maps them,
+runs real tiny trials of state cartpole, reports their evaluations, and a sweep stopped mid-trial continues from its
+SQLite storage with the interrupted trial resuming its checkpoint."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from trainer.sweep import read_metric, suggest
+
+CONFIG = str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml")
+TINY_TRIAL = ["training.episodes=4", "training.seed_steps=100", "sac.batch_size=32", "sac.hidden_dim=64",
+              "training.eval_every_episodes=1", "training.eval_episodes=1", "checkpoint.every_episodes=1",
+              "logging.eval_video=false", "logging.curve=false"]
+SPACE = {"method": "random", "metric": {"name": "eval/return", "goal": "maximize"},
+         "parameters": {"sac.lr": {"distribution": "log_uniform_values", "min": 1.0e-4, "max": 1.0e-3},
+                        "sac.nstep": {"values": [1, 3]}, "sac.critic_tau": {"value": 0.01}}}
+
+
+@pytest.mark.parametrize("name", ["sweep.yaml", "sweep-state.yaml"])
+def test_parameters_are_drawn_from_the_distributions_wandb_maps_them_to(name):
+    from wandb.sdk.sweeps.scheduler.optuna import sweep_parameter_to_distribution
+
+    parameters = yaml.safe_load((ROOT / "scripts" / "cloud" / name).read_text())["parameters"]
+    trial = optuna.create_study().ask()
+    for key, spec in parameters.items():
+        value = suggest(trial, key, spec)
+        assert trial.distributions[key] == sweep_parameter_to_distribution(spec), key
+        assert trial.distributions[key]._contains(trial.distributions[key].to_internal_repr(value))
+
+
+def sweep(out) -> subprocess.Popen:
+    sets = [arg for item in TINY_TRIAL for arg in ("--set", item)]
+    return subprocess.Popen([sys.executable, "-m", "trainer.sweep", "--config", CONFIG,
+                             "--space", str(out.parent / "space.yaml"), "--trials", "3", "--study", "tiny",
+                             "--out", str(out), *sets],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_three_tiny_trials_run_stop_mid_trial_and_continue_from_storage(tmp_path):
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    out = tmp_path / "sweep"
+    first = sweep(out)
+    interrupted_csv = out / "runs" / "tiny_t1" / "eval.csv"
+    deadline = time.monotonic() + 240
+    while not read_metric(interrupted_csv, "return"):  # the second trial has evaluated once: stop the sweep there
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.5)
+    first.send_signal(signal.SIGTERM)
+    stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM, stderr
+    assert "trial 1 (tiny_t1) saved its run and is queued again; run the same command to continue" in stderr
+
+    storage = f"sqlite:///{out / 'study.db'}"
+    trials = optuna.load_study(study_name="tiny", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]
+    assert trials[2].params == trials[1].params and trials[2].user_attrs["run"] == "tiny_t1"
+    assert (out / "checkpoints" / "tiny_t1_latest.pt").is_file()
+
+    second = sweep(out)
+    stdout, stderr = second.communicate(timeout=300)
+    assert second.returncode == 0, stderr
+    trials = optuna.load_study(study_name="tiny", storage=storage).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert [t.user_attrs["run"] for t in trials] == ["tiny_t0", "tiny_t1", "tiny_t1", "tiny_t3"]
+    assert "resumed from" in (out / "runs" / "tiny_t1" / "train.log").read_text()
+    for trial in (trials[0], trials[2], trials[3]):
+        returns = read_metric(out / "runs" / trial.user_attrs["run"] / "eval.csv", "return")
+        assert len(returns) == 4  # one evaluation per episode, the resumed run's included once
+        assert trial.intermediate_values == {i + 1: value for i, value in enumerate(returns)}
+        assert trial.value == returns[-1] and trial.params["sac.critic_tau"] == 0.01
+    assert "trial 2 (tiny_t1): sac.critic_tau=0.01" in stdout
+    table = stdout[stdout.index("| trial |"):].splitlines()
+    assert table[0].startswith("| trial | run | state | eval/return | evals | sac.critic_tau | sac.lr | sac.nstep |")
+    assert sum(" | complete | " in line for line in table) == 3 and sum(" | fail | " in line for line in table) == 1
+
+    third = sweep(out)  # the goal is reached: nothing more runs
+    stdout, _ = third.communicate(timeout=120)
+    assert third.returncode == 0 and len(optuna.load_study(study_name="tiny", storage=storage).trials) == 4
+
+
+@pytest.mark.parametrize("space, expected", [
+    ({**SPACE, "parameters": {"sac.lrr": {"values": [1e-3]}}}, "error: unknown config key 'sac.lrr'; allowed under"),
+    ({**SPACE, "method": "grid"}, "method must be one of random, bayes for a local sweep; got 'grid'"),
+    ({**SPACE, "metric": {"name": "eval/reward"}}, "metric.name must be one of eval/return, eval/success_rate"),
+    ({**SPACE, "parameters": {"sac.lr": {"distribution": "normal", "mu": 0, "sigma": 1}}},
+     "sweep parameter sac.lr: use value, values, or min/max"),
+])
+def test_bad_sweep_file_is_a_one_line_error_before_any_trial(tmp_path, space, expected):
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    result = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG,
+                             "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--out", str(tmp_path / "out")],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert not (tmp_path / "out" / "runs").exists()

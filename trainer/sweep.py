@@ -1,0 +1,288 @@
+"""A hyperparameter sweep on one machine, no account needed: Optuna searches the parameter space of a W&B sweep file
+(the same file `wandb sweep` takes, scripts/cloud/sweep.yaml by default), one `train_sac.py` run per trial.
+
+    python3 -m trainer.sweep --config configs/dmc/cartpole_swingup_state.yaml \
+        --space scripts/cloud/sweep-state.yaml --trials 8
+
+- The sweep file's `method` picks the sampler (random: RandomSampler, bayes: TPESampler), its `metric` the value
+  (eval/return or eval/success_rate, read from the eval.csv the trainer writes after every evaluation) and its
+  `early_terminate` the pruner (hyperband with min_iter: Optuna's HyperbandPruner, with evaluations as the resource,
+  as W&B counts them): a trial is stopped when its evaluations fall behind. A trial's value is its last evaluation
+  (W&B's summary value).
+- The study lives in SQLite (`<out>/study.db`). SIGTERM, Ctrl-C or SIGHUP stops the running trial (its run saves
+  `_latest`) and queues it again; the same command later continues the sweep and that trial resumes its checkpoint.
+  A sweep killed outright is noticed by Optuna's heartbeat: after GRACE_PERIOD_S its trial is queued again too.
+- `--trials N` is the number of finished (complete or pruned) trials the study should reach, so repeating the command
+  continues towards the same goal; several processes may work on one study at once.
+
+Trial i is the run `<study>_t<i>` (`checkpoint.name`): checkpoints in `<out>/checkpoints`, TensorBoard, eval.csv and the
+trainer's output (train.log) in `<out>/runs/<run>/`. W&B's own translation of a sweep file into Optuna distributions
+lives in wandb's launch scheduler and needs wandb, which the trainer does not; `suggest` follows it (tests/test_sweep.py
+holds the two equal for the shipped sweep files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import yaml
+
+from trainer.config import load_config
+from errors import UserError
+from trainer.signals import GracefulStop
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SPACE = ROOT / "scripts" / "cloud" / "sweep.yaml"
+METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # metric name -> eval.csv column
+METHODS = ("random", "bayes")
+POLL_S = 2.0  # how often a running trial's eval.csv is read
+HEARTBEAT_S = 30  # Optuna's heartbeat of a running trial
+GRACE_PERIOD_S = 120  # a trial without a heartbeat this long belonged to a killed sweep and is queued again
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class TrialFailed(Exception):
+    """A trial's run crashed: the sweep stops rather than spend its budget on more crashes."""
+
+
+class Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m trainer.sweep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="training config every trial starts from")
+    parser.add_argument("--space", default=str(DEFAULT_SPACE), help="W&B sweep file: method, metric, parameters")
+    parser.add_argument("--trials", type=int, required=True, help="finished trials the study should reach")
+    parser.add_argument("--study", help="study name (default: the config's file name)")
+    parser.add_argument("--out", help="folder for study.db, checkpoints/ and runs/ (default: runs/sweeps/<study>)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key in every trial (repeatable), e.g. training.episodes=50")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed")
+    args = parser.parse_args(argv)
+    try:
+        return run_sweep(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    space = read_space(Path(args.space))
+    check_parameters(args.config, args.set, space["parameters"])
+    if args.trials < 1:
+        raise UserError(f"--trials must be >= 1, got {args.trials}")
+    name = args.study or Path(args.config).stem
+    out = Path(args.out or ROOT / "runs" / "sweeps" / name).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    storage = optuna.storages.RDBStorage(
+        f"sqlite:///{out / 'study.db'}", heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_PERIOD_S,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback())
+    metric = space["metric"]
+    direction = "maximize" if metric.get("goal", "maximize") == "maximize" else "minimize"
+    study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True)
+    # A restarted sweep must not redraw the parameters of its first trials: the seed moves on with the study.
+    seed = args.seed + len(study.trials)
+    sampler = optuna.samplers.TPESampler if space["method"] == "bayes" else optuna.samplers.RandomSampler
+    study.sampler = sampler(seed=seed)
+    early = space.get("early_terminate")
+    study.pruner = optuna.pruners.NopPruner()
+    if early:
+        study.pruner = optuna.pruners.HyperbandPruner(min_resource=early.get("min_iter", 1),
+                                                      reduction_factor=early.get("eta", 3))
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+    status = 0
+    if len(study.get_trials(states=finished)) < args.trials:
+        with GracefulStop() as stop:
+            trial_runner = TrialRunner(args.config, args.set, space, out, study_name=name, stop=stop)
+            try:
+                study.optimize(trial_runner, callbacks=[optuna.study.MaxTrialsCallback(args.trials, states=finished)])
+            except Stopped as err:
+                [interrupted] = [t for t in study.trials if t.number == trial_runner.number]
+                optuna.storages.RetryHeartbeatStaleTrialCallback()(study, interrupted)  # queued first next time
+                run = interrupted.user_attrs["run"]
+                print(f"sweep stopped by signal {err.signum}; trial {interrupted.number} ({run}) saved its run and is "
+                      "queued again; run the same command to continue", file=sys.stderr)
+                status = 128 + err.signum
+            except TrialFailed as err:
+                print(f"error: {err}", file=sys.stderr)
+                status = 1
+    print(results_table(study, metric["name"]))
+    return status
+
+
+def read_space(path: Path) -> dict:
+    if not path.is_file():
+        raise UserError(f"sweep file not found: {path}; pass --space scripts/cloud/sweep.yaml or another sweep file")
+    space = yaml.safe_load(path.read_text()) or {}
+    if space.get("method") not in METHODS:
+        raise UserError(f"{path}: method must be one of {', '.join(METHODS)} for a local sweep; "
+                        f"got {space.get('method')!r}")
+    metric = space.get("metric") or {}
+    if metric.get("name") not in METRIC_COLUMNS or metric.get("goal", "maximize") not in ("maximize", "minimize"):
+        raise UserError(f"{path}: metric.name must be one of {', '.join(METRIC_COLUMNS)} (what the trainer writes to "
+                        f"eval.csv) and metric.goal maximize or minimize; got {metric}")
+    early = space.get("early_terminate")
+    if early is not None and early.get("type") != "hyperband":
+        raise UserError(f"{path}: early_terminate.type must be hyperband; got {early.get('type')!r}")
+    if not isinstance(space.get("parameters"), dict) or not space["parameters"]:
+        raise UserError(f"{path}: parameters must map config keys (e.g. sac.lr) to W&B parameter specs")
+    return space
+
+
+def check_parameters(config: str, sets: list[str], parameters: dict) -> None:
+    """Every parameter's distribution and key, with a value drawn from it, before any trial starts."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the probe study is no news
+    probe = optuna.create_study().ask()
+    optuna.logging.set_verbosity(verbosity)
+    load_config(config, sets + [f"{name}={suggest(probe, name, spec)}" for name, spec in parameters.items()])
+
+
+def suggest(trial, name: str, spec: dict):
+    """One parameter of a W&B sweep file, drawn by an Optuna trial with the distribution W&B's scheduler maps it to."""
+    def is_int(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    distribution = spec.get("distribution")
+    if "value" in spec or distribution == "constant":
+        return trial.suggest_categorical(name, [spec["value"]])
+    if "values" in spec and distribution in (None, "categorical"):
+        return trial.suggest_categorical(name, list(spec["values"]))
+    if "min" in spec and "max" in spec:
+        low, high = spec["min"], spec["max"]
+        distribution = distribution or ("int_uniform" if is_int(low) and is_int(high) else "uniform")
+        if distribution == "int_uniform":
+            return trial.suggest_int(name, low, high)
+        if distribution in ("uniform", "log_uniform_values"):
+            return trial.suggest_float(name, low, high, log=distribution == "log_uniform_values")
+    raise UserError(f"sweep parameter {name}: use value, values, or min/max with distribution int_uniform, uniform or "
+                    f"log_uniform_values for a local sweep; got {spec}")
+
+
+def read_metric(eval_csv: Path, column: str) -> list[float]:
+    """The metric of every evaluation so far (rows being written are skipped until complete)."""
+    if not eval_csv.exists():
+        return []
+    with open(eval_csv, newline="") as f:
+        cells = [row.get(column) for row in csv.DictReader(f)]
+    return [float(cell) for cell in cells if cell]
+
+
+def _die_with_parent() -> None:
+    """In the trainer process: SIGTERM (save and exit) when the sweep process dies, even by SIGKILL."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class TrialRunner:
+    """The objective: one trainer process per trial, its evaluations reported to Optuna as they appear."""
+
+    def __init__(self, config: str, sets: list[str], space: dict, out: Path, *, study_name: str, stop: GracefulStop):
+        self.config = Path(config).resolve()  # the trainer runs in the repository, wherever the sweep was started
+        self.sets, self.space, self.out, self.study_name = sets, space, out, study_name
+        self.column = METRIC_COLUMNS[space["metric"]["name"]]
+        self.stop = stop
+        self.number: int | None = None  # the trial now running
+
+    def __call__(self, trial) -> float:
+        self.number = trial.number
+        params = {name: suggest(trial, name, spec) for name, spec in self.space["parameters"].items()}
+        run = trial.user_attrs.get("run")  # a queued-again trial keeps its run, and so its checkpoint
+        if run is None:
+            run = f"{self.study_name}_t{trial.number}"
+            trial.set_user_attr("run", run)
+        run_dir = self.out / "runs" / run
+        run_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(ROOT / "train_sac.py"), "--config", str(self.config), "--resume", "auto"]
+        for item in [*self.sets, *(f"{name}={value}" for name, value in params.items()),
+                     f"checkpoint.name={run}", f"checkpoint.dir={self.out / 'checkpoints'}",
+                     f"logging.tensorboard_dir={self.out / 'runs'}", "logging.progress=false"]:
+            command += ["--set", item]
+        log = run_dir / "train.log"
+        sampled = " ".join(f"{key}={value}" for key, value in params.items())
+        print(f"trial {trial.number} ({run}): {sampled}; log: {log}", flush=True)
+        with open(log, "a") as output:
+            # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (two would kill at once).
+            process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                       start_new_session=True, preexec_fn=_die_with_parent)
+            values = self._follow(trial, process, run_dir / "eval.csv")
+        if process.returncode == 2:
+            lines = [line for line in log.read_text().splitlines() if line.startswith("error:")]
+            reason = lines[-1].removeprefix("error: ") if lines else f"bad input, see {log}"
+            raise UserError(f"trial {trial.number} ({run}): {reason}")
+        if process.returncode != 0:
+            raise TrialFailed(f"trial {trial.number} ({run}) exited with status {process.returncode}; see {log}")
+        if not values:
+            raise UserError(f"trial {trial.number} ({run}) finished without an evaluation of "
+                            f"{self.space['metric']['name']} (a task without success has no eval/success_rate); "
+                            "raise training.episodes or lower training.eval_every_episodes")
+        return values[-1]
+
+    def _follow(self, trial, process: subprocess.Popen, eval_csv: Path) -> list[float]:
+        reported: list[float] = []
+        while True:
+            running = process.poll() is None
+            values = read_metric(eval_csv, self.column)
+            for index in range(len(reported), len(values)):
+                trial.report(values[index], step=index + 1)
+            reported = values
+            if running and trial.should_prune():
+                self._terminate(process)
+                raise optuna.TrialPruned(f"pruned after {len(values)} evaluations")
+            if running and self.stop.requested:
+                self._terminate(process)
+                raise Stopped(self.stop.signum)
+            if not running:
+                return values
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _terminate(process: subprocess.Popen) -> None:
+        """SIGTERM: the run saves `_latest` and exits."""
+        process.send_signal(signal.SIGTERM)
+        process.wait()
+
+
+def results_table(study, metric: str) -> str:
+    """The study's trials as a Markdown table, best first."""
+    trials = [t for t in study.trials if t.state.name != "WAITING"]
+    names = sorted({name for t in trials for name in t.params})
+    sign = -1 if study.direction.name == "MAXIMIZE" else 1
+
+    def value(t):  # a pruned or stopped trial: its last evaluation
+        return t.value if t.value is not None else t.intermediate_values.get(max(t.intermediate_values, default=0))
+
+    def order(t):
+        return t.state.name != "COMPLETE", value(t) is None, sign * (value(t) or 0.0)
+
+    lines = [f"| trial | run | state | {metric} | evals | " + " | ".join(names) + " |",
+             "|" + " --- |" * (5 + len(names))]
+    for t in sorted(trials, key=order):
+        cells = [str(t.number), t.user_attrs.get("run", ""), t.state.name.lower(), _format(value(t), digits=3),
+                 str(len(t.intermediate_values)), *(_format(t.params.get(name)) for name in names)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _format(value, digits: int = 0) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if digits else f"{value:.3g}"
+    return "" if value is None else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
