@@ -51,18 +51,30 @@ VARIANTS = {  # row name -> the setting flipped
 }
 
 
-def sizes(quick: bool) -> dict:
-    """How big each section is: the full check fits 20 minutes on one GPU; --quick a few minutes on a CPU."""
-    if quick:
-        return {"batches": (8, 16), "row_s": 3.0, "image_size": 64, "env_steps": 60, "workers": (1, 2),
-                "smoke_s": 90.0, "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112")}
-    return {"batches": (128, 256, 512), "row_s": 12.0, "image_size": 84, "env_steps": 1200, "workers": (1, 4),
-            "smoke_s": 600.0, "encoders": tuple(ENCODERS)}
+SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a few minutes on a CPU, tiny the tests
+    "full": {"batches": (128, 256, 512), "row_s": 8.0, "image_size": 84, "encoders": tuple(ENCODERS),
+             "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {}},
+    "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
+              "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
+              "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
+              "smoke_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 1,
+                                  "env.max_episode_steps": 25, "training.eval_every_episodes": 1,
+                                  "training.eval_episodes": 2}},
+    "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn",),
+             "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
+                                                                 "sac.hidden_dim": 32},
+             "smoke_s": 45.0, "smoke_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
+                                                  "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
+                                                  "training.eval_episodes": 1, "sac.hidden_dim": 32}},
+}
 
 
 # ---- one row, in its own process ---------------------------------------------------------------------------------
 def update_row(config: str, device: str, batch: int, seconds: float, settings: dict) -> dict:
     """SAC updates/s of `config` at its gpu profile plus `settings`, on a replay filled with random frames."""
+    from trainer.headless import configure
+
+    configure()  # before mujoco loads, as every entry point does
     import numpy as np
     import torch
 
@@ -194,12 +206,12 @@ def evals(path: Path) -> list[dict]:
         return [{"frames": int(row["frames"]), "return": float(row["return"])} for row in csv.DictReader(f)]
 
 
-def env_row(config: str, device: str, workers: int, env_steps: int, image_size: int) -> dict:
+def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict) -> dict:
     """Env steps/s while training (one update per step after the seed steps) with `workers` env processes."""
     seed_steps = min(1000, env_steps // 3)
-    settings = {"env.num_envs": workers, "env.image_size": image_size, "training.seed_steps": seed_steps,
-                "training.max_env_steps": env_steps, "training.eval_every_episodes": 10**6,
-                "checkpoint.every_episodes": 10**6, "sac.buffer_size": env_steps + 100}
+    settings = {"env.num_envs": workers, "training.seed_steps": seed_steps, "training.max_env_steps": env_steps,
+                "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
+                "sac.buffer_size": env_steps + 100, **overrides}
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(config, device, settings, wall_s=3600, workdir=Path(workdir))
     rates = run["scalars"].get("train/env_steps_per_s", [])
@@ -214,12 +226,10 @@ def env_row(config: str, device: str, workers: int, env_steps: int, image_size: 
                   "episodes_per_hour": round(3600 * steps_per_s / length, 1)}
 
 
-def smoke_row(device: str, wall_s: float, quick: bool) -> dict:
+def smoke_row(device: str, wall_s: float, overrides: dict) -> dict:
     """Cartpole/swingup from pixels for `wall_s`: eval return at the first and the last evaluation."""
-    settings = {"training.eval_every_episodes": 2 if quick else 5, "training.eval_episodes": 2 if quick else 5,
-                "checkpoint.every_episodes": 10**6}
-    if quick:
-        settings |= {"training.seed_steps": 250, "sac.batch_size": 32, "env.num_envs": 1, "env.image_size": 64}
+    settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, "checkpoint.every_episodes": 10**6,
+                **overrides}
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir))
     row = {"wall_s": run["wall_s"], "evals": run["evals"]}
@@ -250,13 +260,14 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_sections(sections: list[str], device: str, quick: bool, report) -> dict:
-    size, rows = sizes(quick), {}
+def run_sections(sections: list[str], device: str, size: dict, report) -> dict:
+    rows = {}
+    small = size["image_size"] != SIZES["full"]["image_size"]
     if "updates" in sections:
         rows["updates"] = {}
         for name in size["encoders"]:
             for batch in size["batches"]:
-                settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if quick else {})
+                settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
                 row = run_row("update_row", {"config": DMC, "device": device, "batch": batch,
                                              "seconds": size["row_s"], "settings": settings}, timeout=600)
                 rows["updates"][f"{name}@{batch}"] = row
@@ -266,8 +277,8 @@ def run_sections(sections: list[str], device: str, quick: bool, report) -> dict:
             "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}}, timeout=600)
     if "variants" in sections:
         rows["variants"] = {}
-        batch = size["batches"][1]
-        base = {"env.image_size": size["image_size"]} if quick else {}
+        batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
+        base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
             row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
                                          "settings": base | flipped}, timeout=900)
@@ -277,11 +288,13 @@ def run_sections(sections: list[str], device: str, quick: bool, report) -> dict:
         rows["envs"] = {}
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
-                row = env_row(config, device, workers, size["env_steps"], size["image_size"])
+                overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
+                row = env_row(config, device, workers, size["env_steps"], overrides)
                 rows["envs"][f"{Path(config).stem}@{workers}"] = row
                 report(f"envs {config} workers {workers}: {row}")
     if "smoke" in sections:
-        rows["smoke"] = smoke_row(device, size["smoke_s"], quick)
+        overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
+        rows["smoke"] = smoke_row(device, size["smoke_s"], overrides)
         report(f"smoke: {rows['smoke']}")
     return rows
 
@@ -347,7 +360,10 @@ def markdown(name: str, command: str, rows: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
-    parser.add_argument("--quick", action="store_true", help="small sizes: minutes on a CPU")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="size", default="full",
+                        help="small sizes: minutes on a CPU")
+    parser.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="smallest sizes: the tests")
+    parser.add_argument("--smoke-minutes", type=float, help="the smoke section's wall time (default: the size's)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
     args = parser.parse_args(argv)
@@ -357,12 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available; run with --device cpu --quick", file=sys.stderr)
         return 2
-    name = device_name(device) + (" (quick)" if args.quick else "")
+    name = device_name(device) + ("" if args.size == "full" else f" ({args.size})")
+    size = SIZES[args.size] | ({"smoke_s": 60 * args.smoke_minutes} if args.smoke_minutes else {})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / f"{slug(name)}.json"
     rows = json.loads(json_path.read_text())["rows"] if json_path.is_file() else {}
-    rows |= run_sections(args.only, device, args.quick, report=lambda line: print(line, flush=True))
+    rows |= run_sections(args.only, device, size, report=lambda line: print(line, flush=True))
     command = "python3 -m bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv)
     json_path.write_text(json.dumps({"device": name, "torch": torch.__version__, "command": command,
                                      "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
