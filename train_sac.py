@@ -4,6 +4,9 @@
     [key=value ...]
 
 A bare key=value is the same as --set key=value: it is what `wandb agent` passes a sweep trial (${args_no_hyphens}).
+
+A start without --resume refuses to write over checkpoints of the same run (checkpoint.name); --start-over moves them
+aside first. What each case does: docs/checkpoints.md.
 """
 
 import argparse
@@ -14,7 +17,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
-    parser.add_argument("--resume", metavar="PATH|auto", help="checkpoint to continue from; auto = newest valid one, or a fresh start")
+    parser.add_argument("--resume", metavar="PATH|auto",
+                        help="checkpoint to continue from; auto = the newest that loads (a fresh start if the run has none)")
+    parser.add_argument("--start-over", action="store_true",
+                        help="start a new run although checkpoints of this one exist: "
+                             "they are moved into <dir>/<run>.replaced-<time>/, never deleted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
     args = parser.parse_intermixed_args(argv)
@@ -31,10 +38,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = load_config(args.config, args.set)
+        if args.resume and args.start_over:
+            raise UserError("--start-over begins a new run and --resume continues one; pass one of them")
         configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
-        return Trainer(cfg, resume=args.resume).train()
+        return Trainer(cfg, resume=args.resume, start_over=args.start_over).train()
     except UserError as err:
         print(f"error: {explain(err)}", file=sys.stderr)
         return 2

@@ -15,35 +15,92 @@ policy that acts is one round of updates old).
 
 Observations: uint8 (N, T, C, H, W) frame stacks or float32 (N, D) state vectors, copied out of shared memory
 before the worker is sent its next action (which overwrites it).
+
+Stopping: Ctrl-C in tmux, `kill -TERM -<pgid>` and schedulers that signal a job's processes reach the workers too.
+A worker that died of it would break the trainer's pipe while it saves and closes, so workers ignore SIGINT, SIGTERM
+and SIGHUP (blocked from before they start until they ignore them, so none slips through during start-up) and the
+trainer, which handles them, stops the workers itself. Therefore a worker is ended with SIGKILL where it must be
+forced (a failed close, or an exit that skipped `close`). A worker that dies anyway (the out-of-memory killer, a
+SIGKILL) is a one-line WorkerDied error naming it.
 """
 
+import contextlib
+import functools
+import multiprocessing
+import signal
+import weakref
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.async_vector_env import AsyncState
+
+from errors import UserError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CLOSE_TIMEOUT_S = 30.0  # a worker that has not closed its env by then is killed
+BROKEN = (EOFError, BrokenPipeError, ConnectionError)  # what a dead worker's pipe raises
+
+
+class WorkerDied(UserError):
+    """An env worker process ended without being asked to (killed, out of memory)."""
+
+
+def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
+    """The worker's env, after making the worker deaf to the stop signals the trainer handles for it. Gymnasium also
+    calls the factory once in the trainer's own process (for the spaces), whose handlers stay as they are."""
+    if multiprocessing.parent_process() is not None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return make_env()
+
+
+def _force_close(worker: gym.vector.AsyncVectorEnv) -> None:
+    _kill(worker.processes)
+    worker._state = AsyncState.DEFAULT  # a pending call's answer never comes from a killed process
+    worker.close(terminate=True)
+
+
+def _kill(processes: list) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
-        self.workers = [
-            gym.vector.AsyncVectorEnv([make_env], shared_memory=True, copy=False, context="spawn",
-                                      autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-            for _ in range(num_envs)
-        ]
+        shielded = functools.partial(_shielded, make_env)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the spawned workers
+        try:
+            self.workers = [
+                gym.vector.AsyncVectorEnv([shielded], shared_memory=True, copy=False, context="spawn",
+                                          autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+                for _ in range(num_envs)
+            ]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        # Workers ignore SIGTERM, so multiprocessing's and Gymnasium's own exit clean-up (terminate, then join)
+        # would wait forever on a run that ends without close(): kill them first.
+        self._finalizer = weakref.finalize(self, _kill, [w.processes[0] for w in self.workers])
         self.num_envs = num_envs
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
         self.actions = None  # (N, A) the actions the workers are stepping with now; None before the first step
         self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
+        self.dead: set[int] = set()  # workers found dead (their pipe broke)
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""
         self._drain()
         for i, worker in enumerate(self.workers):
-            worker.reset_async(seed=seed + i)
+            with self._alive(i):
+                worker.reset_async(seed=seed + i)
         for i, worker in enumerate(self.workers):
-            obs, _ = worker.reset_wait()
+            with self._alive(i):
+                obs, _ = worker.reset_wait()
             self.obs[i] = obs[0]
         return self.obs.copy()
 
@@ -59,15 +116,32 @@ class EnvWorkers:
         reward, terminated, truncated = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False
-            obs, rewards, terminations, truncations, _ = worker.step_wait()
+            with self._alive(i):
+                obs, rewards, terminations, truncations, _ = worker.step_wait()
             self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
             self.actions[i] = act(self.obs[i:i + 1])[0]
             self._send(i)
         return taken, self.obs.copy(), reward, terminated, truncated
 
     def _send(self, i: int) -> None:
-        self.workers[i].step_async(self.actions[i:i + 1])
+        with self._alive(i):
+            self.workers[i].step_async(self.actions[i:i + 1])
         self.in_flight[i] = True
+
+    @contextlib.contextmanager
+    def _alive(self, i: int):
+        """Turn a dead worker's broken pipe into WorkerDied, naming the worker and how it ended."""
+        try:
+            yield
+        except BROKEN:
+            self.dead.add(i)
+            process = self.workers[i].processes[0]
+            process.join(timeout=1.0)
+            code = process.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            raise WorkerDied(f"env worker {i} (pid {process.pid}) died ({how}: the out-of-memory killer, or a kill); "
+                             "the last checkpoint is intact: continue with --resume auto, with fewer env.num_envs "
+                             "if memory ran out") from None
 
     def _drain(self) -> None:
         """Read and drop every step in flight (also after a worker's error, which ends only its own step)."""
@@ -77,9 +151,19 @@ class EnvWorkers:
                 worker.step_wait()
 
     def close(self) -> None:
-        self._drain()
-        for worker in self.workers:
-            worker.close()
+        """Close every worker's env; a worker that died, or does not answer, is killed instead."""
+        try:
+            self._drain()
+            for i, worker in enumerate(self.workers):
+                if i in self.dead:
+                    _force_close(worker)
+                else:
+                    worker.close(timeout=CLOSE_TIMEOUT_S)
+        except (*BROKEN, multiprocessing.TimeoutError, WorkerDied):
+            for worker in self.workers:
+                if not worker.closed:
+                    _force_close(worker)
+        self._finalizer()
 
 
 class InProcessEnv:

@@ -1,6 +1,10 @@
-"""Checkpoint files: atomic replacement, weights-only loading, clear errors for damaged files, newest-good search,
-replay sidecar retention, and refusal of structurally incompatible configs."""
+"""Checkpoint files: atomic replacement, weights-only loading, checksums, clear errors for damaged files, newest-good
+search where a damaged replay costs only the replay, replay sidecar retention, full and unwritable disks, fresh starts
+that never overwrite a run, and refusal of structurally incompatible configs."""
 
+import errno
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -143,3 +147,187 @@ def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     current["sac"]["target_encoder"] = False
     with pytest.raises(UserError, match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
         checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+
+
+# ---- damage beyond truncation, full disks, fresh starts (issues 25 and 26) ---------------------------------------
+
+def flip_value(path: Path, old: float, new: float) -> None:
+    """Overwrite the stored bytes of every float32 `old` in a checkpoint file with `new`: silent damage that torch
+    still loads (a flipped sector, a bad copy)."""
+    data = path.read_bytes()
+    before, after = torch.tensor([old]).numpy().tobytes(), torch.tensor([new]).numpy().tobytes()
+    assert before in data
+    path.write_bytes(data.replace(before, after))
+
+
+def test_a_checkpoint_with_flipped_bytes_fails_its_checksum_and_auto_falls_back(tmp_path, capsys):
+    save(tmp_path, step=10, episode=1, keep_replays=5)
+    save(tmp_path, step=20, episode=2, keep_replays=5)
+    flip_value(tmp_path / "run_ep2.pt", 20.0, float("nan"))  # the NaN that killed the fuzzed run at its first update
+    with pytest.raises(CheckpointError, match=r"run_ep2.pt is corrupt \(its checksum does not match"):
+        checkpoint.load(tmp_path / "run_ep2.pt")
+    flip_value(tmp_path / "run_latest.pt", 20.0, 21.0)  # a finite change: only the checksum can see it
+    path, data, replay = checkpoint.load_newest(tmp_path, "run")
+    assert path.name == "run_ep1.pt" and torch.equal(data["agent"]["w"], torch.full((3,), 10.0))
+    assert torch.equal(replay["frames"], torch.arange(10)), "its own sidecar"
+    assert capsys.readouterr().err.count("checksum does not match") == 2
+
+
+def test_a_replay_sidecar_with_flipped_bytes_or_of_another_save_is_damage(tmp_path):
+    latest = checkpoint.save(tmp_path, "run", payload(10), {"rewards": torch.full((4,), 7.0)}, env_step=10, episode=1, keep_replays=1,
+                             keep_last=0).latest
+    flip_value(tmp_path / "run_step10.replay.pt", 7.0, 8.0)
+    with pytest.raises(CheckpointError, match=r"replay sidecar .*run_step10.replay.pt is corrupt or from another save.*"
+                                              r"move it aside to resume run_latest.pt with an empty replay buffer"):
+        checkpoint.load(latest)
+    other = tmp_path / "other"  # an intact sidecar, but not the one this checkpoint was saved with
+    checkpoint.save(other, "run", payload(10), {"rewards": torch.full((4,), 9.0)}, env_step=10, episode=1, keep_replays=1,
+                    keep_last=0)
+    (other / "run_step10.replay.pt").replace(tmp_path / "run_step10.replay.pt")
+    with pytest.raises(CheckpointError, match="corrupt or from another save"):
+        checkpoint.load(latest)
+
+
+def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
+    diverged = payload(10)
+    diverged["agent"]["critic_optim"] = {"state": {0: {"exp_avg": torch.tensor([1.0, float("inf")])}}}
+    latest = checkpoint.save(tmp_path, "run", diverged, {}, env_step=10, episode=None, keep_replays=1, keep_last=0).latest
+    with pytest.raises(CheckpointError, match=r"holds NaN or inf in critic_optim.state.0.exp_avg"):
+        checkpoint.load(latest)
+
+
+def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
+    """The issue's case: `_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with
+    the newest intact older replay if there is one, else an empty one; it says so."""
+    save(tmp_path, step=10, episode=1, keep_replays=1)
+    save(tmp_path, step=20, episode=2, keep_replays=1)
+    sidecar = tmp_path / "run_step20.replay.pt"
+    sidecar.write_bytes(sidecar.read_bytes()[:100])
+    path, data, replay = checkpoint.load_newest(tmp_path, "run")
+    assert path.name == "run_latest.pt" and data["progress"]["env_step"] == 20 and replay is None
+    assert "resuming the weights at step 20 with an empty replay buffer" in capsys.readouterr().err
+
+    keep = tmp_path / "keep"
+    save(keep, step=10, episode=1, keep_replays=5)
+    save(keep, step=20, episode=2, keep_replays=5)
+    (keep / "run_step20.replay.pt").write_bytes(b"\0" * 4096)
+    path, data, replay = checkpoint.load_newest(keep, "run")
+    assert path.name == "run_latest.pt" and torch.equal(replay["frames"], torch.arange(10))
+    assert "with the older replay run_step10.replay.pt (10 steps)" in capsys.readouterr().err
+
+
+def test_auto_never_reports_no_checkpoint_where_the_run_has_only_damaged_ones(tmp_path):
+    save(tmp_path, step=10, episode=1)
+    for name in ("run_latest.pt", "run_ep1.pt"):
+        (tmp_path / name).write_bytes(os.urandom(2048))
+    with pytest.raises(CheckpointError, match=r"none of the 2 checkpoints of run 'run' .* loads .*--start-over"):
+        checkpoint.load_newest(tmp_path, "run")
+
+
+def test_a_checkpoint_from_before_checksums_still_loads(tmp_path):
+    old = {**payload(10), "format": 1, "replay_file": "run_step10.replay.pt"}
+    torch.save(old, tmp_path / "run_latest.pt")
+    torch.save({"frames": torch.arange(10)}, tmp_path / "run_step10.replay.pt")
+    data, replay = checkpoint.load(tmp_path / "run_latest.pt")
+    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
+
+
+def test_a_save_after_resuming_an_older_checkpoint_keeps_its_own_sidecar(tmp_path):
+    """Resuming `_ep1` where the abandoned run went on to step 30: pruning by number alone kept step 30's sidecar
+    and deleted the one the new `_latest` names."""
+    save(tmp_path, step=10, episode=1)
+    save(tmp_path, step=30, episode=3)
+    latest = save(tmp_path, step=20, episode=2)
+    assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt"]
+    assert checkpoint.load(latest)[1] is not None
+
+
+def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_path, capsys):
+    save(tmp_path, step=10, episode=1)
+    checkpoint.start_fresh(tmp_path, "other", start_over=False)  # another run's name: nothing in the way
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(CheckpointError, match=r"run 'run' already has checkpoints in .* \(run_latest.pt, run_ep1.pt, "
+                                              r"run_step10.replay.pt\); continue it with --resume auto"):
+        checkpoint.start_fresh(tmp_path, "run", start_over=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+    checkpoint.start_fresh(tmp_path, "run", start_over=True)
+    [folder] = tmp_path.iterdir()
+    assert folder.is_dir() and folder.name.startswith("run.replaced-")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, "moved whole, nothing deleted"
+    assert f"moved 3 files of run 'run' into {folder}/" in capsys.readouterr().out
+    checkpoint.start_fresh(tmp_path, "run", start_over=False)  # the way is clear now
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 1 MiB tmpfs (mounting one needs root, which CI containers and this machine have)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True,
+                             check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
+                    "test_a_save_that_fails_midway_* covers the logic with a simulated ENOSPC")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_checkpoint(tiny_disk):
+    ckpt = tiny_disk / "ckpt"
+    checkpoint.prepare(ckpt, "run")
+    latest = save(ckpt, step=10, episode=None)
+    big = {"frames": torch.zeros(2**20, dtype=torch.uint8)}  # 1 MiB: more than the disk has left
+    with pytest.raises(CheckpointError, match=r"^cannot save run_step20.replay.pt: the disk holding .* is full "
+                                              r"\(this file needs about 1.0 MB, \d+ KB free\)") as err:
+        checkpoint.save(ckpt, "run", payload(20), big, env_step=20, episode=None, keep_replays=1, keep_last=0)
+    assert "\n" not in str(err.value)
+    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"], "no temporary left"
+    assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
+
+    (ckpt / ".run_latest.pt.tmp999999").write_bytes(b"\0" * (tiny_disk.stat().st_blksize * 64))  # a killed writer's
+    filler = tiny_disk / "filler"
+    with open(filler, "wb") as f, pytest.raises(OSError):  # fill what is left
+        f.write(b"\0" * 2**20)
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoints to .* \(the disk is full\)"):
+        checkpoint.prepare(tiny_disk / "elsewhere", "run")
+    filler.unlink()
+    checkpoint.prepare(ckpt, "run")  # the next start sweeps the killed writer's temporary file
+    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"]
+
+
+def test_a_save_that_fails_midway_removes_what_no_checkpoint_names(tmp_path, monkeypatch):
+    """ENOSPC on the checkpoint after its sidecar was written: neither the temporary file nor the new sidecar
+    stays (they would hold the space the next try needs). Simulated, to reach the second file's write."""
+    latest = save(tmp_path, step=10, episode=None)
+    real_save = torch.save
+
+    def full_on_checkpoints(obj, f):
+        if "agent" in obj:
+            f.write(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr(torch, "save", full_on_checkpoints)
+    with pytest.raises(CheckpointError, match="cannot save run_ep2.pt: the disk holding .* is full"):
+        save(tmp_path, step=20, episode=2)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"]
+    assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
+
+
+def test_an_unwritable_folder_is_reported_at_start(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:  # root writes through permission bits: a read-only mount is what stops it
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], check=True)
+    else:
+        folder.chmod(0o500)
+    try:
+        unwritable = r"cannot write checkpoints to .*ro \((Read-only file system|Permission denied)\)"
+        with pytest.raises(CheckpointError, match=unwritable):
+            checkpoint.prepare(folder, "run")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], check=True)
+        folder.chmod(0o700)

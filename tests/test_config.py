@@ -67,6 +67,55 @@ def test_int_is_accepted_for_float_and_null_for_optional(tmp_path):
     assert cfg.env.max_episode_steps is None and cfg.env.camera == "track"
 
 
+def test_a_file_merges_over_its_bases_before_the_profile_and_set(tmp_path):
+    (tmp_path / "family").mkdir()
+    (tmp_path / "family" / "root.yaml").write_text(
+        "sac: {lr: 3.0e-4, hidden_dim: 256, nstep: 2}\ntraining: {episodes: 7}\n"
+        "profiles:\n  cpu: {sac: {batch_size: 32, buffer_size: 5000}}\n")
+    (tmp_path / "family" / "mid.yaml").write_text(
+        "base: root.yaml\nsac: {hidden_dim: 128}\nenv: {id: A-v0, camera: side}\n")
+    (tmp_path / "other.yaml").write_text("env: {id: B-v0}\ntraining: {episodes: 9}\n")
+    task = tmp_path / "task.yaml"
+    task.write_text("base: [family/mid.yaml, other.yaml]\nsac: {hidden_dim: 64}\nenv: {camera: null}\n"
+                    "profiles:\n  cpu: {sac: {batch_size: 16}}\n")
+    cfg = load_config(task, ["profile=cpu"])
+    assert cfg.sac.hidden_dim == 64, "the file over its bases"
+    assert (cfg.sac.lr, cfg.sac.nstep) == (3e-4, 2), "a mapping merges key by key: the base's other keys stay"
+    assert cfg.env.id == "B-v0" and cfg.training.episodes == 9, "a later base over an earlier one"
+    assert cfg.env.camera is None, "null replaces the base's value"
+    assert (cfg.sac.batch_size, cfg.sac.buffer_size) == (16, 5000), "profile blocks merge key by key too"
+    assert cfg.profiles == {"cpu": {"sac": {"batch_size": 16, "buffer_size": 5000}}}
+    assert load_config(task, ["profile=cpu", "sac.batch_size=8"]).sac.batch_size == 8, "--set has the last word"
+    (tmp_path / "family" / "root.yaml").write_text("sac: {nstep: 2}\nprofiles: {cpu: {sac: {nstep: 4}}}\n")
+    assert load_config(task, ["profile=cpu"]).sac.nstep == 4, "a base's profile block applies after the file's keys"
+    assert "base" not in to_dict(cfg), "the resolved config holds settings, not where they came from"
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"task.yaml": "base: task.yaml\n"}, r"inherit in a cycle: .*task.yaml -> .*task.yaml; remove one"),
+    ({"task.yaml": "base: a.yaml\n", "a.yaml": "base: [b.yaml]\n", "b.yaml": "base: a.yaml\n"},
+     r"inherit in a cycle: .*task.yaml -> .*a.yaml -> .*b.yaml -> .*a.yaml"),
+    ({"task.yaml": "base: gone.yaml\n"}, r"base config .*gone.yaml named in .*task.yaml not found"),
+    ({"task.yaml": "base: {sac: 1}\n"}, r"base in .*task.yaml must be a file path or a list of them"),
+    ({"task.yaml": "base: a.yaml\n", "a.yaml": "sac: {lr: 1}\nenv: {}\nsac: {nstep: 3}\n"},
+     r"cannot parse .*a.yaml at line 3: duplicate key 'sac' \(first at line 1\)"),
+    ({"task.yaml": "sac: {lr: 1, lr: 2}\n"}, r"cannot parse .*task.yaml at line 1: duplicate key 'lr'"),
+    ({"task.yaml": "profiles: {cpu: {base: a.yaml}}\n"}, r"unknown config key 'profiles.cpu.base'"),
+])
+def test_inheritance_and_duplicate_keys_fail_in_one_line(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(UserError, match=expected) as err:
+        load_config(tmp_path / "task.yaml")
+    assert "\n" not in str(err.value)
+
+
+def test_a_key_that_overrides_a_yaml_merge_key_is_not_a_duplicate(tmp_path):
+    path = write(tmp_path, "sac: &small {batch_size: 8, nstep: 2}\nprofiles: {cpu: {sac: {<<: *small, batch_size: 16}}}\n")
+    cfg = load_config(path, ["profile=cpu"])
+    assert (cfg.sac.batch_size, cfg.sac.nstep) == (16, 2)
+
+
 @pytest.mark.parametrize("config", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")))
 def test_every_shipped_config_resolves(config):
     cfg = load_config(ROOT / config)
@@ -94,7 +143,7 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("sac: {batch_sise: 8}\n", [], "unknown config key 'sac.batch_sise'"),
         ("", ["sac.batch_size=lots"], "'sac.batch_size' must be int"),
         ("", ["encoder.video.arch=resnet9000"], "unknown encoder.video.arch 'resnet9000'; allowed: simple2dcnn"),
-        ("", ["encoder.type=audio"], "encoder.type must be one of video, state"),
+        ("", ["encoder.type=audio"], "config key 'encoder.type' must be one of video, state, got 'audio'"),
         ("profiles: {tpu: {}}\n", [], "unknown profile 'profiles.tpu'"),
         ("profiles: {gpu: {sac: {bach_size: 1}}}\n", [], "unknown config key 'profiles.gpu.sac.bach_size'"),
         ("profiles: {cpu: {}, gpu: {}}\n", ["profile=cpu_bf16"], "profile cpu_bf16 has no profiles.cpu_bf16 block in"),
@@ -103,10 +152,10 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("env: [unclosed\n", [], "cannot parse"),
         ("", ["sac.batch_size"], "--set expects key=value"),
         ("", ["encoder.video.weights=/tmp/w.pth"], "encoder.video.weights is set but encoder.video.pretrained is false"),
-        ("", ["encoder.video.input_size=16"], "encoder.video.input_size must be >= 32 or null"),
-        ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr must be > 0 and applies to video encoders only"),
-        ("", ["sac.augment_samples=0"], "config key 'sac.augment_samples' must be >= 1"),
-        ("", ["sac.nstep=0"], "config key 'sac.nstep' must be >= 1"),
+        ("", ["encoder.video.input_size=16"], "config key 'encoder.video.input_size' must be in [32, 1024] or null"),
+        ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr applies to video encoders only"),
+        ("", ["sac.augment_samples=0"], "config key 'sac.augment_samples' must be in [1, 16], got 0"),
+        ("", ["sac.nstep=0"], "config key 'sac.nstep' must be in [1, 100], got 0"),
         ("", ["sac.augment_samples=2", "sac.augment_pad=0"], "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0"),
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
     ],

@@ -1,4 +1,5 @@
-"""Headless rendering: MUJOCO_GL=egl and osmesa both work, and an unset MUJOCO_GL picks one by itself.
+"""Headless rendering: MUJOCO_GL=egl and osmesa both work, an unset MUJOCO_GL picks one by itself, and one that
+cannot render here is a one-line error from the command line.
 Each case is a fresh process, since MuJoCo fixes its GL backend at import."""
 
 import os
@@ -57,3 +58,15 @@ def test_importing_the_env_layer_sets_nothing_up():
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["None", "False"]
+
+
+@pytest.mark.parametrize("backend, message", [
+    ("foo", "error: MUJOCO_GL=foo is not a MuJoCo rendering backend; use egl or osmesa"),
+    ("glfw", "error: MUJOCO_GL=glfw needs a display and DISPLAY is unset"),
+])
+def test_a_backend_that_cannot_render_here_is_one_line(backend, message):
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"} | {"MUJOCO_GL": backend}
+    result = subprocess.run([sys.executable, "train_sac.py", "--config", "configs/default.yaml"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(message)

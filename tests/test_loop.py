@@ -1,11 +1,16 @@
 """The training loop's promises, through the real command line: a run killed and resumed ends bit-identical to one
 that never stopped, preemption at any moment leaves a loadable `_latest` that the next start continues, and
-parallel env workers store exactly the transitions of sequential envs. Evaluation reports the deterministic policy's
+parallel env workers store exactly the transitions of sequential envs, and stop cleanly when a signal reaches their
+whole process group (a killed worker is one line). Evaluation reports the deterministic policy's
 mean return, and the success rate of tasks that put `success` in info (judged on each episode's last step)."""
 
+import os
 import random
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +179,44 @@ def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_
     monkeypatch.setattr(loop, "can_compile", lambda device: True)
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")
     assert warning not in capsys.readouterr().err and run.agent.critic._compiled_call_impl is not None
+
+
+def start_in_own_group(*args: str) -> subprocess.Popen:
+    """The command line as tmux or a scheduler runs it: the leader of its own process group."""
+    return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def workers_args(tmp_path) -> list[str]:
+    return run_args(tmp_path, 1000) + sets(env__num_envs=2, env__max_episode_steps=10, training__eval_every_episodes=0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_process_group_with_two_workers_saves_and_exits_128_plus_signal(tmp_path, sig):
+    """Ctrl-C in tmux and `kill -TERM -<pgid>` reach the env workers too; they used to die of it, and the trainer,
+    closing them after its save, ended in BrokenPipeError/EOFError and exit status 1."""
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    proc = start_in_own_group("--config", CONFIG, *workers_args(tmp_path))
+    wait_for(latest, proc)
+    time.sleep(0.5)
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert err == "", "no traceback, no warning"
+    assert f"stopped by signal {sig.value}; saved {latest}" in out
+    assert checkpoint.load(latest)[0]["progress"]["env_step"] > 0
+
+
+def test_a_killed_env_worker_is_one_line(tmp_path):
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    proc = start_in_own_group("--config", CONFIG, *workers_args(tmp_path))
+    wait_for(latest, proc)
+    tasks = Path(f"/proc/{proc.pid}/task").glob("*/children")
+    children = [int(pid) for path in tasks for pid in path.read_text().split()]
+    [worker, *_] = [pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(worker, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.count("\n") == 1, err
+    assert f"(pid {worker}) died (killed by signal 9" in err and "continue with --resume auto" in err
+    assert checkpoint.load(latest)[0]["progress"]["env_step"] > 0

@@ -1,6 +1,7 @@
 """Remote checkpoint folders: a real S3-compatible server (moto, on loopback) and a local fsspec URL. Files are
 uploaded in write order, failures are retried and reported, and `--resume auto` continues from the remote copy
-after the local disk is gone (a new spot instance)."""
+after the local disk is gone (a new spot instance). Files are staged in a folder of the run's own, and a fresh start
+never overwrites the remote run."""
 
 import os
 import shutil
@@ -11,7 +12,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import run_cli, sets
+from tests.conftest import ROOT, run_cli, sets
 from trainer import checkpoint
 from trainer.remote import RemoteDir
 
@@ -50,7 +51,7 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
         saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, env_step=step,
                                 episode=episode, keep_replays=1, keep_last=1)
         remote.upload(saved.written, saved.deleted)
-    assert remote.close(timeout_s=30) and messages == []
+    assert remote.close(timeout_s=30) and messages == [f"checkpoints for {s3}/unit are staged in {local}"], "no warning"
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]
 
     shutil.rmtree(local)
@@ -70,11 +71,13 @@ def test_a_failing_upload_is_retried_and_reported_not_dropped(s3, tmp_path):
     assert "could not upload run_latest.pt" in messages[-1] and "after 3 tries" in messages[-1]
 
 
-def tiny_run(tmp_path, url: str, episodes: int) -> list[str]:
-    return sets(
+def tiny_run(tmp_path, url: str, episodes: int, local_dir: str = "local") -> list[str]:
+    """A tiny run into `url`, staged in tmp_path/`local_dir` (None: the default staging folder)."""
+    staged = sets(checkpoint__local_dir=tmp_path / local_dir) if local_dir else []
+    return staged + sets(
         training__episodes=episodes, env__max_episode_steps=20, env__image_size=64, sac__batch_size=8, sac__buffer_size=500,
         sac__hidden_dim=32, sac__feature_dim=8, training__seed_steps=10, training__eval_every_episodes=0,
-        checkpoint__dir=url, checkpoint__local_dir=tmp_path / "local", checkpoint__every_episodes=1,
+        checkpoint__dir=url, checkpoint__every_episodes=1,
         logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",
     )
 
@@ -94,3 +97,33 @@ def test_a_new_machine_resumes_from_the_remote_checkpoint(s3, tmp_path, kind):
     names = RemoteDir(url, tmp_path / "check", 1, 0.01, print)
     assert {"sac_video_ep3.pt", "sac_video_latest.pt", "sac_video_step60.replay.pt"} <= set(names.listdir())
     names.close(timeout_s=5)
+
+
+def test_a_remote_run_stages_in_a_folder_of_its_own_and_says_where(s3, tmp_path, monkeypatch):
+    """Not the working directory's checkpoints/ (which may be another run's): a folder for this URL and run under
+    the user's cache, named at start."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cwd_checkpoints = ROOT / "checkpoints"
+    before = sorted(p.name for p in cwd_checkpoints.iterdir())
+    result = run_cli("--config", CONFIG, *tiny_run(tmp_path, f"{s3}/staged", 1, local_dir=None))
+    assert result.returncode == 0, result.stderr
+    staging = tmp_path / "cache" / "pixel-sac" / "staging" / "s3_ckpt_staged" / "sac_video"
+    assert f"checkpoints for {s3}/staged are staged in {staging}" in result.stdout
+    assert (staging / "sac_video_latest.pt").exists()
+    assert sorted(p.name for p in cwd_checkpoints.iterdir()) == before
+
+
+def test_a_fresh_start_over_a_remote_run_refuses_and_start_over_moves_the_remote_files_aside(s3, tmp_path):
+    url = f"{s3}/again"
+    first = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 1))
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(tmp_path / "local")  # a new machine: only the bucket knows the run
+    again = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 1))
+    assert again.returncode == 2 and f"run 'sac_video' already has checkpoints in {url}" in again.stderr
+    over = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 1), "--start-over")
+    assert over.returncode == 0, over.stderr
+    remote = RemoteDir(url, tmp_path / "check", 1, 0.01, print)
+    [folder] = [n for n in remote.listdir() if n.startswith("sac_video.replaced-")]
+    moved = {path.rsplit("/", 1)[-1] for path in remote.fs.ls(f"ckpt/again/{folder}")}
+    assert {"sac_video_ep1.pt", "sac_video_latest.pt"} <= moved
+    remote.close(timeout_s=5)

@@ -1,11 +1,17 @@
 """The command line end to end on a real rendered MuJoCo task: checkpoints, TensorBoard, eval videos and curves,
-and clear errors for damaged or incompatible checkpoints. (Exact resume, preemption and parallel envs:
+and clear errors for damaged or incompatible checkpoints: a fresh start never overwrites a run, damage to a checkpoint
+or its replay sidecar is one line by hand and a fallback with --resume auto, and a damaged replay never costs the
+weights. (Exact resume, preemption and parallel envs:
 tests/test_loop.py.)"""
 
 import csv
+import os
+import re
 import shutil
+import subprocess
 
 import pytest
+import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -131,3 +137,148 @@ def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smo
 def test_without_cuda_gpu_monitoring_is_one_notice_and_no_crash(smoke_run):
     _, _, result = smoke_run
     assert result.stdout.count("GPU monitoring off") == 1
+
+
+def copy_of(smoke_run, tmp_path) -> tuple[list[str], object]:
+    """The smoke run's arguments pointed at a copy of its checkpoints (so each test damages its own)."""
+    tmp, args, _ = smoke_run
+    shutil.copytree(tmp / "ckpt", tmp_path / "ckpt")
+    return args + sets(checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs"), tmp_path / "ckpt"
+
+
+def contents(folder) -> dict:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("resume", [[], ["--resume", ""]])
+def test_a_fresh_start_over_an_existing_run_refuses_and_changes_nothing(smoke_run, tmp_path, resume):
+    """The command from shell history, without --resume: it used to replace the run's _latest and _ep1."""
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    before = contents(ckpt)
+    result = run_cli("--config", CONFIG, *args, *TINY, *resume)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "error: run 'sac_video' already has checkpoints in" in result.stderr
+    assert "continue it with --resume auto" in result.stderr and "--set checkpoint.name=<new name>" in result.stderr
+    assert contents(ckpt) == before
+
+
+def test_start_over_moves_the_old_run_aside_and_trains_a_new_one(smoke_run, tmp_path):
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    before = contents(ckpt)
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=1", "--start-over")
+    assert result.returncode == 0, result.stderr
+    [folder] = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert folder.name.startswith("sac_video.replaced-") and contents(folder) == before
+    assert f"moved 4 files of run 'sac_video' into {folder}/" in result.stdout
+    assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"] == 1
+
+
+def test_a_truncated_shared_sidecar_resumes_the_weights_with_an_empty_replay(smoke_run, tmp_path):
+    """The issue's case: _ep2 and _latest share the one sidecar; truncating it used to make --resume auto start
+    fresh and overwrite both."""
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    sidecar = ckpt / "sac_video_step100.replay.pt"
+    sidecar.write_bytes(sidecar.read_bytes()[:5000])
+    trained = torch.load(ckpt / "sac_video_ep2.pt", weights_only=True)["agent"]["updates"]
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3", "--resume", "auto")
+    assert result.returncode == 0, result.stderr
+    assert "resuming the weights at step 100 with an empty replay buffer" in result.stderr
+    assert "resumed from" in result.stdout and "episode 2, step 100, 0 transitions in replay" in result.stdout
+    data, _ = checkpoint.load(ckpt / "sac_video_latest.pt")
+    assert data["progress"]["episode"] == 3 and data["agent"]["updates"] > trained, "continued, not restarted"
+
+
+def corrupt_latest(ckpt):
+    flip = ckpt / "sac_video_latest.pt"
+    data = bytearray(flip.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 8] = b"\xff" * 8
+    flip.write_bytes(bytes(data))
+
+
+def random_bytes(ckpt):
+    (ckpt / "sac_video_latest.pt").write_bytes(os.urandom(4096))
+
+
+def zero_bytes(ckpt):
+    (ckpt / "sac_video_latest.pt").write_bytes(b"\0" * 4096)
+
+
+def test_a_damaged_latest_beside_a_good_episode_file(smoke_run, tmp_path):
+    """By hand: one line, exit 2, nothing changed, for flipped bytes, random bytes and zero bytes. With
+    --resume auto: the good _ep2 continues, with its replay."""
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    good = (ckpt / "sac_video_latest.pt").read_bytes()
+    for damage in (random_bytes, zero_bytes, corrupt_latest):
+        (ckpt / "sac_video_latest.pt").write_bytes(good)
+        damage(ckpt)
+        before = contents(ckpt)
+        result = run_cli("--config", CONFIG, *args, *TINY, "--resume", str(ckpt / "sac_video_latest.pt"))
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "sac_video_latest.pt is" in result.stderr and "use --resume auto" in result.stderr
+        assert contents(ckpt) == before
+
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3", "--resume", "auto")
+    assert result.returncode == 0, result.stderr
+    assert "checksum does not match" in result.stderr and "trying an older checkpoint" in result.stderr
+    assert re.search(r"resumed from .*sac_video_ep2.pt: episode 2, step 100, [1-9]\d* transitions", result.stdout)
+
+
+def test_a_corrupt_or_missing_sidecar_named_by_hand(smoke_run, tmp_path):
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    sidecar = ckpt / "sac_video_step100.replay.pt"
+    sidecar.write_bytes(os.urandom(sidecar.stat().st_size))
+    result = run_cli("--config", CONFIG, *args, *TINY, "--resume", str(ckpt / "sac_video_ep2.pt"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "replay sidecar" in result.stderr
+    assert "move it aside to resume sac_video_ep2.pt with an empty replay" in result.stderr
+
+    sidecar.unlink()  # as the message says
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3",
+                     "--resume", str(ckpt / "sac_video_ep2.pt"))
+    assert result.returncode == 0, result.stderr
+    assert "resuming with an empty replay buffer" in result.stderr and "0 transitions in replay" in result.stdout
+
+
+def test_a_checkpoint_of_another_config_is_one_line_and_stays_loadable(smoke_run, tmp_path):
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    before = contents(ckpt)
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "sac.hidden_dim=32",
+                     "--resume", str(ckpt / "sac_video_latest.pt"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "trained with sac.hidden_dim=64 but the config says sac.hidden_dim=32" in result.stderr
+    assert contents(ckpt) == before
+
+
+def test_an_unwritable_checkpoint_folder_is_one_line_at_start(smoke_run, tmp_path):
+    _, args, _ = smoke_run
+    (tmp_path / "file").write_text("not a folder")
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={tmp_path / 'file' / 'ckpt'}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"error: cannot write checkpoints to {tmp_path / 'file' / 'ckpt'} (" in result.stderr
+
+
+def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint(smoke_run, tmp_path):
+    """A real tmpfs sized so the first episode's save fits and the second's replay does not (it needs root to mount,
+    as this machine and CI containers have; elsewhere tests/test_checkpoint.py covers the save with a simulated
+    ENOSPC)."""
+    tmp, args, _ = smoke_run
+    weights = (tmp / "ckpt" / "sac_video_latest.pt").stat().st_size
+    replay = (tmp / "ckpt" / "sac_video_step100.replay.pt").stat().st_size  # the second save's sidecar
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    size = replay + 2 * weights + 256 * 1024  # holds episode 1's files, not also episode 2's replay
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={disk}",
+                         "--set", f"logging.tensorboard_dir={tmp_path / 'runs'}")
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "error: cannot save sac_video_step100.replay.pt: the disk holding" in result.stderr
+        assert "is full" in result.stderr and "the previous checkpoint is intact" in result.stderr
+        assert sorted(p.name for p in disk.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
+                                                           "sac_video_step50.replay.pt"], "no temporary file left"
+        data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
+        assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
+    finally:
+        subprocess.run(["umount", disk], check=True)

@@ -1,14 +1,17 @@
 """Env workers stepped in turn with pipelined actions: each step returns what sequential envs return for the same
 seeds and actions, the actions it reports are the ones the workers stepped with, episodes autoreset on the next
-step, and a reset with steps in flight starts clean."""
+step, a reset with steps in flight starts clean, workers ignore the stop signals (the trainer stops them), and a
+killed worker is a WorkerDied error after which close still ends every process."""
 
 import functools
+import os
+import signal
 
 import numpy as np
 import pytest
 
 from envs import make_env, make_vector_env
-from envs.workers import EnvWorkers, InProcessEnv
+from envs.workers import EnvWorkers, InProcessEnv, WorkerDied
 from trainer.config import Config
 
 SEED = 5
@@ -116,3 +119,30 @@ def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choo
     assert np.array_equal(obs[0], reference.reset(seed=SEED + 1)[0]), "the next episode starts from the next seed"
     one.close()
     reference.close()
+
+
+def test_a_killed_worker_is_a_worker_died_error_and_close_still_ends_every_process():
+    cfg = pendulum()
+    workers = make_vector_env(cfg.env, cfg.pixels)
+    policy = Recorder(workers.single_action_space.shape[0])
+    workers.reset(seed=SEED)
+    workers.step(policy)
+    victim = workers.workers[1].processes[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(WorkerDied, match=rf"env worker 1 \(pid {victim.pid}\) died \(killed by signal 9"):
+        for _ in range(3):  # the step in flight may already have answered
+            workers.step(policy)
+    workers.close()
+    assert not any(w.processes[0].is_alive() for w in workers.workers)
+
+
+def test_workers_ignore_the_stop_signals_their_trainer_handles():
+    workers = make_vector_env(pendulum().env, False)
+    workers.reset(seed=SEED)
+    for worker in workers.workers:
+        os.kill(worker.processes[0].pid, signal.SIGINT)
+        os.kill(worker.processes[0].pid, signal.SIGTERM)
+    policy = Recorder(workers.single_action_space.shape[0])
+    workers.step(policy)  # still answering
+    workers.close()
+    assert all(w.processes[0].exitcode == 0 for w in workers.workers)

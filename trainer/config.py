@@ -1,7 +1,10 @@
 """Run configuration: every default lives in the dataclasses below.
 
-Resolution order: dataclass defaults <- YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block <- `--set key=value`.
-Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting.
+Resolution order: dataclass defaults <- the YAML file's bases (`base: path` or a list of paths, relative to the file,
+merged in order, each resolved the same way first) <- the YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block
+<- `--set key=value`. A file over its base merges mapping by mapping (a profile block too); any other value replaces.
+Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting, and
+every value against the range or choices its field declares (`setting`); docs/configs.md describes both for users.
 
 Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
     python3 -m trainer.config CONFIG [--set key=value ...] --print run_name --print logging.tensorboard_dir
@@ -12,6 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
+import math
 import re
 import sys
 import types
@@ -35,7 +40,21 @@ PARAMETER_KEYS = {
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float."""
+    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float. A key twice in
+    one mapping is an error: PyYAML keeps the last one and the first block would vanish without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first at line {seen[key].line + 1})", key_node.start_mark)
+            if isinstance(key, typing.Hashable):
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -43,20 +62,34 @@ _Loader.add_implicit_resolver(
 )
 
 
+def setting(default, *, ge=None, gt=None, le=None, lt=None, choices=None, note: str = ""):
+    """A config key's default and its valid values, declared once: numbers a range (ge/gt, le/lt; NaN and infinities
+    never pass), strings a list of choices or else any non-empty printable text. load_config checks every key against
+    this; the upper limits stop values that would allocate absurd memory or run for years before any work starts."""
+    return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "note": note})
+
+
+MILLION = 10**6
+SEED_LIMIT = 2**31  # seeds feed numpy's RandomState (below 2**32) after adding the episode and the eval offset
+DEVICES = ("auto", "cpu", "cuda")
+
+
 @dataclass
 class EnvConfig:
     id: str = "dm_control/cartpole-swingup-v0"
-    image_size: int = 84
-    camera: str | int | None = None  # name or index; None = the task's default view
-    frame_stack: int = 3
-    action_repeat: int = 1
-    max_episode_steps: int | None = None  # agent steps (after action repeat); None = the task's own limit
-    render_shadow_size: int = 512  # MuJoCo's default 4096 costs ~7x in software rendering
-    render_offsamples: int = 0  # multisample anti-aliasing samples; 0 is fastest
-    num_envs: int = 1  # parallel env worker processes (frames through shared memory); resume is exact only for 1
+    image_size: int = setting(84, ge=32, le=1024)
+    camera: str | int | None = setting(None, ge=-1, le=1000)  # name or index; None = the task's default view
+    frame_stack: int = setting(3, ge=1, le=64)
+    action_repeat: int = setting(1, ge=1, le=1000)
+    # agent steps (after action repeat); None = the task's own limit
+    max_episode_steps: int | None = setting(None, ge=1, le=MILLION, note="null = the task's own limit")
+    render_shadow_size: int = setting(512, ge=1, le=16384)  # MuJoCo's default 4096 costs ~7x in software rendering
+    render_offsamples: int = setting(0, ge=0, le=16)  # multisample anti-aliasing samples; 0 is fastest
+    # parallel env worker processes (frames through shared memory); resume is exact only for 1
+    num_envs: int = setting(1, ge=1, le=256)
     # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
     # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
-    backend: str = "mujoco"
+    backend: str = setting("mujoco", choices=("mujoco", "mujoco_warp"))
 
 
 @dataclass
@@ -65,45 +98,49 @@ class VideoEncoderConfig:
     pretrained: bool = False  # Kinetics-400 weights (r3d18; timesformer with preset base), read offline
     weights: str | None = None  # where the pretrained weights are: r3d18 a .pth file, timesformer a checkpoint directory; None = the default cache
     freeze: bool = False  # no gradients, BatchNorm in eval mode, features under no_grad: for pretrained trunks
-    input_size: int | None = None  # resize frames to this many pixels square on the device; None = as rendered
-    preset: str = "small"  # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
-    num_filters: int = 32  # simple2dcnn, simple3dcnn
-    num_layers: int = 4  # simple2dcnn, simple3dcnn
+    # resize frames to this many pixels square on the device; None = as rendered
+    input_size: int | None = setting(None, ge=32, le=1024, note="null = frames as rendered")
+    # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
+    preset: str = setting("small", choices=("tiny", "small", "base"))
+    num_filters: int = setting(32, ge=1, le=1024)  # simple2dcnn, simple3dcnn
+    num_layers: int = setting(4, ge=1, le=64)  # simple2dcnn, simple3dcnn
     channels_last: bool = False  # channels-last memory for the conv archs: faster convolutions on GPUs
 
 
 @dataclass
 class EncoderConfig:
-    type: str = "video"  # video | state
-    lr: float | None = None  # the video encoder's own learning rate (e.g. lower for a pretrained trunk); None = sac.lr
+    type: str = setting("video", choices=ENCODER_TYPES)
+    # the video encoder's own learning rate (e.g. lower for a pretrained trunk); None = sac.lr
+    lr: float | None = setting(None, gt=0, le=1, note="null = sac.lr")
     video: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
 
 
 @dataclass
 class SACConfig:
-    batch_size: int = 256
-    buffer_size: int = 100_000
-    lr: float = 1e-3
-    alpha_lr: float = 1e-3
+    batch_size: int = setting(256, ge=1, le=65536)
+    buffer_size: int = setting(100_000, ge=1, le=10**9)
+    lr: float = setting(1e-3, gt=0, le=1)
+    alpha_lr: float = setting(1e-3, gt=0, le=1)
     # the temperature's Adam beta1: torch's default 0.9, as DrQ (lr 1e-3, default betas); SAC-AE's 0.5 goes with its
     # alpha_lr 1e-4. The key stays so that configs saved with it still load.
-    alpha_beta: float = 0.9
-    discount: float = 0.99
-    nstep: int = 1  # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
-    critic_tau: float = 0.01
-    init_temperature: float = 0.1
-    actor_update_every: int = 2
-    target_update_every: int = 2
-    hidden_dim: int = 1024
-    hidden_depth: int = 2
-    feature_dim: int = 50
-    log_std_min: float = -10.0
-    log_std_max: float = 2.0
-    augment_pad: int = 4  # random-shift pixels; 0 disables augmentation
+    alpha_beta: float = setting(0.9, ge=0, lt=1)
+    discount: float = setting(0.99, ge=0, le=1)
+    # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
+    nstep: int = setting(1, ge=1, le=100)
+    critic_tau: float = setting(0.01, gt=0, le=1)
+    init_temperature: float = setting(0.1, gt=0, le=1e4)
+    actor_update_every: int = setting(2, ge=1, le=MILLION)
+    target_update_every: int = setting(2, ge=1, le=MILLION)
+    hidden_dim: int = setting(1024, ge=1, le=16384)
+    hidden_depth: int = setting(2, ge=1, le=64)
+    feature_dim: int = setting(50, ge=1, le=16384)
+    log_std_min: float = setting(-10.0, ge=-20, le=20)  # exp(+-20) stays well inside float32
+    log_std_max: float = setting(2.0, ge=-20, le=20)
+    augment_pad: int = setting(4, ge=0, le=512)  # random-shift pixels; 0 disables augmentation
     # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
     # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
-    augment_samples: int = 1
-    updates_per_step: int = 1
+    augment_samples: int = setting(1, ge=1, le=16)
+    updates_per_step: int = setting(1, ge=1, le=100)
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
@@ -111,19 +148,22 @@ class SACConfig:
 
 @dataclass
 class ReplayConfig:
-    device: str = "auto"  # where replay frames live: auto (the training device when they fit there) | cpu | cuda
+    # where replay frames live: auto (the training device when they fit there) | cpu | cuda
+    device: str = setting("auto", choices=DEVICES)
 
 
 @dataclass
 class TrainingConfig:
-    episodes: int = 1000
-    max_env_steps: int | None = None  # stop early after this many agent steps; None = episodes only
-    seed: int = 1
-    seed_steps: int = 1000  # uniform random actions before the policy acts and updates start
-    eval_every_episodes: int = 10
-    eval_episodes: int = 5
-    device: str = "auto"  # auto | cpu | cuda
-    auto_shutdown: str | None = None  # shell command run when training completes (not on a signal), e.g. a VM stop
+    episodes: int = setting(1000, ge=1, le=10 * MILLION)
+    # stop early after this many agent steps; None = episodes only
+    max_env_steps: int | None = setting(None, ge=1, le=10**12, note="null = episodes only")
+    seed: int = setting(1, ge=0, lt=SEED_LIMIT)
+    seed_steps: int = setting(1000, ge=0, le=10**9)  # uniform random actions before the policy acts and updates start
+    eval_every_episodes: int = setting(10, ge=0, le=10 * MILLION, note="0 = no evaluation")
+    eval_episodes: int = setting(5, ge=1, le=10_000)
+    device: str = setting("auto", choices=DEVICES)
+    # shell command run when training completes (not on a signal), e.g. a VM stop
+    auto_shutdown: str | None = setting(None, note="null = none")
     compile: bool = False  # torch.compile the encoder and critics (tens of seconds to minutes at start; for long runs)
     autocast: bool = False  # bfloat16 autocast for the encoder passes (GPUs from Ampere on, CPUs with AMX)
 
@@ -131,35 +171,36 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
-    local_dir: str = "checkpoints"  # where files are written first when `dir` is a URL, then uploaded
-    name: str | None = None  # file prefix; None = sac_<encoder.type>
-    every_episodes: int = 100
-    every_steps: int = 0  # also replace _latest every this many agent steps; 0 = off
-    keep_last: int = 0  # _ep<N> files kept, newest first; 0 = keep all
-    keep_replays: int = 1  # replay sidecars kept (newest first); each is the size of the buffer
-    upload_retries: int = 5
-    upload_backoff_s: float = 2.0  # first retry delay; doubles each retry
-    upload_timeout_s: float = 60.0  # how long the run waits at exit for pending uploads
+    # where files are staged when `dir` is a URL; None = a folder unique to the URL and run (trainer/remote.py)
+    local_dir: str | None = setting(None, note="null = a staging folder unique to the URL and run")
+    name: str | None = setting(None, note="null = sac_<encoder.type>")  # file prefix, checked by _check_name
+    every_episodes: int = setting(100, ge=1, le=10 * MILLION)
+    every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")  # also replace _latest every this many agent steps
+    keep_last: int = setting(0, ge=0, le=MILLION, note="0 = keep all")  # _ep<N> files kept, newest first
+    keep_replays: int = setting(1, ge=1, le=1000)  # replay sidecars kept (newest first); each is the size of the buffer
+    upload_retries: int = setting(5, ge=1, le=1000)
+    upload_backoff_s: float = setting(2.0, ge=0, le=3600)  # first retry delay; doubles each retry
+    upload_timeout_s: float = setting(60.0, ge=0, le=7 * 86400)  # how long the run waits at exit for pending uploads
 
 
 @dataclass
 class LoggingConfig:
     tensorboard: bool = True
     tensorboard_dir: str = "runs"
-    log_every_updates: int = 100  # losses are read back from the device only this often
+    log_every_updates: int = setting(100, ge=1, le=10**9)  # losses are read back from the device only this often
     progress: bool = True
     eval_video: bool = True  # a GIF of the first eval episode per evaluation, in <run>/videos/
-    video_size: int = 128  # pixels of the eval GIF (independent of what the encoder sees)
-    video_max_frames: int = 300
+    video_size: int = setting(128, ge=16, le=2048)  # pixels of the eval GIF (independent of what the encoder sees)
+    video_max_frames: int = setting(300, ge=1, le=100_000)
     curve: bool = True  # redraw <run>/curve.png (eval return vs frames) after each evaluation
-    gpu_every_s: float = 30.0  # GPU utilisation/memory to TensorBoard at most this often (NVML)
+    gpu_every_s: float = setting(30.0, gt=0, le=86400)  # GPU utilisation/memory to TensorBoard at most this often
     wandb: bool = False  # also log to Weights & Biases (WANDB_MODE=offline works without an account)
     wandb_project: str = "pixel-sac"
 
 
 @dataclass
 class Config:
-    profile: str = "auto"  # auto | cpu | cpu_bf16 | gpu: see _choose_profile
+    profile: str = setting("auto", choices=("auto", *PROFILES))  # see _choose_profile
     profiles: dict = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -181,15 +222,22 @@ class Config:
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
-    raw = _read_yaml(path)
+    if not str(path):
+        raise UserError("--config is empty; pass a YAML file, e.g. --config configs/default.yaml")
+    raw = _read_config(Path(path))
     sets = [_parse_set(item) for item in overrides]
     profiles = raw.get("profiles") or {}
     _check_profiles(profiles)
+    if profiles:  # one order, whichever base brought which block: the printed config reads the same
+        raw["profiles"] = profiles = {name: profiles[name] for name in PROFILES if name in profiles}
 
     cfg = Config()
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
+    # single keys now, so a bad value fails before choosing a profile imports torch; _validate checks all again
+    _check_settings(cfg)
+    _check_outside(cfg)
     named = cfg.profile != "auto"
     cfg.profile = _choose_profile(cfg.profile, profiles)
     if named and profiles and cfg.profile not in profiles:  # else the run would name one profile and train another's settings
@@ -222,16 +270,55 @@ def to_yaml(cfg: Config) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
 
 
-def _read_yaml(path: str | Path) -> dict:
-    path = Path(path)
+def _read_config(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """The file's own keys merged over its bases', with `base` resolved away; `chain` holds the files that named it."""
+    if path.resolve() in chain:
+        cycle = " -> ".join(str(p) for p in (*chain, path.resolve()))
+        raise UserError(f"config files inherit in a cycle: {cycle}; remove one of these base entries")
+    raw = _read_yaml(path, named_by=chain[-1] if chain else None)
+    bases = raw.pop("base", None)
+    if bases is None:
+        return raw
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(base, str) and base for base in bases):
+        raise UserError(f"base in {path} must be a file path or a list of them (relative to the file), got {bases!r}")
+    merged: dict = {}
+    for base in bases:
+        merged = _merge(merged, _read_config(path.parent / base, (*chain, path.resolve())))
+    return _merge(merged, raw)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merge(merged[key], value) if both else value
+    return merged
+
+
+def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a config file; pass a YAML file, e.g. --config configs/default.yaml")
     if not path.is_file():
+        if named_by:
+            raise UserError(f"base config {path} named in {named_by} not found; fix its base entry (relative to that file)")
         raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader)
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path} is not UTF-8 text (byte {err.start}); save the config as UTF-8 YAML") from None
+    except OSError as err:
+        raise UserError(f"cannot read {path} ({err.strerror or err}); check its permissions, or pass another") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"cannot parse {path}{where}: {getattr(err, 'problem', err)}; fix the YAML syntax") from None
+        problem = " ".join((getattr(err, "problem", None) or str(err)).split())
+        raise UserError(f"cannot parse {path}{where}: {problem}; fix the YAML syntax") from None
+    except RecursionError:
+        raise UserError(f"cannot parse {path}: it nests deeper than Python can follow; fix the YAML syntax") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -242,14 +329,18 @@ def _read_yaml(path: str | Path) -> dict:
 def _parse_set(item: str) -> dict:
     key, sep, text = item.partition("=")
     if not sep or not key:
-        raise UserError(f"--set expects key=value (e.g. --set sac.batch_size=128), got '{item}'")
+        raise UserError(f"--set expects key=value (e.g. --set sac.batch_size=128), got {item!r}")
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise UserError(f"--set key {key!r} has an empty part; write dotted keys such as sac.batch_size")
+    if parts[0] == "profiles":
+        raise UserError("profiles cannot be changed with --set; set the key itself (--set sac.batch_size=128)")
     try:
         value = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         value = text
     nested: dict = {}
     node = nested
-    parts = key.strip().split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
     node[parts[-1]] = value
@@ -261,12 +352,13 @@ def _check_profiles(profiles) -> None:
         raise UserError(f"profiles must be a mapping with keys among {', '.join(PROFILES)}")
     for name, block in profiles.items():
         if name not in PROFILES:
-            raise UserError(f"unknown profile 'profiles.{name}'; allowed: {', '.join(PROFILES)}")
+            raise UserError(f"unknown profile {f'profiles.{name}'!r}; allowed: {', '.join(PROFILES)}")
         if not isinstance(block, dict):
             raise UserError(f"profiles.{name} must be a mapping of config keys")
         if "profile" in block or "profiles" in block:
             raise UserError(f"profiles.{name} cannot set profile or profiles")
-        _apply(Config(), block, prefix=f"profiles.{name}.")  # validate now, even if this profile is not chosen
+        # validate now, even if this profile is not chosen
+        _check_settings(_apply(Config(), block, prefix=f"profiles.{name}."), prefix=f"profiles.{name}.")
 
 
 def _choose_profile(profile: str, profiles: dict) -> str:
@@ -287,13 +379,13 @@ def _choose_profile(profile: str, profiles: dict) -> str:
     return profile
 
 
-def _apply(target, data: dict, prefix: str = "") -> None:
+def _apply(target, data: dict, prefix: str = ""):
     hints = typing.get_type_hints(type(target))
     names = [f.name for f in dataclasses.fields(target)]
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key not in names:
-            raise UserError(f"unknown config key '{path}'; allowed under '{prefix or '<top>'}': {', '.join(names)}")
+            raise UserError(f"unknown config key {path!r}; allowed under '{prefix or '<top>'}': {', '.join(names)}")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -301,6 +393,7 @@ def _apply(target, data: dict, prefix: str = "") -> None:
             _apply(current, value, prefix=f"{path}.")
         else:
             setattr(target, key, _coerce(path, value, hints[key]))
+    return target
 
 
 def _coerce(path: str, value, hint):
@@ -321,53 +414,124 @@ def _coerce(path: str, value, hint):
 
 
 def _validate(cfg: Config) -> None:
-    if cfg.encoder.type not in ENCODER_TYPES:
-        raise UserError(f"encoder.type must be one of {', '.join(ENCODER_TYPES)}; got '{cfg.encoder.type}'")
     video = cfg.encoder.video
     if video.arch not in VIDEO_ARCHS:
         raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(VIDEO_ARCHS)}")
     if video.weights is not None and not video.pretrained:
         raise UserError("encoder.video.weights is set but encoder.video.pretrained is false; set encoder.video.pretrained=true to load it")
-    if video.input_size is not None and video.input_size < 32:
-        raise UserError(f"encoder.video.input_size must be >= 32 or null (frames as rendered), got {video.input_size}")
-    if cfg.encoder.lr is not None and (cfg.encoder.lr <= 0 or cfg.encoder.type != "video"):
-        raise UserError(f"encoder.lr must be > 0 and applies to video encoders only; got {cfg.encoder.lr} with encoder.type {cfg.encoder.type}")
-    for key, value in (("training.device", cfg.training.device), ("replay.device", cfg.replay.device)):
-        if value not in ("auto", "cpu", "cuda"):
-            raise UserError(f"{key} must be auto, cpu or cuda; got '{value}'")
-    positive = {
-        "env.image_size": cfg.env.image_size,
-        "env.frame_stack": cfg.env.frame_stack,
-        "env.action_repeat": cfg.env.action_repeat,
-        "env.num_envs": cfg.env.num_envs,
-        "sac.batch_size": cfg.sac.batch_size,
-        "sac.hidden_dim": cfg.sac.hidden_dim,
-        "sac.feature_dim": cfg.sac.feature_dim,
-        "sac.actor_update_every": cfg.sac.actor_update_every,
-        "sac.target_update_every": cfg.sac.target_update_every,
-        "sac.augment_samples": cfg.sac.augment_samples,
-        "sac.nstep": cfg.sac.nstep,
-        "training.episodes": cfg.training.episodes,
-        "checkpoint.every_episodes": cfg.checkpoint.every_episodes,
-        "checkpoint.keep_replays": cfg.checkpoint.keep_replays,
-        "logging.log_every_updates": cfg.logging.log_every_updates,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise UserError(f"config key '{key}' must be >= 1, got {value}")
-    if cfg.env.image_size < 32:
-        raise UserError(f"env.image_size must be >= 32 (84 default, 64 for speed), got {cfg.env.image_size}")
-    if cfg.sac.buffer_size // cfg.env.num_envs <= cfg.env.frame_stack + 1:
-        raise UserError(f"sac.buffer_size must exceed env.num_envs * (env.frame_stack + 1) (a ring per env), got {cfg.sac.buffer_size}")
-    for key in ("every_steps", "keep_last"):
-        if getattr(cfg.checkpoint, key) < 0:
-            raise UserError(f"config key 'checkpoint.{key}' must be >= 0 (0 = off), got {getattr(cfg.checkpoint, key)}")
-    if cfg.checkpoint.upload_retries < 1:
-        raise UserError(f"config key 'checkpoint.upload_retries' must be >= 1, got {cfg.checkpoint.upload_retries}")
-    if cfg.sac.augment_samples > 1 and (cfg.encoder.type != "video" or cfg.sac.augment_pad == 0):
-        raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would be identical); set sac.augment_samples=1")
-    if not 0 < cfg.sac.critic_tau <= 1 or not 0 <= cfg.sac.discount <= 1:
-        raise UserError("sac.critic_tau must be in (0, 1] and sac.discount in [0, 1]")
+    if cfg.encoder.lr is not None and cfg.encoder.type != "video":
+        raise UserError(f"encoder.lr applies to video encoders only; got {cfg.encoder.lr} with encoder.type state")
+    # Every key against the range or choices declared beside its default, then the rules that join keys, then what
+    # the named packages and files need: all before anything is built or written.
+    _check_settings(cfg)
+    _check_cross_keys(cfg)
+    _check_outside(cfg)
+
+
+# A run name is a file prefix (<name>_latest.pt), a folder under logging.tensorboard_dir and part of a tmux session
+# name: no path separators, spaces, quotes or ':' (URLs, tmux targets), and no leading '.' or '-' (hidden files,
+# command-line options).
+RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,99}")
+REPLAY_BYTES_LIMIT = 2**40  # 1 TiB of frames: beyond any machine, so a typo in buffer_size or image_size
+PHYSICS_STEPS_LIMIT = 10**7  # per episode (agent steps times action repeat): years of simulation at 100k steps/s
+
+
+def _check_settings(node, prefix: str = "") -> None:
+    for spec in dataclasses.fields(node):
+        key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        if dataclasses.is_dataclass(value):
+            _check_settings(value, f"{key}.")
+        elif value is not None and not isinstance(value, (bool, dict)):
+            _check_value(key, value, spec.metadata)
+
+
+def _check_value(key: str, value, rule) -> None:
+    note = f" or null ({rule['note']})" if rule.get("note", "").startswith("null") else ""
+    if isinstance(value, str):
+        if rule.get("choices") and value not in rule["choices"]:
+            raise UserError(f"config key '{key}' must be one of {', '.join(rule['choices'])}, got {value!r}")
+        if not value or not value.isprintable():
+            raise UserError(f"config key '{key}' must be a non-empty line of text{note}, got {value!r}")
+        return
+    low = f"[{rule['ge']}" if rule.get("ge") is not None else f"({rule['gt']}"
+    high = f"{rule['le']}]" if rule.get("le") is not None else f"{rule['lt']})"
+    inside = (math.isfinite(value)
+              and (value >= rule["ge"] if rule.get("ge") is not None else value > rule["gt"])
+              and (value <= rule["le"] if rule.get("le") is not None else value < rule["lt"]))
+    if not inside:
+        extra = f" ({rule['note']})" if rule.get("note") and not note else ""
+        raise UserError(f"config key '{key}' must be in {low}, {high}{extra}{note}, got {value}")
+
+
+def _check_cross_keys(cfg: Config) -> None:
+    env, sac, video = cfg.env, cfg.sac, cfg.encoder.video
+    pixels = cfg.encoder.type == "video"
+    if sac.buffer_size // env.num_envs <= env.frame_stack + 1:
+        raise UserError("sac.buffer_size must exceed env.num_envs * (env.frame_stack + 1) (a ring per env), "
+                        f"got {sac.buffer_size}")
+    if sac.augment_samples > 1 and (not pixels or sac.augment_pad == 0):
+        raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would "
+                        "be identical); set sac.augment_samples=1")
+    if sac.log_std_min >= sac.log_std_max:
+        raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
+    physics_steps = (env.max_episode_steps or 1) * env.action_repeat
+    if physics_steps > PHYSICS_STEPS_LIMIT:
+        raise UserError(f"env.max_episode_steps * env.action_repeat is {physics_steps} simulator steps per episode, "
+                        f"over the limit of {PHYSICS_STEPS_LIMIT}; lower one of them")
+    if not pixels:
+        return
+    if sac.augment_pad > env.image_size // 2:
+        raise UserError(f"sac.augment_pad must be at most half of env.image_size ({env.image_size // 2}), "
+                        f"got {sac.augment_pad}")
+    frame_bytes = 3 * env.image_size**2
+    if sac.buffer_size * frame_bytes > REPLAY_BYTES_LIMIT:
+        raise UserError(f"the frames of the replay buffer would take {sac.buffer_size * frame_bytes / 2**40:.1f} TiB "
+                        f"(sac.buffer_size {sac.buffer_size} x {env.image_size}x{env.image_size} px), over the "
+                        f"limit of {REPLAY_BYTES_LIMIT // 2**40} TiB; lower sac.buffer_size or env.image_size")
+    size = video.input_size or env.image_size
+    left = _conv_output_size(video.arch, size, video.num_layers)
+    if left is not None and left < 1:
+        raise UserError(f"encoder.video.num_layers={video.num_layers} leaves no pixels of a {size} px frame for "
+                        f"{video.arch}; use fewer layers or a larger encoder.video.input_size")
+
+
+def _conv_output_size(arch: str, size: int, layers: int) -> int | None:
+    """The side of the conv archs' last feature map (3x3 kernels, unpadded: simple2dcnn strides its first layer,
+    simple3dcnn its first two); None for archs whose own constructor checks the size."""
+    strided = {"simple2dcnn": 1, "simple3dcnn": 2}.get(arch)
+    if strided is None:
+        return None
+    for layer in range(layers):
+        size = (size - 3) // 2 + 1 if layer < strided else size - 2
+    return size
+
+
+def _check_outside(cfg: Config) -> None:
+    """What the config names outside itself, where checking is cheap: the run name as a file name, the folders, the
+    filesystem package for a URL, wandb, and a Gymnasium id that is not a MuJoCo task."""
+    ckpt = cfg.checkpoint
+    if ckpt.name is not None and not RUN_NAME.fullmatch(ckpt.name):
+        raise UserError(f"checkpoint.name {ckpt.name!r} cannot name files and tmux sessions; use letters, digits "
+                        "and _ . + = - (not first: . or -), at most 100 characters, e.g. exp_seed1")
+    if "://" in ckpt.dir:
+        import fsspec
+
+        try:
+            fsspec.get_filesystem_class(ckpt.dir.split("://", 1)[0])
+        except (ImportError, ValueError) as err:
+            raise UserError(f"checkpoint.dir {ckpt.dir} needs a filesystem package ({str(err).splitlines()[0]}); "
+                            "install it (s3fs for s3://, gcsfs for gs://) or use a local folder") from None
+    if cfg.logging.wandb and importlib.util.find_spec("wandb") is None:
+        raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, "
+                        "or set logging.wandb=false")
+    import gymnasium
+
+    spec = gymnasium.envs.registry.get(cfg.env.id)
+    entry = spec.entry_point if spec is not None and isinstance(spec.entry_point, str) else ""
+    if entry.startswith("gymnasium.envs.") and not entry.startswith("gymnasium.envs.mujoco"):
+        family = entry.split(".")[2].split(":")[0]
+        raise UserError(f"env.id '{cfg.env.id}' is a Gymnasium {family} task, not a MuJoCo one; this trainer runs "
+                        "MuJoCo tasks, e.g. HalfCheetah-v5 or dm_control/cartpole-swingup-v0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -392,7 +556,8 @@ def _resolved(cfg: Config, key: str):
     try:
         return functools.reduce(getattr, key.split("."), cfg)
     except AttributeError:
-        raise UserError(f"unknown config key '{key}'; pass a dotted key such as logging.tensorboard_dir, or run_name") from None
+        raise UserError(f"unknown config key {key!r}; pass a dotted key such as logging.tensorboard_dir, "
+                        "or run_name") from None
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from trainer.config import Config, to_dict, to_yaml
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
-from trainer.remote import RemoteDir, is_remote
+from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
 
 EVAL_SEED_OFFSET = 1_000_000  # eval episodes never share a start state with training episodes
@@ -67,15 +67,18 @@ class Trainer:
     envs reset. `train()` runs it to its end as the command line does; `run(steps)` advances it by some agent steps.
     Every message goes through the logger. Rendering must be configured first (trainer/headless.py)."""
 
-    def __init__(self, cfg: Config, resume: str | None = None):
+    def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
         ckpt = cfg.checkpoint
         self.remote = None
         if is_remote(ckpt.dir):  # it reports from its upload thread, once the logger exists
-            self.remote = RemoteDir(ckpt.dir, Path(ckpt.local_dir), ckpt.upload_retries, ckpt.upload_backoff_s,
-                                    report=lambda text: self.logger.message(text))
-        self.checkpoint_dir = Path(ckpt.local_dir if self.remote else ckpt.dir)
+            self.remote = RemoteDir(ckpt.dir, staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir), ckpt.upload_retries,
+                                    ckpt.upload_backoff_s, report=lambda text: self.logger.message(text))
+        self.checkpoint_dir = self.remote.local_dir if self.remote else Path(ckpt.dir)
+        checkpoint.prepare(self.checkpoint_dir, cfg.run_name)
+        if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
+            checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
         self.progress = Progress(**found[1]["progress"]) if found else Progress()
         self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
@@ -107,6 +110,8 @@ class Trainer:
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
         self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
+        if self.remote:
+            self.logger.message(f"checkpoints for {ckpt.dir} are staged in {self.checkpoint_dir}")
         if cfg.training.autocast and not native_bfloat16(self.device):
             self.logger.warning(f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
                                 "update is emulated and several times slower; set training.autocast=false here")

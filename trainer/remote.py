@@ -1,6 +1,7 @@
 """Checkpoint folders that live elsewhere: any fsspec URL (`s3://bucket/prefix`, `gs://...`, `file:///mnt/...`).
 
-Checkpoints are always written locally first (`checkpoint.local_dir`, atomically) and then copied up by one
+Checkpoints are always written locally first (atomically, in a staging folder: `checkpoint.local_dir`, by default one
+unique to the URL and run under the user's cache, see `staging_dir`) and then copied up by one
 background thread, in the order they were written: replay sidecar, `_ep<N>`, `_latest`. So the remote `_latest`
 never names a sidecar that is not there yet, training never waits on the network, and a failed upload is retried
 with backoff and reported, never silently dropped. At exit the trainer waits a bounded time for the queue to drain.
@@ -10,6 +11,7 @@ before a slow upload gets to it, and the upload must still send what that save w
 
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +25,17 @@ from errors import UserError
 
 def is_remote(directory: str) -> bool:
     return "://" in directory
+
+
+def staging_dir(url: str, run_name: str, local_dir: str | None) -> Path:
+    """Where a remote run's files are written first: `local_dir` when given, else
+    `$XDG_CACHE_HOME/pixel-sac/staging/<url>/<run>` (default ~/.cache). Never the working directory's `checkpoints/`,
+    which may be another run's: a run started from elsewhere must not write into whatever folder happens to be there.
+    The same URL and run get the same folder again, so a restart on the same machine finds its files in place."""
+    if local_dir:
+        return Path(local_dir)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "pixel-sac" / "staging" / re.sub(r"[^A-Za-z0-9._-]+", "_", url).strip("_") / run_name
 
 
 class RemoteDir:
@@ -62,6 +75,11 @@ class RemoteDir:
         partial = local.with_name(f".{name}.download")
         self.fs.get_file(self._remote(name), str(partial))
         partial.replace(local)
+
+    def move_aside(self, names: list[str], folder: str) -> None:
+        """Move remote files into `folder` beside them (copy, then delete the original: object stores cannot rename)."""
+        for name in names:
+            self.fs.mv(self._remote(name), self._remote(f"{folder}/{name}"))
 
     def upload(self, written: list[Path], deleted: list[str]) -> None:
         """Queue one save's files (uploaded in this order) and the names it pruned (deleted remotely after)."""
