@@ -41,10 +41,11 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 from sac.augment import random_shift
 
 
-def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int) -> nn.Sequential:
+def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
+    """`layer_norm`: Linear -> LayerNorm -> ReLU in every hidden layer, as RLPD's critic."""
     layers, dim = [], in_dim
     for _ in range(depth):
-        layers += [nn.Linear(dim, hidden_dim), nn.ReLU()]
+        layers += [nn.Linear(dim, hidden_dim), *([nn.LayerNorm(hidden_dim)] if layer_norm else []), nn.ReLU()]
         dim = hidden_dim
     layers.append(nn.Linear(dim, out_dim))
     net = nn.Sequential(*layers)
@@ -100,8 +101,8 @@ class Critic(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.trunk, feature_dim = trunk(encoder.repr_dim, cfg.feature_dim, pixels)
-        self.q1 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth)
-        self.q2 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth)
+        self.q1 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth, cfg.critic_layer_norm)
+        self.q2 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth, cfg.critic_layer_norm)
 
     def forward(self, features: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.cat([self.trunk(features), action], dim=-1)

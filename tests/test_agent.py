@@ -264,3 +264,14 @@ def test_compile_option_compiles_encoders_and_critics_and_a_compiled_encoder_mat
         out.square().sum().backward()
     for a, b in zip(compiled.parameters(), eager.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_critic_normalises_every_hidden_layer_of_both_heads_and_only_them():
+    plain, normed = make_agent(), make_agent(critic_layer_norm=True, hidden_depth=3)
+    assert not any(isinstance(m, torch.nn.LayerNorm) for head in (plain.critic.q1, plain.critic.q2) for m in head)
+    for head in (normed.critic.q1, normed.critic.q2, normed.critic_target.q1):
+        kinds = [type(m).__name__ for m in head]
+        assert kinds == ["Linear", "LayerNorm", "ReLU"] * 3 + ["Linear"]
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in normed.actor.policy), "RLPD normalises the critic only"
+    before = snapshot(normed.critic.q1)
+    assert torch.isfinite(normed.update(batch())["critic_loss"]) and changed(before, normed.critic.q1)

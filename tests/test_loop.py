@@ -140,7 +140,7 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     assert run.agent.updates > 0 and len(run.replay) == 25
     run.run(10)
     assert run.progress.env_step == 35
-    assert not (tmp_path / "ckpt").exists(), "no checkpoint falls due in 35 steps"
+    assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
     run.close()
 
 
@@ -205,6 +205,24 @@ def test_a_signal_to_the_process_group_with_two_workers_saves_and_exits_128_plus
     assert err == "", "no traceback, no warning"
     assert f"stopped by signal {sig.value}; saved {latest}" in out
     assert checkpoint.load(latest)[0]["progress"]["env_step"] > 0
+
+
+def test_a_stop_request_cuts_a_long_evaluation_short(tmp_path):
+    """SIGTERM inside a long evaluation (the update loop listens the same way): the run saves and exits within
+    seconds, as a spot reclaim (30-120 s of notice) needs; it used to finish the loop first, or need SIGKILL."""
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    args = run_args(tmp_path, 1000) + sets(checkpoint__every_steps=2, env__max_episode_steps=4,
+                                           training__eval_every_episodes=1, training__eval_episodes=10_000)
+    proc = popen_cli("--config", CONFIG, *args)
+    wait_for(latest, proc)
+    time.sleep(2)  # well inside the long loop
+    proc.send_signal(signal.SIGTERM)
+    start = time.time()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert time.time() - start < 30, "the stop waited for the loop to finish"
+    assert f"stopped by signal {signal.SIGTERM.value}; saved {latest}" in out
+    checkpoint.load(latest)
 
 
 def test_a_killed_env_worker_is_one_line(tmp_path):

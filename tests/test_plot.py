@@ -65,3 +65,21 @@ def test_a_folder_without_eval_csv_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         main([str(tmp_path)])
     assert exit.value.code == 2 and "no eval.csv" in capsys.readouterr().err
+
+
+def test_tasks_that_report_success_get_a_success_panel_beside_the_return(tmp_path, monkeypatch):
+    with open(tmp_path / "dish.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["frames", "seed", "return", "success", "env_step"])
+        writer.writerows((i * 1000, seed, -90 + 30 * i, success, i * 1000)
+                         for seed, rates in ((1, [0.0, 0.5, 1.0]), (2, [0.0, 0.0, 0.9])) for i, success in enumerate(rates))
+    drawn = []
+    monkeypatch.setattr("matplotlib.axes.Axes.plot", lambda ax, x, y, **kw: drawn.append(list(y)))
+    main([str(tmp_path / "dish.csv"), "--out", str(tmp_path / "dish.png")])
+    assert drawn == [[-90, -60, -30], [0.0, 0.25, 0.95]], "mean return, then mean success rate, one panel each"
+    with Image.open(tmp_path / "dish.png") as image:
+        assert image.size == (1200, 400), "two panels side by side"
+    write_seeds(tmp_path / "plain.csv", [1], [1, 2])
+    main([str(tmp_path / "plain.csv"), "--out", str(tmp_path / "plain.png")])
+    with Image.open(tmp_path / "plain.png") as image:
+        assert image.size == (600, 400), "no success column, no success panel"

@@ -51,7 +51,7 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
         saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, env_step=step,
                                 episode=episode, keep_replays=1, keep_last=1)
         remote.upload(saved.written, saved.deleted)
-    assert remote.close(timeout_s=30) and messages == [f"checkpoints for {s3}/unit are staged in {local}"], "no warning"
+    assert remote.close(timeout_s=30) and messages == [], "no warning"
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]
 
     shutil.rmtree(local)

@@ -38,7 +38,8 @@ PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
 RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
 PROBE_BYTES = 4096  # the start-up probe write: one page, so a full disk fails it
 # Config keys whose change makes a checkpoint meaningless or unloadable for the run being resumed.
-STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size")
+STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size",
+                   "sac.critic_layer_norm")
 PIXEL_KEYS = (
     "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
     "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",

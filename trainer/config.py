@@ -144,12 +144,23 @@ class SACConfig:
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
+    # LayerNorm after every hidden layer of the Q heads (RLPD): keeps Q from extrapolating wildly on actions the
+    # demonstrations never took, which is what lets half of every batch come from them
+    critic_layer_norm: bool = False
 
 
 @dataclass
 class ReplayConfig:
     # where replay frames live: auto (the training device when they fit there) | cpu | cuda
     device: str = setting("auto", choices=DEVICES)
+
+
+@dataclass
+class DemosConfig:
+    # a Minari dataset folder (python3 -m trainer.record); None = no demonstrations
+    path: str | None = setting(None, note="null = no demonstrations")
+    # of every batch drawn from the demonstrations (RLPD's symmetric sampling); the rest is the agent's own replay
+    share: float = setting(0.5, ge=0, lt=1)
 
 
 @dataclass
@@ -206,6 +217,7 @@ class Config:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     sac: SACConfig = field(default_factory=SACConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    demos: DemosConfig = field(default_factory=DemosConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)

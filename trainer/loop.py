@@ -31,7 +31,9 @@ from errors import UserError
 from sac.agent import SAC
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot
 from trainer import checkpoint
+from sac.demos import mixed_sample
 from trainer.config import Config, to_dict, to_yaml
+from trainer.demos import Demos
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
@@ -106,9 +108,12 @@ class Trainer:
             frame_stack=cfg.env.frame_stack if cfg.pixels else None, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
+        self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
         # the logger last: bad input above fails before a run folder or a progress bar exists
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
         self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
+        if self.demos:
+            self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         if self.remote:
             self.logger.message(f"checkpoints for {ckpt.dir} are staged in {self.checkpoint_dir}")
@@ -132,6 +137,7 @@ class Trainer:
             "config": to_dict(self.cfg),
             "agent": self.agent.state_dict(),
             "progress": asdict(self.progress),
+            "demos": self.demos.state_dict() if self.demos else None,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -176,6 +182,8 @@ class Trainer:
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
         self.logger.message(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        if self.demos:
+            self.logger.message(self.demos.load_state_dict(payload.get("demos")))
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
         if changes:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
@@ -198,19 +206,29 @@ class Trainer:
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
             return
         for _ in range(sac.updates_per_step * env_steps):
-            metrics = self.agent.update(self.replay.sample(sac.batch_size, self.device))
+            if self.stop.requested:  # a spot reclaim leaves 30-120 s: every long loop listens
+                return
+            metrics = self.agent.update(self.sample(sac.batch_size))
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
 
-    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]]:
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """A batch from the replay, `demos.share` of it from the demonstrations when the run has them."""
+        if self.demos is None:
+            return self.replay.sample(batch_size, self.device)
+        return mixed_sample(self.replay, self.demos.store, batch_size, self.cfg.demos.share, self.device)
+
+    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
         task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
-        frames for the eval video."""
+        frames for the eval video. None when a stop signal cuts it short: the run saves and exits instead."""
         returns, successes, clip = [], [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
             total, done = 0.0, False
             while not done:
+                if self.stop.requested:
+                    return None
                 if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
                     clip.append(self.eval_camera.render().copy())
                 obs, reward, terminated, truncated, info = self.eval_env.step(self.agent.act(obs[None], sample=False)[0])
@@ -298,10 +316,10 @@ class Trainer:
         self.returns[i], self.lengths[i] = 0.0, 0
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
         progress.episode += 1
-        if every(cfg.training.eval_every_episodes, progress.episode):
-            mean_return, success_rate, clip = self.evaluate()
+        evaluation = self.evaluate() if every(cfg.training.eval_every_episodes, progress.episode) else None
+        if evaluation is not None:
             frames = progress.env_step * cfg.env.action_repeat
-            self.logger.evaluation(mean_return, success_rate, progress.env_step, frames, progress.episode, clip)
+            self.logger.evaluation(*evaluation[:2], progress.env_step, frames, progress.episode, evaluation[2])
         if every(cfg.checkpoint.every_episodes, progress.episode):
             self.save(final_of_episode=True)
 

@@ -5,6 +5,8 @@
 
 Each input becomes one curve of evaluation return against env frames: a run folder or its eval.csv one line, a
 bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so settings can be compared seed for seed.
+Tasks that report success (a `success` column, e.g. dishwashing) get a second panel beside it: success rate against
+frames, which says more than the return there.
 The trainer keeps runs/<run>/curve.png current with the same function; bench/learn.py adds the published
 reference points.
 """
@@ -21,19 +23,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_rows(path: Path) -> list[dict]:
-    """(frames, seed, return) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV."""
+    """(frames, seed, return, success) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV; success is None
+    for tasks without it."""
     with open(path, newline="") as f:
-        return [
-            {"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"])}
-            for r in csv.DictReader(f)
-        ]
+        return [{"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"]),
+                 "success": float(r["success"]) if r.get("success") else None} for r in csv.DictReader(f)]
 
 
-def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(frames, mean, std) of eval return over seeds, each seed interpolated onto the first seed's eval frames up to
+def seed_statistics(rows: list[dict], key: str = "return") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frames, mean, std) of `key` over seeds, each seed interpolated onto the first seed's eval frames up to
     the last frame every seed reached (frames differ a little between seeds after a mid-episode restart)."""
     seeds = sorted({r["seed"] for r in rows})
-    curves = {s: sorted((r["frames"], r["return"]) for r in rows if r["seed"] == s) for s in seeds}
+    curves = {s: sorted((r["frames"], r[key]) for r in rows if r["seed"] == s) for s in seeds}
     reached = min(c[-1][0] for c in curves.values())
     grid = np.array(sorted({f for f, _ in curves[seeds[0]] if f < reached} | {reached}))
     values = np.stack([np.interp(grid, *zip(*curves[s])) for s in seeds])
@@ -42,24 +43,31 @@ def seed_statistics(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", references: dict[str, tuple] | None = None,
                 reference_frames: tuple[int, ...] = ()) -> None:
-    """One curve per label: the mean over its rows' seeds, with a +/- std band when there are several.
+    """One curve per label: the mean over its rows' seeds, with a +/- std band when there are several; a success
+    rate panel beside the return when every row reports success.
     `references`: {label: (return at each of reference_frames, None where unpublished)}, drawn as crosses."""
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for label, rows in curves.items():
-        grid, mean, std = seed_statistics(rows)
-        seeds = len({r["seed"] for r in rows})
-        ax.plot(grid, mean, marker=".", label=label if seeds == 1 else f"{label} ({seeds} seeds)")
-        if seeds > 1:
-            ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
-    for label, returns in (references or {}).items():
-        points = [(f, r) for f, r in zip(reference_frames, returns) if r is not None]
-        ax.scatter(*zip(*points), marker="x", label=label)
-    ax.set_xlabel("env frames")
-    ax.set_ylabel("eval return")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    if len(curves) + len(references or {}) > 1:
-        ax.legend()
+    success = all(r.get("success") is not None for rows in curves.values() for r in rows)
+    panels = [("return", "eval return")] + ([("success", "eval success rate")] if success else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), dpi=100, squeeze=False)
+    for ax, (key, name) in zip(axes[0], panels):
+        for label, rows in curves.items():
+            grid, mean, std = seed_statistics(rows, key)
+            seeds = len({r["seed"] for r in rows})
+            ax.plot(grid, mean, marker=".", label=label if seeds == 1 else f"{label} ({seeds} seeds)")
+            if seeds > 1:
+                ax.fill_between(grid, mean - std, mean + std, alpha=0.25)
+        if key == "return":
+            for label, returns in (references or {}).items():
+                points = [(f, r) for f, r in zip(reference_frames, returns) if r is not None]
+                ax.scatter(*zip(*points), marker="x", label=label)
+        else:
+            ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("env frames")
+        ax.set_ylabel(name)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if len(curves) + len(references or {}) > 1:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

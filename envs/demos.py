@@ -1,0 +1,151 @@
+"""Demonstrations on disk, as Minari datasets (Farama's format for Gymnasium offline-RL data), so a recording made
+here, a teleoperated one or any other Minari dataset of the same env plugs into training the same way.
+
+A dataset is a folder holding `data/` (Minari's HDF5 file and metadata.json). Observations are either a plain Box
+(a state vector, or one camera frame uint8 (C, H, W)) or, as `trainer/record.py` writes them, a Dict of
+both, {"state": float32 (S,), "pixels": uint8 (C, H, W)}, so one recording serves state and pixel runs. Frames are
+stored one per step, never as stacks: the trainer rebuilds stacks of whatever length its config asks for. They are
+stored losslessly (Minari's JPEG encoding is off), so training sees exactly the frames that were recorded.
+
+`RECORDING_KEY` in the metadata holds the settings the frames depend on (env id, camera, image size, action repeat),
+for the trainer to check against its config.
+"""
+
+import hashlib
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from errors import UserError
+
+RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat"}
+STATE, PIXELS = "state", "pixels"  # observation keys of a recording that serves both modes
+DATA_DIR = "data"
+
+
+@dataclass
+class Episode:
+    """One episode: `observations` {key: (L + 1, ...)} (the reset observation first), actions float32 (L, A),
+    rewards float32 (L,), terminations and truncations bool (L,)."""
+
+    observations: dict[str, np.ndarray]
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+@dataclass
+class Demonstrations:
+    episodes: list[Episode]
+    observation_space: gym.spaces.Dict  # a plain Box dataset is read as {"state": box} or {"pixels": box}
+    action_space: gym.spaces.Box
+    recording: dict  # RECORDING_KEY's settings; {} for datasets recorded elsewhere
+    fingerprint: str  # sha256 of the data files: resume says when the file changed
+    path: Path
+
+    @property
+    def steps(self) -> int:
+        return sum(len(e) for e in self.episodes)
+
+
+def data_path(path: str | Path) -> Path:
+    """The folder holding Minari's files: `path/data`, or `path` itself when it is that folder."""
+    path = Path(path).expanduser()
+    return path if (path / "metadata.json").is_file() else path / DATA_DIR
+
+
+def fingerprint(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(data_path(path).iterdir()):
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def check_new(path: str | Path) -> None:
+    if (Path(path).expanduser() / DATA_DIR).exists():
+        raise UserError(f"a dataset already exists at {path}; pass another --out or delete it first")
+
+
+def write(
+    path: str | Path,
+    episodes: list[Episode],
+    observation_space: gym.spaces.Dict,
+    action_space: gym.spaces.Box,
+    env_id: str,
+    recording: dict,
+) -> None:
+    """A new Minari dataset at `path` (an existing one is an error, never overwritten)."""
+    import minari
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
+    check_new(path)
+    target = Path(path).expanduser().resolve()  # Minari joins relative paths twice
+    target.mkdir(parents=True, exist_ok=True)
+    storage = MinariStorage.new(
+        target / DATA_DIR,
+        observation_space,
+        action_space,
+        env_spec=gym.spec(env_id),
+        data_format="hdf5",
+        jpeg_encoding=False,
+    )
+    storage.update_metadata({"dataset_id": target.name, "minari_version": minari.__version__, RECORDING_KEY: recording})
+    storage.update_episodes(
+        EpisodeBuffer(
+            id=i,
+            observations=e.observations,
+            actions=e.actions,
+            rewards=list(e.rewards),
+            terminations=list(e.terminations),
+            truncations=list(e.truncations),
+        )
+        for i, e in enumerate(episodes)
+    )
+
+
+def read(path: str | Path) -> Demonstrations:
+    """The whole dataset in memory (demonstrations are small: 20 episodes of 84x84 frames are ~20 MB)."""
+    from minari import MinariDataset
+
+    where = data_path(path).resolve()
+    if not (where / "metadata.json").is_file():
+        raise UserError(
+            f"no Minari dataset at {path} (no {where / 'metadata.json'}); record one with "
+            "python3 -m trainer.record --out PATH, or fix the path"
+        )
+    with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+        dataset = MinariDataset(where)
+    space, metadata = dataset.observation_space, dataset.storage.metadata
+    if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector
+        key = PIXELS if space.dtype == np.uint8 and len(space.shape) == 3 else STATE
+        space = gym.spaces.Dict({key: space})
+        unwrap = lambda obs: {key: np.asarray(obs)}  # noqa: E731
+    elif isinstance(space, gym.spaces.Dict):
+        unwrap = lambda obs: {k: np.asarray(v) for k, v in obs.items()}  # noqa: E731
+    else:
+        raise UserError(
+            f"dataset {path} has {type(space).__name__} observations; the trainer reads Box or Dict(state, pixels)"
+        )
+    episodes = [
+        Episode(
+            unwrap(e.observations),
+            np.asarray(e.actions, np.float32),
+            np.asarray(e.rewards, np.float32),
+            np.asarray(e.terminations, bool),
+            np.asarray(e.truncations, bool),
+        )
+        for e in dataset.iterate_episodes()
+    ]
+    return Demonstrations(
+        episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}), fingerprint(path), Path(path)
+    )

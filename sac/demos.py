@@ -1,0 +1,70 @@
+"""Demonstrations in training, as RLPD (Ball et al., 2023) uses them: a store of their own that the replay's ring never
+evicts, and a share of every batch drawn from it ("symmetric sampling": half by default).
+
+The store is a second ReplayBuffer filled once from the episodes, so demonstrations go through the same sampling
+code as the agent's own transitions: frame stacks rebuilt from single frames (any `env.frame_stack`), n-step
+returns, frames on the training device. Its capacity is the demonstrations' frame count, so nothing is ever
+overwritten. Hand-written because RLPD's and SERL's samplers belong to their own (JAX) replay buffers; here it
+is ten lines over this project's ReplayBuffer.
+
+Shapes: `fill_store` takes per episode observations (L + 1, *frame_shape) (the reset observation first), actions
+float32 (L, A), rewards (L,), terminations bool (L,); `mixed_sample` returns the batch layout of ReplayBuffer.sample.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from sac.replay import ReplayBuffer
+
+
+def fill_store(
+    episodes: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    *,
+    frame_stack: int | None,
+    seed: int,
+    discount: float,
+    nstep: int,
+    frames_on: torch.device | None,
+) -> ReplayBuffer:
+    """A ReplayBuffer holding exactly these episodes, each (observations, actions, rewards, terminations)."""
+    observations = [episode[0] for episode in episodes]
+    frames = sum(len(obs) for obs in observations)
+    first = observations[0]
+    store = ReplayBuffer(
+        capacity=frames + (frame_stack or 1) + 2,  # + the ring's minimum window: stores of one short episode work too
+        frame_shape=first.shape[1:],
+        frame_dtype=first.dtype,
+        action_dim=episodes[0][1].shape[-1],
+        frame_stack=frame_stack,
+        seed=seed,
+        discount=discount,
+        nstep=nstep,
+        frames_on=frames_on,
+    )
+    for obs, actions, rewards, terminations in episodes:
+        if frame_stack:  # the store keeps the last frame of the stack it is given: a one-frame stack per step
+            obs = obs[:, None]
+        store.add_first(obs[0])
+        for t in range(len(actions)):
+            store.add(actions[t], float(rewards[t]), bool(terminations[t]), obs[t + 1])
+    return store
+
+
+def demo_count(batch_size: int, share: float) -> int:
+    """Samples per batch from the demonstrations."""
+    return int(round(share * batch_size))
+
+
+def mixed_sample(
+    replay: ReplayBuffer, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """`batch_size` transitions: `demo_count(batch_size, share)` from `demos`, the rest from `replay`, the
+    demonstrations last."""
+    from_demos = demo_count(batch_size, share)
+    own = replay.sample(batch_size - from_demos, device)
+    if from_demos == 0:
+        return own
+    shown = demos.sample(from_demos, device)
+    return {key: torch.cat([own[key], shown[key]]) for key in own}

@@ -1,0 +1,267 @@
+"""Demonstrations: a recording loads back exactly as the env produced it (frames, states, actions, rewards), batches
+hold the configured share of them with frame stacks rebuilt as the env stacks them, a dataset that does not fit the
+run is a one-line error naming both sides, and a run resumed with demonstrations re-reads them (saying so, and saying
+when the file changed), continuing bit for bit as if it never stopped."""
+
+from envs import make_env  # rendering was configured by tests/conftest.py
+
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from envs import demos  # noqa: E402
+from trainer.record import record, recording_settings  # noqa: E402
+from sac.demos import demo_count, fill_store, mixed_sample  # noqa: E402
+from sac.replay import ReplayBuffer  # noqa: E402
+from tests.conftest import ROOT, run_cli, sets  # noqa: E402
+from trainer import checkpoint  # noqa: E402
+from trainer.config import load_config  # noqa: E402
+from trainer.demos import check_fits  # noqa: E402
+from errors import UserError  # noqa: E402
+
+VIDEO, STATE = str(ROOT / "configs" / "dishwashing_video.yaml"), str(ROOT / "configs" / "dishwashing_state.yaml")
+SIZE = 40  # small frames: the tests render every step
+
+
+def record_dataset(path, episodes: int = 2, seed: int = 0, size: int = SIZE) -> list[demos.Episode]:
+    """Record through the command line, as users do; the episodes as the recorder produced them in memory too."""
+    cfg = load_config(VIDEO, [f"env.image_size={size}"])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.record",
+            "--episodes",
+            str(episodes),
+            "--out",
+            str(path),
+            "--seed",
+            str(seed),
+            "--set",
+            f"env.image_size={size}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{episodes} episodes" in done.stdout and f"{episodes} successful" in done.stdout
+    return record(cfg, episodes, noise=0.1, seed=seed, progress=False)[0]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "scripted"
+    return path, record_dataset(path)
+
+
+def test_recording_loads_back_exactly_as_the_env_returned_it(dataset):
+    path, recorded = dataset
+    loaded = demos.read(path)
+    assert len(loaded.episodes) == len(recorded) == 2
+    assert loaded.recording == recording_settings(load_config(VIDEO, [f"env.image_size={SIZE}"]))
+    for mine, theirs in zip(recorded, loaded.episodes):
+        assert theirs.observations.keys() == {demos.STATE, demos.PIXELS}
+        for key in mine.observations:
+            assert theirs.observations[key].dtype == mine.observations[key].dtype
+            assert np.array_equal(theirs.observations[key], mine.observations[key]), key
+        for name in ("actions", "rewards", "terminations", "truncations"):
+            assert np.array_equal(getattr(theirs, name), getattr(mine, name)), name
+        assert theirs.terminations[-1] and not theirs.terminations[:-1].any(), "each ends placed"
+
+    # what was stored is what the trainer's own envs return for the same start and actions, in both modes
+    episode = loaded.episodes[1]
+    pixel_env = make_env(load_config(VIDEO, [f"env.image_size={SIZE}"]).env, pixels=True)
+    state_env = make_env(load_config(STATE).env, pixels=False)
+    frames, states = [pixel_env.reset(seed=1)[0][-1]], [state_env.reset(seed=1)[0]]
+    for action in episode.actions:
+        frames.append(pixel_env.step(action)[0][-1])
+        states.append(state_env.step(action)[0])
+    pixel_env.close()
+    assert np.array_equal(np.array(frames), episode.observations[demos.PIXELS])
+    assert np.array_equal(np.array(states), episode.observations[demos.STATE])
+
+
+def test_recording_never_overwrites_a_dataset(dataset):
+    path, _ = dataset
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"error: a dataset already exists at {path}; pass another --out or delete it first"
+    )
+    assert len(demos.read(path).episodes) == 2
+
+
+def synthetic_store(marker: float, frame_stack: int | None, episodes: int = 3, length: int = 7) -> ReplayBuffer:
+    """Episodes whose frame values count up from `marker` and whose actions are all `marker`."""
+    data = []
+    for e in range(episodes):
+        values = marker + 100 * e + np.arange(length + 1)
+        obs = (
+            np.broadcast_to(values[:, None, None, None], (length + 1, 1, 2, 2)).astype(np.uint8)
+            if frame_stack
+            else np.repeat(values[:, None], 3, axis=1).astype(np.float32)
+        )
+        data.append(
+            (
+                obs,
+                np.full((length, 2), marker, np.float32),
+                np.ones(length, np.float32),
+                np.arange(length) == length - 1,
+            )
+        )
+    return fill_store(data, frame_stack=frame_stack, seed=0, discount=0.99, nstep=1, frames_on=None)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5])
+def test_batches_hold_the_configured_share_of_demonstrations(share):
+    replay, shown = synthetic_store(-1.0, None), synthetic_store(1.0, None)
+    for _ in range(5):
+        batch = mixed_sample(replay, shown, 64, share)
+        from_demos = (batch["action"][:, 0] == 1.0).numpy()
+        assert len(from_demos) == 64 and from_demos.sum() == demo_count(64, share) == round(64 * share)
+        assert from_demos[64 - demo_count(64, share) :].all(), "the demonstrations fill the end of the batch"
+
+
+def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
+    store = synthetic_store(10.0, frame_stack=3, episodes=1)
+    batch = store.sample(256)
+    obs, next_obs = (
+        batch["obs"][:, :, 0, 0, 0].numpy().astype(int),
+        batch["next_obs"][:, :, 0, 0, 0].numpy().astype(int),
+    )
+    step = next_obs[:, -1] - 10  # the frame each transition leads to, 1..7
+    assert set(step) == set(range(1, 8)), "every transition of the episode is sampled, none of the padding"
+    expect = lambda last: 10 + np.maximum(last[:, None] + np.array([-2, -1, 0]), 0)  # noqa: E731  reset frame repeated
+    assert np.array_equal(obs, expect(step - 1)) and np.array_equal(next_obs, expect(step))
+    assert (batch["discount"][step == 7] == 0).all() and (batch["discount"][step < 7] > 0).all()
+
+
+def fake(obs_spaces: dict, action_dim: int = 4, **recording) -> demos.Demonstrations:
+    return demos.Demonstrations(
+        [],
+        gym.spaces.Dict(obs_spaces),
+        gym.spaces.Box(-1, 1, (action_dim,), np.float32),
+        {"env_id": "Dishwashing-v0", "camera": "overview", "image_size": 84, "action_repeat": 1} | recording,
+        "0",
+        "data/x",
+    )
+
+
+STATE_BOX = gym.spaces.Box(-np.inf, np.inf, (26,), np.float32)
+FRAME = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
+
+
+@pytest.mark.parametrize(
+    "config, data, message",
+    [
+        (
+            STATE,
+            fake({"state": STATE_BOX}, env_id="DishwashingFeasible-v0"),
+            "env id DishwashingFeasible-v0 there, Dishwashing-v0 here (env.id)",
+        ),
+        (STATE, fake({"pixels": FRAME}), "observations pixels there, state here (encoder.type)"),
+        (
+            STATE,
+            fake({"state": gym.spaces.Box(-np.inf, np.inf, (26,), np.float64)}),
+            "observations float64 (26,) there, float32 (26,) here (env.id)",
+        ),
+        (STATE, fake({"state": STATE_BOX}, action_dim=3), "action dimension 3 there, 4 here (env.id)"),
+        (STATE, fake({"state": STATE_BOX}, action_repeat=2), "action_repeat 2 there, 1 here (env.action_repeat)"),
+        (
+            VIDEO,
+            fake({"pixels": gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)}),
+            "observations uint8 (3, 64, 64) there, uint8 (3, 84, 84) here (env.image_size)",
+        ),
+        (
+            VIDEO,
+            fake({"pixels": gym.spaces.Box(0, 255, (4, 3, 84, 84), np.uint8)}),
+            "frames stored in stacks of 4 there, single frames stacked 3 at a time here (env.frame_stack)",
+        ),
+        (VIDEO, fake({"pixels": FRAME}, camera="close"), "camera close there, overview here (env.camera)"),
+    ],
+)
+def test_a_dataset_that_does_not_fit_the_run_names_both_sides(config, data, message):
+    cfg = load_config(config)
+    env = gym.make("Dishwashing-v0")
+    obs_space = gym.spaces.Box(0, 255, (3, 3, 84, 84), np.uint8) if cfg.encoder.type == "video" else STATE_BOX
+    with pytest.raises(
+        UserError, match=re.escape(f"demonstrations data/x do not fit this run: {message}; record matching ones with")
+    ):
+        check_fits(cfg, data, obs_space, env.action_space.shape[0])
+
+
+def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
+    path, _ = dataset  # recorded at SIZE px: the video config renders 84
+    done = run_cli("--config", VIDEO, *sets(demos__path=path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.count("error:") == 1  # gymnasium's RescaleAction warns on stderr before it: not ours
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: demonstrations {path} do not fit this run: observations uint8 (3, {SIZE}, {SIZE}) there, "
+        "uint8 (3, 84, 84) here (env.image_size); record matching ones with python3 -m "
+        "trainer.record --config <this config> --out PATH, or set demos.path to another dataset"
+    )
+
+
+def state_run(tmp_path, run, demos_path, episodes: int) -> list[str]:
+    return [
+        "--config",
+        STATE,
+        *sets(
+            demos__path=demos_path,
+            training__episodes=episodes,
+            training__max_env_steps="null",
+            env__max_episode_steps=30,
+            sac__batch_size=16,
+            sac__hidden_dim=32,
+            training__seed_steps=20,
+            training__eval_every_episodes=0,
+            checkpoint__dir=tmp_path / run,
+            checkpoint__every_episodes=2,
+            logging__tensorboard_dir=tmp_path / "runs" / run,
+            logging__progress="false",
+        ),
+    ]
+
+
+def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_path, dataset):
+    demos_path = tmp_path / "demos"
+    shutil.copytree(dataset[0], demos_path)
+    straight = run_cli(*state_run(tmp_path, "straight", demos_path, 4))
+    assert straight.returncode == 0, straight.stderr
+    steps = demos.read(demos_path).steps
+    said = f"training with 2 demonstration episodes ({steps} steps) from {demos_path}: 50% of every batch"
+    assert said in straight.stdout
+
+    first = run_cli(*state_run(tmp_path, "resumed", demos_path, 2))
+    assert first.returncode == 0, first.stderr
+    payload, _ = checkpoint.load(tmp_path / "resumed" / "sac_dishwashing_state_latest.pt")
+    assert set(payload["demos"]) == {"path", "fingerprint", "rng"}, "the checkpoint holds no demonstrations"
+    resumed = run_cli(*state_run(tmp_path, "resumed", demos_path, 4), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "re-read 2 demonstration episodes" in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
+    assert "differs" not in resumed.stdout
+
+    a, _ = checkpoint.load(tmp_path / "straight" / "sac_dishwashing_state_latest.pt")
+    b, _ = checkpoint.load(tmp_path / "resumed" / "sac_dishwashing_state_latest.pt")
+    assert a["progress"] == b["progress"] and a["agent"]["updates"] == b["agent"]["updates"] > 50
+    for name, tensor in a["agent"]["critic"].items():
+        assert torch.equal(tensor, b["agent"]["critic"][name]), f"critic.{name} differs after resume"
+
+    shutil.rmtree(demos_path)
+    record_dataset(demos_path, seed=7)
+    again = run_cli(*state_run(tmp_path, "resumed", demos_path, 6), "--resume", "auto")
+    assert again.returncode == 0, again.stderr
+    assert "the file differs from the one the checkpoint trained with" in again.stdout

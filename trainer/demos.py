@@ -1,0 +1,94 @@
+"""The run's demonstrations (`demos.path`): read the Minari dataset (envs/demos.py), check it against the config,
+fill their store (sac/demos.py). Checkpoints hold only the file's fingerprint and the store's sampling RNG, never the
+demonstrations themselves: resume re-reads the file and says so, and says when it changed since the checkpoint."""
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs import demos as demo_files
+from sac.demos import fill_store
+from sac.replay import ReplayBuffer
+from trainer.config import Config
+from errors import UserError
+
+RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> --out PATH"
+
+
+class Demos:
+    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from."""
+
+    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None):
+        self.path = cfg.demos.path
+        data = demo_files.read(self.path)
+        key = check_fits(cfg, data, obs_space, action_dim)
+        self.fingerprint, self.episodes, self.steps = data.fingerprint, len(data.episodes), data.steps
+        sac = cfg.sac
+        self.store: ReplayBuffer = fill_store(
+            [(e.observations[key], e.actions, e.rewards, e.terminations) for e in data.episodes],
+            frame_stack=cfg.env.frame_stack if key == demo_files.PIXELS else None,
+            seed=cfg.training.seed,
+            discount=sac.discount,
+            nstep=sac.nstep,
+            frames_on=frames_on,
+        )
+
+    def describe(self) -> str:
+        return f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}"
+
+    def state_dict(self) -> dict:
+        return {"path": str(self.path), "fingerprint": self.fingerprint, "rng": self.store.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict | None) -> str:
+        """Continue the saved sampling; returns what to tell the user (the file is re-read, or it changed)."""
+        message = f"re-read {self.describe()} (checkpoints do not copy them)"
+        if state is None:
+            return f"{message}; the checkpoint trained without demonstrations"
+        self.store.rng.bit_generator.state = state["rng"]
+        if state["fingerprint"] != self.fingerprint:
+            return (
+                f"{message}; the file differs from the one the checkpoint trained with ({state['path']}): "
+                "training goes on with the demonstrations as they are now"
+            )
+        return message
+
+
+def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int) -> str:
+    """The observation key this run reads, or a one-line UserError naming the dataset's side and the config's."""
+    pixels = cfg.encoder.type == "video"
+    key = demo_files.PIXELS if pixels else demo_files.STATE
+
+    def fail(what: str, theirs, ours, config_key: str) -> UserError:
+        return UserError(
+            f"demonstrations {data.path} do not fit this run: {what} {theirs} there, {ours} here "
+            f"({config_key}); {RECORD_HINT}, or set demos.path to another dataset"
+        )
+
+    recorded_id = data.recording.get("env_id")
+    if recorded_id is not None and recorded_id != cfg.env.id:
+        raise fail("env id", recorded_id, cfg.env.id, "env.id")
+    if key not in data.observation_space.spaces:
+        raise fail("observations", "/".join(data.observation_space.spaces), key, "encoder.type")
+    space = data.observation_space[key]
+    if pixels and len(space.shape) == len(obs_space.shape):  # stacks stored: the run could not restack them
+        raise fail(
+            "frames stored in stacks of",
+            space.shape[0],
+            f"single frames stacked {cfg.env.frame_stack} at a time",
+            "env.frame_stack",
+        )
+    ours = obs_space.shape[1:] if pixels else obs_space.shape
+    if tuple(space.shape) != tuple(ours) or np.dtype(space.dtype) != np.dtype(obs_space.dtype):
+        raise fail(
+            "observations",
+            f"{np.dtype(space.dtype)} {tuple(space.shape)}",
+            f"{np.dtype(obs_space.dtype)} {tuple(ours)}",
+            "env.image_size" if pixels else "env.id",
+        )
+    if data.action_space.shape != (action_dim,):
+        raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
+    for setting in ("camera", "action_repeat") if pixels else ("action_repeat",):
+        recorded, configured = data.recording.get(setting, getattr(cfg.env, setting)), getattr(cfg.env, setting)
+        if recorded != configured:
+            raise fail(setting, recorded, configured, f"env.{setting}")
+    return key
