@@ -34,7 +34,14 @@ from trainer import checkpoint
 from sac.demos import mixed_sample
 from trainer.config import Config, to_dict, to_yaml
 from trainer.demos import Demos
-from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
+from trainer.device import (
+    can_compile,
+    check_host_memory,
+    native_bfloat16,
+    out_of_memory,
+    replay_frames_device,
+    resolve_device,
+)
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote, staging_dir
@@ -208,7 +215,10 @@ class Trainer:
         for _ in range(sac.updates_per_step * env_steps):
             if self.stop.requested:  # a spot reclaim leaves 30-120 s: every long loop listens
                 return
-            metrics = self.agent.update(self.sample(sac.batch_size))
+            try:
+                metrics = self.agent.update(self.sample(sac.batch_size))
+            except torch.OutOfMemoryError:
+                raise out_of_memory(self.device, batch_size=sac.batch_size) from None
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
 
