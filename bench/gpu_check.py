@@ -346,7 +346,7 @@ def markdown(name: str, command: str, rows: dict) -> str:
         if section == "smoke":
             row = rows["smoke"]
             lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
-            lines += [f"- evaluations (frames: return): "
+            lines += ["- evaluations (frames: return): "
                       + ", ".join(f"{e['frames']}: {e['return']:.0f}" for e in row.get("evals", []))]
         else:
             keys = sorted({key for row in rows[section].values() for key in row})
@@ -354,7 +354,8 @@ def markdown(name: str, command: str, rows: dict) -> str:
             lines += [f"| {row_name} | " + " | ".join(str(row.get(key, "")) for key in keys) + " |"
                       for row_name, row in rows[section].items()]
         lines.append("")
-    lines += ["## The guide's claims beside the measured values", "", "| claim | guide | measured |", "| --- | --- | --- |"]
+    lines += ["## The guide's claims beside the measured values", "",
+              "| claim | guide | measured |", "| --- | --- | --- |"]
     lines += [f"| {claim} | {guide} | {value} |" for claim, guide, value in claims(rows)]
     return "\n".join(lines) + "\n"
 

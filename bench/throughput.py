@@ -8,18 +8,29 @@ contenders it alternates between them in chunks, so that load from other jobs on
 Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
                     quality, same camera), against make_env(...).step: the wrapper overhead
-  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay): 1 env against 2
-                    env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer draws in its
-                    process's own thread, in the 1-env process too: one core per env)
+  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay):
+                    1 env against 2 env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer
+                    draws in its process's own thread, in the 1-env process too: one core per env)
   train             one update per env step, each contender timed after --seed-steps random steps and one untimed
                     episode of updates (allocations, compiling), chunks of one episode:
                       train             this trainer, the config's algorithm in float32, uncompiled (whatever its
                                         profile says): DrQ, whose target critic has its own encoder
                       train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
-                      train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast on the
-                                        encoder where the device computes bf16 natively (emulated, it is several times slower)
+                      train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast
+                                        on the encoder where the device computes bf16 natively (emulated, it is
+                                        several times slower)
                       sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
+  frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes per hour of
+                    training (--episode-steps agent steps each, one update per step) two ways, in one run:
+                      in_update  the trunk inside every update, on a replay of frames (how a frozen trunk trained before
+                                 issue 21), composed from the same public classes: SAC over the frozen encoder, frame
+                                 ReplayBuffer, env; timed over --frozen-before-steps steps (seconds to minutes each)
+                      stored     this trainer: the trunk once per agent step, features in the replay, updates on the
+                                 heads only; timed over whole episodes (--steps, at least one)
+                    and the replay's bytes per stored transition of each. E.g. for R3D-18 at 112 px on dishwashing:
+                      python3 -m bench.throughput --rows frozen --config configs/dishwashing_video.yaml \
+                        --batch-size 128 --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
   phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
                     (the config's passes per update) and backward, optimiser steps, and one whole update
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
@@ -37,11 +48,12 @@ import time
 
 import numpy as np
 
-ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "phases")
+ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
 OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
-    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True, "training.compile": True},  # + autocast where bf16 is native
+    # + autocast where bf16 is native
+    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True, "training.compile": True},
 }
 ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}  # Mesa's software renderer otherwise draws each frame with every core
 
@@ -51,12 +63,14 @@ def config(args, **overrides):
 
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
-        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
+        "sac.batch_size": args.batch_size,
+        "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
         "logging.tensorboard_dir": tempfile.mkdtemp(),
-        "training.autocast": False, "training.compile": False,  # float32 unless a row says otherwise, whatever the profile
+        # float32 unless a row says otherwise, whatever the profile
+        "training.autocast": False, "training.compile": False,
         **overrides,
     }
     return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
@@ -106,7 +120,8 @@ def raw_vs_wrapper(args) -> dict:
     renderer.close()
     env.close()
     return {
-        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1), "wrapper_steps_per_s": round(steps / wrapped, 1),
+        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1),
+        "wrapper_steps_per_s": round(steps / wrapped, 1),
         "physics_ms": round(1e3 * physics / steps, 3), "render_ms": round(1e3 * render / steps, 3),
         "wrapper_overhead": round(wrapped / (physics + render) - 1, 3),
     }
@@ -125,7 +140,8 @@ def collect(args, chunks: int = 10) -> dict:
     totals = interleave(contenders, chunks, args.collect_steps // chunks)
     rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
     return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
-            "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
+            "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2),
+            "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
 def interleave(contenders: dict, rounds: int, steps: int) -> dict:
@@ -143,8 +159,9 @@ def interleave(contenders: dict, rounds: int, steps: int) -> dict:
 
 
 class OurTrainer:
-    """This trainer as a contender of the `train` and `collect` rows, with its config's settings plus `overrides`,
-    warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or checkpoint."""
+    """This trainer as a contender of the `train`, `collect` and `frozen` rows, with its config's settings plus
+    `overrides`, warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or
+    checkpoint."""
 
     def __init__(self, args, overrides: dict):
         from trainer.loop import Trainer
@@ -167,12 +184,72 @@ def train(args) -> dict:
     from trainer.device import native_bfloat16, resolve_device
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
-    contenders = {name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
-                  for name, overrides in OURS.items()}
-    contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
+    contenders = {
+        name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
+        for name, overrides in OURS.items()
+    }
+    contenders |= {
+        "sb3_equal_encoder": SB3Trainer(args, equal_encoder=True),
+        "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False),
+    }
     replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
     totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
-    return {name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders} | {"train_fast_autocast": autocast}
+    return {
+        name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders
+    } | {"train_fast_autocast": autocast}
+
+
+def frozen(args) -> dict:
+    """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored features."""
+    import torch
+
+    from envs import make_env
+    from sac.agent import SAC
+    from sac.replay import ReplayBuffer
+    from trainer.encoders import build_video_encoder
+
+    overrides = {"encoder.video.freeze": True}
+    cfg = config(args, **overrides)
+    env = make_env(cfg.env, cfg.pixels)
+    shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
+    device = torch.device("cpu" if args.cpu else ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(cfg.training.seed)
+    agent = SAC(build_video_encoder(cfg.encoder, shape), action_dim, cfg.sac, device=device, pixels=True,
+                autocast=cfg.training.autocast)
+    frames = ReplayBuffer(capacity=cfg.sac.buffer_size, frame_shape=shape[1:], frame_dtype=np.uint8,
+                          action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=cfg.training.seed,
+                          discount=cfg.sac.discount, nstep=cfg.sac.nstep)
+    rng = np.random.default_rng(cfg.training.seed)
+    obs, _ = env.reset(seed=cfg.training.seed)
+    frames.add_first(obs)
+    for step in range(args.seed_steps + args.frozen_before_steps + 1):  # seed steps, one untimed step, the timed ones
+        if step == args.seed_steps + 1:
+            start = time.perf_counter()
+        seeding = step < args.seed_steps
+        action = rng.uniform(-1, 1, action_dim).astype(np.float32) if seeding else agent.act(obs[None], sample=True)[0]
+        obs, reward, terminated, truncated, _ = env.step(action)
+        frames.add(action, reward, terminated, obs)
+        if terminated or truncated:
+            obs, _ = env.reset()
+            frames.add_first(obs)
+        if step >= args.seed_steps:
+            agent.update(frames.sample(cfg.sac.batch_size, device))
+    in_update = (time.perf_counter() - start) / args.frozen_before_steps
+    env.close()
+    stored = OurTrainer(args, overrides)
+    steps, seconds = stored.run(args.steps)
+    features_bytes = stored.replay_bytes()
+    stored.close()
+    per_hour = {name: 3600 / (args.episode_steps * seconds_per_step)
+                for name, seconds_per_step in (("in_update", in_update), ("stored", seconds / steps))}
+    return {
+        "arch": cfg.encoder.video.arch, "input_size": cfg.encoder.video.input_size, "batch": cfg.sac.batch_size,
+        "autocast": cfg.training.autocast, "in_update_steps": args.frozen_before_steps, "stored_steps": steps,
+        "in_update_s_per_step": round(in_update, 3), "stored_s_per_step": round(seconds / steps, 3),
+        **{f"{name}_episodes_per_hour": round(value, 2) for name, value in per_hour.items()},
+        "speedup": round(per_hour["stored"] / per_hour["in_update"], 1),
+        "frames_bytes_per_transition": frames.bytes_per_slot, "features_bytes_per_transition": features_bytes,
+    }
 
 
 def phases(args) -> dict:
@@ -185,7 +262,8 @@ def phases(args) -> dict:
     cfg = config(args, **{"training.seed_steps": 10**9})  # random actions, no updates: just fill the replay
     trainer = Trainer(cfg)
     trainer.run(4 * args.batch_size)
-    agent, device, sync = trainer.agent, trainer.device, torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+    agent, device = trainer.agent, trainer.device
+    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
 
     def ms(fn, repeats: int = 20) -> float:
         fn()
@@ -217,7 +295,11 @@ def phases(args) -> dict:
     agent.update(batch)  # every parameter has a gradient and optimiser state for the optimiser timing
     row = {
         "replay_sample_ms": ms(lambda: trainer.replay.sample(args.batch_size, device)),
-        "augment_ms": ms(lambda: (random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad))),
+        "augment_ms": ms(
+            lambda: (
+                random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad)
+            )
+        ),
         "encoder_forward_ms": ms(forward_passes),
         "encoder_backward_ms": round(ms(forward_backward) - ms(lambda: encoder(shifted)), 3),
         "optimiser_ms": ms(optimisers),
@@ -261,7 +343,11 @@ class SB3Trainer:
                 super().__init__(observation_space, cfg.sac.feature_dim)
                 self.convs = build_encoder(cfg.encoder, stack_shape).convs
                 repr_dim = self.convs(torch.zeros(1, *observation_space.shape)).shape[1]
-                self.trunk = torch.nn.Sequential(torch.nn.Linear(repr_dim, cfg.sac.feature_dim), torch.nn.LayerNorm(cfg.sac.feature_dim), torch.nn.Tanh())
+                self.trunk = torch.nn.Sequential(
+                    torch.nn.Linear(repr_dim, cfg.sac.feature_dim),
+                    torch.nn.LayerNorm(cfg.sac.feature_dim),
+                    torch.nn.Tanh(),
+                )
 
             def forward(self, obs):
                 return self.trunk(self.convs(obs - 0.5))
@@ -270,8 +356,9 @@ class SB3Trainer:
         if equal_encoder:
             policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
         self.model = SB3SAC(
-            "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size, learning_starts=args.seed_steps,
-            train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
+            "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size,
+            learning_starts=args.seed_steps, train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr,
+            policy_kwargs=policy_kwargs, seed=cfg.training.seed,
             device="cpu" if args.cpu else "auto", verbose=0,
         )
         self.model.learn(args.seed_steps + args.episode_steps)
@@ -283,7 +370,9 @@ class SB3Trainer:
 
     def replay_bytes(self) -> int:
         buffer = self.model.replay_buffer
-        arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
+        arrays = [
+            buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts
+        ]
         return sum(a.nbytes for a in arrays) // buffer.buffer_size
 
     def close(self) -> None:
@@ -292,10 +381,13 @@ class SB3Trainer:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train, "phases": phases,
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train,
+        "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
-    peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    peak_kb = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
     return {"row": name, **row, "peak_rss_mb": round(peak_kb / 1024)}
 
 
@@ -313,6 +405,7 @@ def summary(rows: dict) -> dict:
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
         "collect_2env_vs_1env": rows.get("collect", {}).get("scaling"),
         "collect_2env_vs_1env_1thread": rows.get("collect_1thread", {}).get("scaling"),
+        "frozen_stored_vs_in_update": rows.get("frozen", {}).get("speedup"),
     }
 
 
@@ -322,12 +415,22 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=300, help="timed agent steps per row")
-    parser.add_argument("--collect-steps", type=int, default=2000, help="timed agent steps per env count in the collect rows (cheap: no updates)")
-    parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
+    parser.add_argument(
+        "--collect-steps", type=int, default=2000,
+        help="timed agent steps per env count in the collect rows (cheap: no updates)",
+    )
+    parser.add_argument(
+        "--seed-steps", type=int, default=100, help="random-action steps before the timed training steps"
+    )
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
+    parser.add_argument("--frozen-before-steps", type=int, default=3,
+                        help="timed agent steps of the frozen row's in-update contender")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)",
+    )
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
@@ -340,10 +443,13 @@ def main() -> None:
     forwarded = [arg for arg in sys.argv[1:] if arg != "--rows" and arg not in ROWS]
     for name in args.rows:
         env = os.environ | (ONE_RENDER_THREAD if name.endswith("_1thread") else {})
-        result = subprocess.run([sys.executable, "-m", "bench.throughput", *forwarded, "--row", name], capture_output=True, text=True, env=env)
+        result = subprocess.run(
+            [sys.executable, "-m", "bench.throughput", *forwarded, "--row", name],
+            capture_output=True, text=True, env=env,
+        )
         if result.returncode != 0:
             errors = [line for line in result.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
-            print(json.dumps({"row": name, "error": (errors or ["exit status %d" % result.returncode])[0]}), flush=True)
+            print(json.dumps({"row": name, "error": (errors or [f"exit status {result.returncode}"])[0]}), flush=True)
             continue
         rows[name] = json.loads(result.stdout.strip().splitlines()[-1])
         print(json.dumps(rows[name]), flush=True)

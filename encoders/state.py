@@ -1,5 +1,5 @@
-"""The state path: the simulator's state vector is already a good representation, so the encoder only checks
-and casts it; the SAC heads' MLPs do the rest."""
+"""The vector path: the simulator's state vector, or a frozen trunk's stored features (encoders/frozen.py, float16),
+is already a representation, so the encoder only checks it and casts it to float32; the SAC heads do the rest."""
 
 import torch
 from torch import nn
@@ -12,5 +12,7 @@ class StateEncoder(nn.Module):
         self.repr_dim = obs_shape[0]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        assert obs.dim() == 2 and obs.shape[1] == self.repr_dim, f"expected (B, {self.repr_dim}), got {tuple(obs.shape)}"
+        assert obs.dim() == 2 and obs.shape[1] == self.repr_dim, (
+            f"expected (B, {self.repr_dim}), got {tuple(obs.shape)}"
+        )
         return obs.float()

@@ -14,7 +14,8 @@ next action is chosen before the updates that follow the step it answers (with o
 policy that acts is one round of updates old).
 
 Observations: uint8 (N, T, C, H, W) frame stacks or float32 (N, D) state vectors, copied out of shared memory
-before the worker is sent its next action (which overwrites it).
+before the worker is sent its next action (which overwrites it), or mapped by the step's `observe` (a frozen
+trunk's features, computed once per observation).
 
 Stopping: Ctrl-C in tmux, `kill -TERM -<pgid>` and schedulers that signal a job's processes reach the workers too.
 A worker that died of it would break the trainer's pipe while it saves and closes, so workers ignore SIGINT, SIGTERM
@@ -104,24 +105,30 @@ class EnvWorkers:
             self.obs[i] = obs[0]
         return self.obs.copy()
 
-    def step(self, act: Callable[[np.ndarray], np.ndarray]):
-        """One step of every worker. `act` maps observations (n, ...) to actions (n, A). Returns the actions that
-        led to this step's results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each.
-        Autoreset is NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
-        if not any(self.in_flight):
-            self.actions = np.array(act(self.obs), dtype=np.float32)  # our own copy: it is written in place
+    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+        """One step of every worker. `observe` maps observations (n, ...) to what `act` reads and the step returns
+        (a frozen trunk's features; by default a copy), once per observation, as each worker's arrives (its next
+        action waits for it); `act` maps those to actions (n, A). Returns the actions that led to this step's
+        results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each. Autoreset is
+        NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
+        if not any(self.in_flight):  # the reset observations, observed again: once per reset, not per step
+            self.actions = np.array(act(observe(self.obs)), dtype=np.float32)  # our own copy: written in place
             for i in range(self.num_envs):
                 self._send(i)
         taken = self.actions.copy()
-        reward, terminated, truncated = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        reward, terminated, truncated = (
+            np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        )
+        observed = []
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False
             with self._alive(i):
                 obs, rewards, terminations, truncations, _ = worker.step_wait()
             self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
-            self.actions[i] = act(self.obs[i:i + 1])[0]
+            observed.append(observe(self.obs[i:i + 1]))
+            self.actions[i] = act(observed[-1])[0]
             self._send(i)
-        return taken, self.obs.copy(), reward, terminated, truncated
+        return taken, np.concatenate(observed), reward, terminated, truncated
 
     def _send(self, i: int) -> None:
         with self._alive(i):
@@ -176,22 +183,29 @@ class InProcessEnv:
         self.env, self.num_envs = env, 1
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
         self.obs = None  # (1, ...) the observation the next action is chosen for
+        self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it
         self.seed, self.resetting = 0, False
 
     def reset(self, seed: int) -> np.ndarray:
-        self.seed, self.resetting = seed, False
+        self.seed, self.resetting, self.observed = seed, False, None
         self.obs = self.env.reset(seed=seed)[0][None]
         return self.obs
 
-    def step(self, act: Callable[[np.ndarray], np.ndarray]):
-        """As `EnvWorkers.step`, for one env: (actions, obs, reward, terminated, truncated), (1, ...) each."""
+    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+        """As `EnvWorkers.step`, for one env: (actions, obs, reward, terminated, truncated), (1, ...) each, where obs
+        is what `observe` made of the observation."""
         if self.resetting:
             self.reset(self.seed + 1)
-            return np.zeros((1, *self.single_action_space.shape), np.float32), self.obs, np.zeros(1), np.zeros(1, bool), np.zeros(1, bool)
-        action = np.array(act(self.obs), dtype=np.float32)
+            self.observed = observe(self.obs)
+            return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed, np.zeros(1),
+                    np.zeros(1, bool), np.zeros(1, bool))
+        if self.observed is None:  # the observation of `reset(seed)`, observed again: once per reset, not per step
+            self.observed = observe(self.obs)
+        action = np.array(act(self.observed), dtype=np.float32)
         obs, reward, terminated, truncated, _ = self.env.step(action[0])
         self.obs, self.resetting = obs[None], terminated or truncated
-        return action, self.obs, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
+        self.observed = observe(self.obs)
+        return action, self.observed, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
 
     def close(self) -> None:
         self.env.close()

@@ -1,6 +1,7 @@
 """Soft Actor-Critic for pixels, done the way DrQ (Kostrikov et al., 2020) and DrQ-v2 obtained their results:
 random-shift augmentation inside the update, the encoder trained by the critic loss only, the actor on detached
-features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q and a learned temperature.
+features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q
+and a learned temperature.
 
 Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
 separate encoders (twice the encoder passes) and have no augmentation inside the update.
@@ -12,8 +13,10 @@ Encoder passes per update: the online encoder over obs (with gradient: the criti
 next_obs (no gradient, for the next action), and the target encoder over next_obs unless `sac.target_encoder` is off
 (DrQ-v2: the target heads read the online next_obs features) or the encoder is frozen (its copy would never differ);
 the actor reuses the obs features. With `sac.augment_samples` = K (DrQ's K = M, 2 in its published results) each
-pass covers K shifted copies of the batch. Merging obs and next_obs into one online pass is not equivalent in cost: the
-next_obs half would sit in the autograd graph and double the encoder's backward.
+pass covers K shifted copies of the batch. Merging obs and next_obs into one online pass is not equivalent in cost:
+the next_obs half would sit in the autograd graph and double the encoder's backward. On a frozen trunk's stored
+features (encoders/frozen.py) the encoder is the vector encoder (encoders/state.py) and nothing is augmented: a
+feature vector has no pixels to shift.
 
 Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on the encoder and critics (state
 dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the encoder passes, where nearly all
@@ -120,8 +123,11 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 class SAC:
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
-                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False):
+                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True):
+        """`pixels`: the encoder's features are projected and normalised by the heads' trunk (sac.feature_dim);
+        `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features)."""
         self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
+        self.augment = pixels and augment
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
         trainable = any(p.requires_grad for p in encoder.parameters())
         # without a target encoder the target heads read the online encoder's next_obs features; memo skips the copy
@@ -164,7 +170,7 @@ class SAC:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs, next_obs = batch["obs"], batch["next_obs"]
-        if self.pixels:  # `augment_samples` independently shifted copies, stacked along the batch axis
+        if self.augment:  # `augment_samples` independently shifted copies, stacked along the batch axis
             copies = self.cfg.augment_samples
             obs = random_shift(obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
             next_obs = random_shift(next_obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)

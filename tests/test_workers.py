@@ -79,6 +79,37 @@ def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_prev
     workers.close()
 
 
+@pytest.mark.parametrize("num_envs", [1, 2])  # in this process, and worker processes
+def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns(num_envs):
+    cfg = pendulum()
+    cfg.env.num_envs = num_envs
+    workers = make_vector_env(cfg.env, cfg.pixels)
+    policy, calls = Recorder(workers.single_action_space.shape[0]), []
+
+    def features(obs: np.ndarray) -> np.ndarray:  # a stand-in for a frozen trunk: a different shape and dtype
+        return np.concatenate([obs, -obs], axis=1).astype(np.float16)
+
+    def observe(obs: np.ndarray) -> np.ndarray:
+        calls.append(obs.copy())
+        return features(obs)
+
+    first = workers.reset(seed=SEED)
+    ended = 0
+    for step in range(12):
+        _, observed, _, terminated, truncated = workers.step(policy, observe)
+        ended += int((terminated | truncated).sum())
+        assert len(calls) == 1 + num_envs * (step + 1), "the reset batch once, then each env's result once"
+        assert len(calls[0]) == num_envs and np.array_equal(calls[0], first)
+        new = np.concatenate(calls[-num_envs:])
+        assert new.shape == (num_envs, *workers.single_observation_space.shape)
+        assert observed.dtype == np.float16 and np.array_equal(observed, features(new))
+    assert ended >= 1, "the pendulum fell at least once: reset frames were observed too"
+    made = [features(obs) for obs in calls]
+    assert all(any(np.array_equal(o, row) for batch in made for row in batch) for o, _ in policy.seen), \
+        "act read only what observe returned"
+    workers.close()
+
+
 def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
     cfg = pendulum()
     workers = make_vector_env(cfg.env, cfg.pixels)

@@ -174,7 +174,9 @@ def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_s
     payload = {**payload, "format": FORMAT, "replay_file": replay_file, "replay_checksum": replay_checksum}
     payload["checksum"] = digest(payload)
     latest = directory / f"{name}_latest.pt"
-    written = [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
+    written = (
+        [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
+    )
     replaces_a_sidecar = written[0].exists()  # a second save at the same step, which older files may name
     atomic_save({**replay_state, "checksum": replay_checksum}, written[0])
     try:
@@ -271,7 +273,10 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         raise CheckpointError(f"{err}; {RESUME_FIX}") from None
     known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
     if not known or payload["format"] not in READABLE_FORMATS:
-        raise CheckpointError(f"{path} is not a checkpoint of this trainer (format {FORMAT}); pass a <run>_latest.pt or <run>_ep<N>.pt file")
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this trainer (format {FORMAT}); "
+            "pass a <run>_latest.pt or <run>_ep<N>.pt file"
+        )
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):
@@ -415,6 +420,19 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
                 f"checkpoint {path.name} was trained with {key}={old[key]} but the config says {key}={new[key]}; "
                 "resume with the config it was trained with, or start a new run with another checkpoint.name"
             )
+
+
+def check_trunk(saved: str | None, current: str | None, path: Path) -> None:
+    """Refuse to resume a replay of stored features with another frozen trunk (fingerprints from
+    encoders/frozen.py; None: no trunk, frames stored): the stored features would silently mean something else."""
+    if saved != current:
+        def stored(trunk: str | None) -> str:
+            return f"the features of frozen trunk {trunk}" if trunk else "frames"
+
+        raise UserError(
+            f"checkpoint {path.name} stored {stored(saved)} but this config stores {stored(current)}; resume with "
+            "the encoder.video arch, input_size, weights and freeze it was trained with"
+        )
 
 
 def changed_settings(saved: dict, current: dict) -> list[str]:

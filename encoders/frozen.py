@@ -1,0 +1,58 @@
+"""A frozen trunk run outside the SAC update: once per agent step on the newest frame stacks, so the replay stores
+its features instead of frames and every update runs the SAC heads only (`encoder.video.freeze: true`).
+
+A frozen trunk never changes, so recomputing a sample's features in every update it appears in (twice: obs and
+next_obs) is pure waste; users of pretrained visual representations encode once at collection and learn on the
+embeddings (TorchRL's R3M/VIP transforms, the R3M and VC-1 evaluation protocols). TorchRL's transforms run inside
+its own collectors and replay; this trainer has its own, so the few lines below do the same here.
+
+In: uint8 (N, T, C, H, W) frame stacks (numpy, as the envs return them). Out: FEATURE_DTYPE (N, repr_dim) numpy
+features, which the actor reads and the replay stores. float16 halves the bytes of float32 with a 10-bit mantissa
+(bfloat16 has 7 and no numpy dtype); post-ReLU trunk features sit far inside its range, and a feature beyond it is
+an error rather than a silent inf in the replay.
+"""
+
+import hashlib
+
+import numpy as np
+import torch
+from torch import nn
+
+from errors import UserError
+
+FEATURE_DTYPE = np.float16
+
+
+def fingerprint(encoder: nn.Module, arch: str) -> str:
+    """What the stored features mean: the arch, the frames it sees (stack shape, resize) and a hash of every tensor
+    in its state dict (weights and BatchNorm statistics), whatever their memory layout."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(encoder.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    size = encoder.input_size or "native"
+    return f"{arch} on {'x'.join(map(str, encoder.obs_shape))} at {size} px, sha256 {digest.hexdigest()[:16]}"
+
+
+class FrozenTrunk:
+    """`encoder` (a frozen video encoder) on `device`, computing features under inference mode, in bfloat16
+    autocast when `autocast` is on."""
+
+    def __init__(self, encoder: nn.Module, arch: str, device: torch.device, *, autocast: bool):
+        assert not any(p.requires_grad for p in encoder.parameters()), "a FrozenTrunk needs a frozen encoder"
+        self.encoder = encoder.to(device).eval()
+        self.device, self.autocast = device, autocast
+        self.repr_dim = encoder.repr_dim
+        self.fingerprint = fingerprint(encoder, arch)
+
+    def __call__(self, stacks: np.ndarray) -> np.ndarray:
+        """uint8 (N, T, C, H, W) in, FEATURE_DTYPE (N, repr_dim) out."""
+        with torch.inference_mode(), torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
+            features = self.encoder(torch.as_tensor(stacks, device=self.device))
+        compact = features.to(torch.float16).cpu().numpy()
+        if not np.isfinite(compact).all():
+            largest = features.abs().max().item()
+            raise UserError(f"the frozen encoder's features reach {largest:.3g}, beyond float16's range; "
+                            "this trunk cannot be stored compactly: set `freeze`=false")
+        return compact

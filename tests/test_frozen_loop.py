@@ -1,0 +1,55 @@
+"""A frozen trunk through the real command line: the replay holds float16 features, a run stopped and resumed at an
+episode boundary ends with the parameters and replay of one that never stopped, and resuming with another trunk
+(other weights) or unfrozen is a one-line error, exit status 2."""
+
+import torch
+
+from tests.conftest import DEFAULT_CONFIG as CONFIG
+from tests.conftest import TINY, run_cli, sets
+from trainer import checkpoint
+
+FROZEN = sets(encoder__video__freeze="true")
+
+
+def run_args(directory, episodes: int) -> list[str]:
+    return sets(
+        training__episodes=episodes, env__max_episode_steps=20, sac__batch_size=8, sac__buffer_size=1000,
+        checkpoint__dir=directory / "ckpt", checkpoint__every_episodes=1, checkpoint__keep_replays=10,
+        logging__tensorboard_dir=directory / "runs", logging__progress="false", training__seed_steps=10,
+        training__eval_every_episodes=2, training__eval_episodes=1,
+    ) + TINY + FROZEN
+
+
+def test_a_stopped_and_resumed_frozen_run_ends_as_one_that_never_stopped(tmp_path):
+    straight = run_cli("--config", CONFIG, *run_args(tmp_path / "straight", 3))
+    assert straight.returncode == 0, straight.stderr
+    first = run_cli("--config", CONFIG, *run_args(tmp_path / "stopped", 2))
+    assert first.returncode == 0, first.stderr
+    resumed = run_cli("--config", CONFIG, *run_args(tmp_path / "stopped", 3), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+
+    a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
+    b, replay_b = checkpoint.load(tmp_path / "stopped" / "ckpt" / "sac_video_latest.pt")
+    assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60}
+    assert a["trunk"] == b["trunk"] and a["trunk"].startswith("simple2dcnn on 3x3x64x64")
+    assert not any(key.startswith("encoder.") for key in a["agent"]["critic"]), "no trunk in the agent"
+    for net in ("actor", "critic", "critic_target"):
+        for name, tensor in a["agent"][net].items():
+            assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"
+    features = replay_a["frames"]
+    assert features.dtype == torch.float16 and features.shape == (63, 1, 32 * 25 * 25)  # 3 episodes of 1 + 20 slots
+    assert torch.equal(features, replay_b["frames"])
+
+
+def test_resuming_stored_features_with_another_trunk_or_unfrozen_is_a_one_line_error(tmp_path):
+    other = run_cli("--config", CONFIG, *run_args(tmp_path / "other", 1), *sets(encoder__video__freeze="false"))
+    assert other.returncode == 0, other.stderr
+    run = run_cli("--config", CONFIG, *run_args(tmp_path / "run", 1))
+    assert run.returncode == 0, run.stderr
+    trained = tmp_path / "other" / "ckpt" / "sac_video_latest.pt"  # an end-to-end run: its critic's encoder
+    other_weights = sets(encoder__video__pretrained="true", encoder__video__weights=trained)
+    for changed, message in ((other_weights, "stored the features of frozen trunk simple2dcnn"),
+                             (sets(encoder__video__freeze="false"), "encoder.video.freeze=True but the config says")):
+        resumed = run_cli("--config", CONFIG, *run_args(tmp_path / "run", 2), *changed, "--resume", "auto")
+        assert resumed.returncode == 2 and message in resumed.stderr, resumed.stderr
+        assert len(resumed.stderr.strip().splitlines()) == 1, resumed.stderr
