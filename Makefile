@@ -8,7 +8,7 @@ ARGS ?= --resume auto
 PY := $(VENV)/bin/python
 TOOLS_VENV ?= .tools-venv
 
-.PHONY: setup train test lint tools clean
+.PHONY: setup train test lint tools gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,13 @@ train: setup
 # one torch thread per process: the suite's processes fill both cores.
 test: setup tools
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
+
+# On a CUDA machine: every CUDA path measured against the GPU guide (<= 20 min), report in docs/gpu/<gpu>.md. Without
+# CUDA: GPU_CHECK_ARGS='--device cpu --quick'. A machine that limits commands to 10 minutes: --only updates variants
+# envs, then --only smoke --smoke-minutes 8 (rows merge into the same report).
+GPU_CHECK_ARGS ?=
+gpu-check: setup
+	$(PY) -m bench.gpu_check $(GPU_CHECK_ARGS)
 
 # ruff's rules and line length live in pyproject.toml.
 lint: setup

@@ -2,10 +2,11 @@
 the pooled 512-d output, and Kinetics-400 weights load with `pretrained`.
 
 Frames are normalised with Kinetics' mean and std whether or not weights are loaded: it is the input the network
-was designed for. Weights are never downloaded here; they come from `encoder.video.weights` or from torch's hub
-cache, where torchvision itself puts them on a connected machine.
+was designed for. Weights come from `encoder.video.weights`, or from torch's hub cache, where torchvision downloads
+them on a connected machine (as `r3d_18(weights=...)` does) when they are not there yet.
 """
 
+import urllib.error
 from pathlib import Path
 
 import torch
@@ -23,12 +24,29 @@ def default_weights_path() -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(KINETICS.url).name
 
 
+def download(path: Path) -> str | None:
+    """Fetch the Kinetics-400 file into torch's hub cache the way torchvision does (hash checked); None when it
+    arrived, else why not (an offline machine, a proxy, a failed check)."""
+    try:
+        torch.hub.download_url_to_file(KINETICS.url, str(path), hash_prefix=path.stem.rsplit("-", 1)[-1])
+    except (urllib.error.URLError, OSError, RuntimeError) as err:
+        path.unlink(missing_ok=True)
+        return str(getattr(err, "reason", err)).strip().splitlines()[0] or type(err).__name__
+    return None
+
+
 def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
-    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache; UserError if absent."""
+    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache (downloaded into it when
+    missing and the machine is online); UserError if neither."""
     path = Path(weights) if weights else default_weights_path()
+    failed = None
+    if not weights and not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        failed = download(path)
     if not path.is_file():
+        offline = f" and could not be downloaded ({failed})" if failed else ""
         raise UserError(
-            f"r3d18 pretrained weights not found at {path}; on a connected machine download {KINETICS.url} "
+            f"r3d18 pretrained weights not found at {path}{offline}; on a connected machine download {KINETICS.url} "
             f"(or run: python -c \"import torchvision; torchvision.models.video.r3d_18(weights='KINETICS400_V1')\" "
             f"and take it from ~/.cache/torch/hub/checkpoints/), then copy it to {path} or set `weights`=<file>"
         )

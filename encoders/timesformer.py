@@ -3,7 +3,8 @@ across the T frames at each patch position, then spatial attention among the pat
 
 The network is Hugging Face transformers' `TimesformerModel`: a maintained implementation that reads the public
 Kinetics-400 checkpoint (`facebook/timesformer-base-finetuned-k400`) with its published key names. This module
-picks the size (`preset`), feeds it frames, and loads that checkpoint offline, adapting its 8-frame time
+picks the size (`preset`), feeds it frames, and loads that checkpoint (from the Hugging Face cache, where the hub
+downloads it on a connected machine when it is missing), adapting its 8-frame time
 embeddings (and its patch grid, when `input_size` is not 224) to ours the way TimeSformer's own code does
 (nearest-neighbour). Features: the final CLS token, (B, hidden_size).
 """
@@ -32,7 +33,8 @@ DIVIDED = "divided_space_time"
 
 
 def find_checkpoint(weights: str | None) -> Path:
-    """The checkpoint directory: `weights`, or the public checkpoint in the Hugging Face cache (never downloaded)."""
+    """The checkpoint directory: `weights`, or the public checkpoint in the Hugging Face cache, downloaded there by the
+    hub when it is missing and the machine is online."""
     if weights:
         path = Path(weights)
         if not (path / "config.json").is_file():
@@ -44,9 +46,13 @@ def find_checkpoint(weights: str | None) -> Path:
     try:
         return Path(snapshot_download(PUBLIC_CHECKPOINT, local_files_only=True))
     except LocalEntryNotFoundError:
+        pass
+    try:
+        return Path(snapshot_download(PUBLIC_CHECKPOINT, allow_patterns=["config.json", WEIGHT_FILES[0]]))
+    except (LocalEntryNotFoundError, OSError) as err:  # offline, a proxy, HF_HUB_OFFLINE: the hub's errors say which
         raise UserError(
             f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache "
-            f"{constants.HF_HUB_CACHE}; "
+            f"{constants.HF_HUB_CACHE} and could not be downloaded ({type(err).__name__}); "
             f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, "
             "or set `weights`=<checkpoint dir>"
         ) from None

@@ -12,7 +12,7 @@ import torch
 
 from errors import UserError
 from sac.replay import host_bytes_per_slot
-from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device
+from trainer.device import can_compile, check_host_memory, native_bfloat16, oom_error, replay_frames_device
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(),
@@ -57,3 +57,28 @@ def test_compiling_on_a_cpu_needs_the_compiler_named_by_cxx(monkeypatch, tmp_pat
     assert can_compile(torch.device("cpu"))
     monkeypatch.setenv("CXX", "no-such-compiler")
     assert not can_compile(torch.device("cpu"))
+
+
+def test_cuda_out_of_memory_names_the_setting_and_a_batch_that_fits():
+    """The guide's most common GPU problem: one line, the key to lower and a value scaled from the peak reached."""
+    gib = 2**30
+    message = str(oom_error(batch_size=512, free=1 * gib, total=24 * gib, peak=60 * gib))
+    assert "\n" not in message and "sac.batch_size=512" in message and "1.0 of 24.0 GiB free" in message
+    assert "lower sac.batch_size to 184 or less" in message  # 512 * 0.9 * 24 / 60
+    small_peak = str(oom_error(batch_size=512, free=0, total=24 * gib, peak=8 * gib))
+    assert "lower sac.batch_size to 256 or less" in small_peak, "never more than half the batch that failed"
+    assert "lower sac.batch_size to 1 or less" in str(oom_error(batch_size=1, free=0, total=gib, peak=gib))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="an out-of-memory needs a CUDA device")
+def test_an_update_that_runs_out_of_cuda_memory_is_one_line_and_exit_2(tmp_path):
+    from tests.conftest import DEFAULT_CONFIG, run_cli, sets
+
+    free = torch.cuda.mem_get_info()[0]
+    batch = int(free // (3 * 3 * 84 * 84 * 4)) * 4  # float frames of this many stacks alone exceed the free memory
+    result = run_cli("--config", DEFAULT_CONFIG, *sets(
+        training__device="cuda", sac__batch_size=batch, sac__buffer_size=batch + 100, training__seed_steps=batch + 10,
+        training__episodes=1, env__max_episode_steps=batch + 20, checkpoint__dir=tmp_path / "ckpt",
+        logging__tensorboard_dir=tmp_path / "runs", replay__device="cpu"))
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert "CUDA ran out of memory" in result.stderr and "lower sac.batch_size to" in result.stderr

@@ -42,15 +42,14 @@ def record_batchnorm_modes(module: torch.nn.Module) -> list[bool]:
 
 
 @pytest.fixture(autouse=True)
-def no_downloads(monkeypatch, tmp_path):
-    """An empty hub cache, and any download attempt fails the test."""
+def offline(monkeypatch, tmp_path):
+    """An empty hub cache on an offline machine: every connection goes to a proxy on a closed port and is refused, as
+    on this project's development machines (the real network path, not a stand-in)."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("tried to download")
-
-    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
-    monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
 
 
 @pytest.fixture
@@ -86,7 +85,8 @@ def test_missing_weights_is_a_one_line_error_with_where_and_how(tmp_path):
     with pytest.raises(UserError) as err:
         build_encoder(encoder_config("r3d18", pretrained=True), OBS)
     message = str(err.value)
-    assert "\n" not in message and f"not found at {expected}" in message
+    assert "\n" not in message and f"not found at {expected} and could not be downloaded" in message
+    assert not expected.exists(), "a failed download leaves nothing half-written in the cache"
     assert R3D_18_Weights.KINETICS400_V1.url in message and "encoder.video.weights" in explain(err.value)
 
 

@@ -65,12 +65,15 @@ def test_a_smaller_input_size_subsamples_the_position_grid(public_layout):
     assert torch.equal(encoder.net.embeddings.position_embeddings, position[:, [0, 1, 3, 9, 11]])
 
 
-def test_missing_public_checkpoint_is_a_one_line_error_with_where_and_how(monkeypatch, tmp_path):
+def test_missing_public_checkpoint_offline_is_a_one_line_error_with_where_and_how(monkeypatch, tmp_path):
+    """The hub tries to download it (a proxy on a closed port refuses, as this offline machine would) and fails."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
     with pytest.raises(UserError) as err:
         build_encoder(encoder_config("timesformer", preset="base", pretrained=True), (3, 3, 64, 64))
     message = str(err.value)
-    assert "\n" not in message and str(tmp_path / "hub") in message
+    assert "\n" not in message and str(tmp_path / "hub") in message and "could not be downloaded" in message
     assert f"hf download {PUBLIC_CHECKPOINT}" in message and "encoder.video.weights" in explain(err.value)
 
 

@@ -66,3 +66,22 @@ def check_host_memory(buffer_size: int, slot_bytes: int) -> None:
             f"replay buffer of sac.buffer_size={buffer_size} needs {needed / 2**30:.1f} GiB but only "
             f"{available / 2**30:.1f} GiB of RAM is free; lower sac.buffer_size to at most {fits}"
         )
+
+
+def out_of_memory(device: torch.device, *, batch_size: int) -> UserError:
+    """A CUDA out-of-memory in an update as the one-line error the GPU guide's most common problem deserves: the
+    setting to lower and a batch that fits, scaled from the peak this batch reached against the device's memory."""
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    return oom_error(batch_size=batch_size, free=free, total=total, peak=torch.cuda.max_memory_allocated(device))
+
+
+def oom_error(*, batch_size: int, free: int, total: int, peak: int) -> UserError:
+    """The message of `out_of_memory`, from its readings (bytes): at most half the batch, less when the peak says so."""
+    scaled = int(batch_size * MEMORY_HEADROOM * total / peak) if peak else batch_size
+    fits = max(1, min(batch_size // 2, scaled))
+    return UserError(
+        f"CUDA ran out of memory in an update at sac.batch_size={batch_size} ({free / 2**30:.1f} of "
+        f"{total / 2**30:.1f} GiB free, peak {peak / 2**30:.1f} GiB); lower sac.batch_size to {fits} or less (or "
+        "sac.augment_samples, encoder.video.input_size); the last checkpoint is intact"
+    )

@@ -49,7 +49,14 @@ from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
 from trainer.demos import Demos
-from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
+from trainer.device import (
+    can_compile,
+    check_host_memory,
+    native_bfloat16,
+    out_of_memory,
+    replay_frames_device,
+    resolve_device,
+)
 from trainer.encoders import build_encoders
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
@@ -278,7 +285,10 @@ class Trainer:
         for _ in range(math.floor(sac.updates_per_step * self.learning_steps) - due):
             if self.stop.requested:  # a spot reclaim leaves 30-120 s: every long loop listens
                 return
-            metrics = self.agent.update(self.sample(sac.batch_size))
+            try:
+                metrics = self.agent.update(self.sample(sac.batch_size))
+            except torch.OutOfMemoryError:
+                raise out_of_memory(self.device, batch_size=sac.batch_size) from None
             if every(self.cfg.logging.log_every_updates, self.agent.updates):
                 self.logger.scalars(metrics | {"replay_size": len(self.replay)}, self.progress.env_step, "train")
 

@@ -1,0 +1,396 @@
+"""The GPU check: every CUDA path this project has, measured against the GPU guide's table, in one command.
+
+    make gpu-check                                     # on a CUDA machine: the full check, <= 20 minutes
+    python3 -m bench.gpu_check --device cpu --quick    # anywhere: the same sections, small, a few minutes
+    python3 -m bench.gpu_check --only updates variants # some sections; rows merge into the same report
+
+Writes docs/gpu/<device-name>.json (all rows so far, merged by section) and docs/gpu/<device-name>.md (the
+report). Sections, each at the `gpu` profile's settings of the config it names unless a row says otherwise:
+  updates   per encoder (simple2dcnn, simple3dcnn, r3d18 fine-tuned, r3d18 frozen at 112 px, timesformer small):
+            SAC updates/s at batch 128/256/512 on a replay of random frames (an update's cost does not depend on
+            what the frames show), peak memory (torch.cuda.max_memory_allocated) and GPU utilisation (NVML,
+            sampled every 0.1 s over the row)
+  variants  simple2dcnn updates/s with one speed setting flipped from the profile's: replay frames on the device
+            vs pinned host memory, torch.compile, bfloat16 autocast, channels-last
+  envs      env steps/s of real training runs (train_sac.py, the gpu profile) on dishwashing_video and DMC
+            cartpole/swingup with 1 and 4 env workers, and the episodes/hour they give
+  smoke     cartpole/swingup from pixels for a fixed wall time: eval return at the first and the last evaluation
+The report ends with the guide's claims (../shared/seeds/002_4b762c50bd7e946a.txt) beside the measured values.
+Each row runs in its own subprocess, so one that runs out of memory or crashes is reported and the rest go on.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("updates", "variants", "envs", "smoke")
+DMC = "configs/dmc/cartpole_swingup.yaml"
+DISHWASHING = "configs/dishwashing_video.yaml"
+ENCODERS = {  # row name -> encoder settings
+    "simple2dcnn": {"encoder.video.arch": "simple2dcnn"},
+    "simple3dcnn": {"encoder.video.arch": "simple3dcnn"},
+    "r3d18": {"encoder.video.arch": "r3d18"},
+    "r3d18_frozen_112": {"encoder.video.arch": "r3d18", "encoder.video.freeze": True, "encoder.video.input_size": 112},
+    "timesformer_small": {"encoder.video.arch": "timesformer", "encoder.video.preset": "small"},
+}
+VARIANTS = {  # row name -> the setting flipped
+    "replay_host_pinned": {"replay.device": "cpu"},
+    "compile": {"training.compile": True},
+    "autocast_bf16": {"training.autocast": True},
+    "channels_last": {"encoder.video.channels_last": True},
+}
+
+
+SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a few minutes on a CPU, tiny the tests
+    "full": {"batches": (128, 256, 512), "row_s": 8.0, "image_size": 84, "encoders": tuple(ENCODERS),
+             "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {}},
+    "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
+              "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
+              "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
+              "smoke_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 1,
+                                  "env.max_episode_steps": 25, "training.eval_every_episodes": 1,
+                                  "training.eval_episodes": 2}},
+    "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn",),
+             "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
+                                                                 "sac.hidden_dim": 32},
+             "smoke_s": 45.0, "smoke_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
+                                                  "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
+                                                  "training.eval_episodes": 1, "sac.hidden_dim": 32}},
+}
+
+
+# ---- one row, in its own process ---------------------------------------------------------------------------------
+def update_row(config: str, device: str, batch: int, seconds: float, settings: dict) -> dict:
+    """SAC updates/s of `config` at its gpu profile plus `settings`, on a replay filled with random frames."""
+    from trainer.headless import configure
+
+    configure()  # before mujoco loads, as every entry point does
+    import numpy as np
+    import torch
+
+    from trainer.config import load_config
+    from trainer.loop import Trainer
+
+    sets = {"profile": "gpu", "training.device": device, "sac.batch_size": batch, "sac.buffer_size": 4 * batch + 64,
+            "env.num_envs": 1, "logging.tensorboard": False, "logging.progress": False, "logging.eval_video": False,
+            "checkpoint.dir": tempfile.mkdtemp(), "logging.tensorboard_dir": tempfile.mkdtemp(), **settings}
+    cfg = load_config(ROOT / config, [f"{key}={value}" for key, value in sets.items()])
+    trainer = Trainer(cfg)
+    replay, agent, rng = trainer.replay, trainer.agent, np.random.default_rng(0)
+    shape = trainer.eval_env.observation_space.shape
+    replay.add_first(rng.integers(0, 256, shape, dtype=np.uint8))
+    for _ in range(4 * batch):
+        action = rng.uniform(-1, 1, trainer.action_dim).astype(np.float32)
+        replay.add(action, float(rng.normal()), False, rng.integers(0, 256, shape, dtype=np.uint8))
+    cuda = trainer.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(3):  # allocations, cuDNN autotuning, compilation
+        agent.update(replay.sample(batch, trainer.device))
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    monitor = Utilisation(trainer.device)
+    updates, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        agent.update(replay.sample(batch, trainer.device))
+        updates += 1
+        if updates % 10 == 0:
+            sync()
+    sync()
+    elapsed = time.perf_counter() - start
+    row = {"updates_per_s": round(updates / elapsed, 2), "updates": updates, "seconds": round(elapsed, 1),
+           "gpu_util_pct": monitor.stop(), "device": str(trainer.device),
+           "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+           "frames_on": "device" if isinstance(replay.frames, torch.Tensor) else "host"}
+    trainer.close()
+    return row
+
+
+class Utilisation:
+    """Mean NVML GPU utilisation over its lifetime, sampled every 0.1 s in a thread; None without NVML or CUDA."""
+
+    def __init__(self, device):
+        self.samples, self.handle, self.done = [], None, threading.Event()
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        except Exception:  # no driver library or no permission: utilisation is simply not reported
+            return
+        self.thread = threading.Thread(target=self._sample, args=(pynvml,), daemon=True)
+        self.thread.start()
+
+    def _sample(self, pynvml) -> None:
+        while not self.done.wait(0.1):
+            self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def stop(self) -> float | None:
+        if self.handle is None:
+            return None
+        self.done.set()
+        self.thread.join()
+        return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
+
+
+def run_row(kind: str, params: dict, timeout: float) -> dict:
+    """One row in a fresh Python process (its own CUDA context and peak memory); a crash or an out-of-memory
+    becomes the row's `error` instead of ending the check."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gpu_check import {kind}; "
+            f"print('ROW ' + json.dumps({kind}(**json.loads(sys.argv[1]))))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, json.dumps(params)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    rows = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    if done.returncode != 0 or not rows:
+        lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
+        return {"error": lines[-1][:300] if lines else f"exit {done.returncode}"}
+    return json.loads(rows[-1])
+
+
+# ---- training runs, through the command line ---------------------------------------------------------------------
+def training_run(config: str, device: str, settings: dict, wall_s: float, workdir: Path) -> dict:
+    """train_sac.py on `config` (gpu profile + `settings`) until it ends or `wall_s` passes (then SIGTERM, as a
+    spot reclaim would); what it logged to TensorBoard and eval.csv."""
+    sets = {"profile": "gpu", "training.device": device, "checkpoint.dir": str(workdir / "ckpt"),
+            "logging.tensorboard_dir": str(workdir / "runs"), "logging.eval_video": False, "logging.progress": False,
+            "checkpoint.name": "check", **settings}
+    args = [sys.executable, str(ROOT / "train_sac.py"), "--config", str(ROOT / config)]
+    args += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    start = time.perf_counter()
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = process.communicate(timeout=wall_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate()
+    run = workdir / "runs" / "check"
+    result = {"exit": process.returncode, "wall_s": round(time.perf_counter() - start, 1),
+              "scalars": scalars(run), "evals": evals(run / "eval.csv")}
+    if process.returncode not in (0, 128 + signal.SIGTERM):
+        result["error"] = (output.strip().splitlines() or [f"exit {process.returncode}"])[-1][:300]
+    return result
+
+
+def scalars(run: Path) -> dict:
+    """{tag: [values in step order]} from a run's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not run.is_dir():
+        return {}
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [event.value for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def evals(path: Path) -> list[dict]:
+    import csv
+
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        return [{"frames": int(row["frames"]), "return": float(row["return"])} for row in csv.DictReader(f)]
+
+
+def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict) -> dict:
+    """Env steps/s while training (one update per step after the seed steps) with `workers` env processes."""
+    seed_steps = min(1000, env_steps // 3)
+    # demos.path null: the rate of acting and learning, without recording a dataset first (a demo batch costs the same)
+    settings = {"env.num_envs": workers, "training.seed_steps": seed_steps, "training.max_env_steps": env_steps,
+                "demos.path": "null",
+                "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
+                "sac.buffer_size": env_steps + 100, **overrides}
+    with tempfile.TemporaryDirectory() as workdir:
+        run = training_run(config, device, settings, wall_s=3600, workdir=Path(workdir))
+    rates = run["scalars"].get("train/env_steps_per_s", [])
+    lengths = run["scalars"].get("train/episode_length", [])
+    row = {"workers": workers, "wall_s": run["wall_s"], "episodes": len(rates)}
+    if run.get("error") or not rates:
+        return row | {"error": run.get("error", "no episode finished")}
+    learning = rates[len(rates) // 2:] or rates  # the later half: past the seed steps, updates running
+    steps_per_s = sorted(learning)[len(learning) // 2]
+    length = sum(lengths) / len(lengths)
+    return row | {"env_steps_per_s": round(steps_per_s, 2), "episode_length": round(length, 1),
+                  "episodes_per_hour": round(3600 * steps_per_s / length, 1)}
+
+
+def smoke_row(device: str, wall_s: float, overrides: dict) -> dict:
+    """Cartpole/swingup from pixels for `wall_s`: eval return at the first and the last evaluation."""
+    settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, "checkpoint.every_episodes": 10**6,
+                **overrides}
+    with tempfile.TemporaryDirectory() as workdir:
+        run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir))
+    row = {"wall_s": run["wall_s"], "evals": run["evals"]}
+    if run.get("error") or not run["evals"]:
+        return row | {"error": run.get("error", "no evaluation finished")}
+    return row | {"first_return": run["evals"][0]["return"], "last_return": run["evals"][-1]["return"],
+                  "last_frames": run["evals"][-1]["frames"]}
+
+
+# ---- the check ---------------------------------------------------------------------------------------------------
+def device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    return f"CPU {cpu_model()}"
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        return re.search(r"model name\s*:\s*(.+)", text).group(1).strip()
+    except (OSError, AttributeError):
+        return platform.processor() or platform.machine()
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def run_sections(sections: list[str], device: str, size: dict, report) -> dict:
+    rows = {}
+    small = size["image_size"] != SIZES["full"]["image_size"]
+    if "updates" in sections:
+        rows["updates"] = {}
+        for name in size["encoders"]:
+            for batch in size["batches"]:
+                settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
+                row = run_row("update_row", {"config": DMC, "device": device, "batch": batch,
+                                             "seconds": size["row_s"], "settings": settings}, timeout=600)
+                rows["updates"][f"{name}@{batch}"] = row
+                report(f"updates {name} batch {batch}: {row}")
+    if "updates" in sections and device == "cuda":  # the same update on this machine's CPU, for the speed-up
+        rows["updates"]["cpu_reference_simple2dcnn@128"] = run_row("update_row", {
+            "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}}, timeout=600)
+    if "variants" in sections:
+        rows["variants"] = {}
+        batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
+        base = {"env.image_size": size["image_size"]} if small else {}
+        for name, flipped in {"profile": {}, **VARIANTS}.items():
+            row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
+                                         "settings": base | flipped}, timeout=900)
+            rows["variants"][name] = row | {"batch": batch}
+            report(f"variants {name}: {row}")
+    if "envs" in sections:
+        rows["envs"] = {}
+        for config in (DISHWASHING, DMC):
+            for workers in size["workers"]:
+                overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
+                row = env_row(config, device, workers, size["env_steps"], overrides)
+                rows["envs"][f"{Path(config).stem}@{workers}"] = row
+                report(f"envs {config} workers {workers}: {row}")
+    if "smoke" in sections:
+        overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
+        rows["smoke"] = smoke_row(device, size["smoke_s"], overrides)
+        report(f"smoke: {rows['smoke']}")
+    return rows
+
+
+def claims(rows: dict) -> list[tuple[str, str, str]]:
+    """(claim, the guide's value, measured) for each claim the rows can answer."""
+    updates, envs = rows.get("updates", {}), rows.get("envs", {})
+
+    def measured(key: str, field: str) -> str:
+        value = updates.get(key, {}).get(field)
+        return "n/a" if value is None else str(value)
+
+    def peak(batch: int) -> str:
+        values = {name: row.get("peak_memory_gb") for name, row in updates.items() if name.endswith(f"@{batch}")}
+        shown = [f"{name.split('@')[0]} {value}" for name, value in values.items() if value is not None]
+        return ", ".join(shown) or "n/a"
+
+    def episodes(key: str) -> str:
+        value = envs.get(key, {}).get("episodes_per_hour")
+        return "n/a" if value is None else str(value)
+
+    def speedup() -> str:
+        gpu = updates.get("simple2dcnn@128", {}).get("updates_per_s")
+        cpu = updates.get("cpu_reference_simple2dcnn@128", {}).get("updates_per_s")
+        return f"{gpu / cpu:.1f}x" if gpu and cpu else "n/a"
+
+    batch = max((int(name.split("@")[1]) for name in updates), default=0)
+    return [
+        ("R3D18 GPU utilisation (%)", "40-60", measured(f"r3d18@{batch}", "gpu_util_pct")),
+        ("Simple3DCNN GPU utilisation (%)", "20-30", measured(f"simple3dcnn@{batch}", "gpu_util_pct")),
+        ("VRAM at batch 256 (GB)", "4-6", peak(256)),
+        ("VRAM at batch 512 (GB)", "8-12", peak(512)),
+        ("dishwashing episodes/hour, Simple2DCNN", "~200", ", ".join(
+            f"{key.split('@')[1]} workers: {episodes(key)}" for key in envs if key.startswith("dishwashing"))
+         or "n/a"),
+        ("dishwashing episodes/hour, R3D18", "~150", "not measured (envs rows train simple2dcnn)"),
+        ("faster than this machine's CPU (simple2dcnn updates/s at batch 128)", "10-50x", speedup()),
+    ]
+
+
+def markdown(name: str, command: str, rows: dict) -> str:
+    lines = [f"# GPU check: {name}", "", f"Command: `{command}`", ""]
+    for section in SECTIONS:
+        if section not in rows:
+            continue
+        lines += [f"## {section}", ""]
+        if section == "smoke":
+            row = rows["smoke"]
+            lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
+            lines += ["- evaluations (frames: return): "
+                      + ", ".join(f"{e['frames']}: {e['return']:.0f}" for e in row.get("evals", []))]
+        else:
+            keys = sorted({key for row in rows[section].values() for key in row})
+            lines += ["| row | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+            lines += [f"| {row_name} | " + " | ".join(str(row.get(key, "")) for key in keys) + " |"
+                      for row_name, row in rows[section].items()]
+        lines.append("")
+    lines += ["## The guide's claims beside the measured values", "",
+              "| claim | guide | measured |", "| --- | --- | --- |"]
+    lines += [f"| {claim} | {guide} | {value} |" for claim, guide, value in claims(rows)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when available")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="size", default="full",
+                        help="small sizes: minutes on a CPU")
+    parser.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="smallest sizes: the tests")
+    parser.add_argument("--smoke-minutes", type=float, help="the smoke section's wall time (default: the size's)")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is available; run with --device cpu --quick", file=sys.stderr)
+        return 2
+    name = device_name(device) + ("" if args.size == "full" else f" ({args.size})")
+    size = SIZES[args.size] | ({"smoke_s": 60 * args.smoke_minutes} if args.smoke_minutes else {})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / f"{slug(name)}.json"
+    rows = json.loads(json_path.read_text())["rows"] if json_path.is_file() else {}
+    rows |= run_sections(args.only, device, size, report=lambda line: print(line, flush=True))
+    command = "python3 -m bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv)
+    json_path.write_text(json.dumps({"device": name, "torch": torch.__version__, "command": command,
+                                     "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
+    (out / f"{slug(name)}.md").write_text(markdown(name, command, rows))
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    sys.exit(main())
