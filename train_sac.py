@@ -18,11 +18,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
     parser.add_argument("--resume", metavar="PATH|auto",
-                        help="checkpoint to continue from; auto = the newest that loads (a fresh start if the run has none)")
+                        help="checkpoint to continue from; auto = the newest that loads "
+                             "(a fresh start if the run has none)")
     parser.add_argument("--start-over", action="store_true",
                         help="start a new run although checkpoints of this one exist: "
                              "they are moved into <dir>/<run>.replaced-<time>/, never deleted")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
     args = parser.parse_intermixed_args(argv)
     args.set += args.overrides

@@ -76,14 +76,16 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = [(arch, settings) for arch, settings in ROWS if not args.only or arch in args.only]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {platform.processor() or platform.machine()}, batch {args.batch}, CPU\n")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+          f"{platform.processor() or platform.machine()}, batch {args.batch}, CPU\n")
     print("| arch | settings | params | repr_dim | pass | ms |\n| --- | --- | ---: | ---: | --- | ---: |", flush=True)
     results = []
     for arch, settings in rows:
         result = measure(arch, settings, args.batch, args.repeats)
         results.append(result)
         shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
-        print(f"| {arch} | {shown} | {result['params'] / 1e6:.2f} M | {result['repr_dim']} | {result['pass']} | {result['ms']} |", flush=True)
+        print(f"| {arch} | {shown} | {result['params'] / 1e6:.2f} M | {result['repr_dim']} | {result['pass']} "
+              f"| {result['ms']} |", flush=True)
     print()
     for result in results:
         print(json.dumps(result))

@@ -33,11 +33,13 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--target", type=float, help="report the first agent step whose eval return reaches this")
-    parser.add_argument("--target-success", type=float, help="report the first agent step whose eval success rate reaches this")
+    parser.add_argument("--target-success", type=float,
+                        help="report the first agent step whose eval success rate reaches this")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="runs/bench_learn")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--report", action="store_true", help="train nothing: write the CSV and PNG from what the seeds have logged so far")
+    parser.add_argument("--report", action="store_true",
+                        help="train nothing: write the CSV and PNG from what the seeds have logged so far")
     args = parser.parse_args()
 
     out = Path(args.out)
@@ -49,7 +51,8 @@ def main() -> None:
             seed = pending.pop(0)
             command = [sys.executable, str(ROOT / "train_sac.py"), "--config", args.config, "--resume", "auto",
                        "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
-                       "--set", f"checkpoint.dir={out / 'checkpoints'}", "--set", f"logging.tensorboard_dir={out / 'runs'}",
+                       "--set", f"checkpoint.dir={out / 'checkpoints'}",
+                       "--set", f"logging.tensorboard_dir={out / 'runs'}",
                        "--set", "logging.progress=false", *sum((["--set", s] for s in args.set), [])]
             log = open(out / f"seed{seed}.log", "a")
             running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
@@ -71,12 +74,15 @@ def main() -> None:
     with open(out / "learn.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["frames", "seed", "return", "success", "env_step"])
-        writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"], r["env_step"]) for r in rows)
+        writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"],
+                          r["env_step"]) for r in rows)
     env_id = load_config(args.config, args.set).env.id
-    plot_curves({"this repo": rows}, out / "learn.png", title=Path(args.config).stem, references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
+    plot_curves({"this repo": rows}, out / "learn.png", title=Path(args.config).stem,
+                references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
     reached = [r for r in results if r["first_step_at_target"] is not None]
     reached_success = [r for r in results if r["first_step_at_success_target"] is not None]
-    print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target, "seeds_reaching_target": len(reached),
+    print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target,
+                      "seeds_reaching_target": len(reached),
                       "target_success": args.target_success, "seeds_reaching_success_target": len(reached_success),
                       "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
 
@@ -94,8 +100,10 @@ def first_step(rows: list[dict], key: str, target: float | None) -> int | None:
 def summarise(out: Path, seed: int, seconds: float | None, target: float | None, target_success: float | None) -> dict:
     rows = read_eval(out, seed)
     successes = [r["success"] for r in rows if r["success"] is not None]
-    return {"seed": seed, "wall_s": None if seconds is None else round(seconds, 1), "evals": len(rows), "final_return": rows[-1]["return"] if rows else None,
-            "best_return": max((r["return"] for r in rows), default=None), "first_step_at_target": first_step(rows, "return", target),
+    return {"seed": seed, "wall_s": None if seconds is None else round(seconds, 1), "evals": len(rows),
+            "final_return": rows[-1]["return"] if rows else None,
+            "best_return": max((r["return"] for r in rows), default=None),
+            "first_step_at_target": first_step(rows, "return", target),
             "final_success": successes[-1] if successes else None, "best_success": max(successes, default=None),
             "first_step_at_success_target": first_step(rows, "success", target_success)}
 

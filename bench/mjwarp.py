@@ -27,10 +27,10 @@ from trainer.headless import configure  # noqa: E402
 
 configure()  # headless GL set-up before mujoco loads
 
-import envs  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import envs  # noqa: E402
 from sac.replay import ReplayBuffer  # noqa: E402
 from trainer.config import Config  # noqa: E402
 
@@ -47,7 +47,8 @@ def config(env_id: str, num_envs: int, image_size: int, backend: str) -> Config:
 
 
 def replay(cfg: Config, action_dim: int, frames_on: torch.device | None) -> ReplayBuffer:
-    return ReplayBuffer(capacity=SLOTS_PER_ENV * cfg.env.num_envs, frame_shape=(3, cfg.env.image_size, cfg.env.image_size),
+    return ReplayBuffer(capacity=SLOTS_PER_ENV * cfg.env.num_envs,
+                        frame_shape=(3, cfg.env.image_size, cfg.env.image_size),
                         frame_dtype=np.uint8, action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=0,
                         discount=0.99, num_envs=cfg.env.num_envs, frames_on=frames_on)
 

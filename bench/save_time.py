@@ -46,9 +46,11 @@ def main() -> None:
     seconds = []
     for repeat in range(args.repeats):
         shutil.rmtree(directory, ignore_errors=True)
-        payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {"episode": 0, "env_step": repeat}, "rng": {}}
+        payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {"episode": 0, "env_step": repeat},
+                   "rng": {}}
         start = time.perf_counter()
-        checkpoint.save(directory, "bench", payload, replay.state_dict(), env_step=repeat, episode=None, keep_replays=1, keep_last=0)
+        checkpoint.save(directory, "bench", payload, replay.state_dict(), env_step=repeat, episode=None, keep_replays=1,
+                        keep_last=0)
         seconds.append(time.perf_counter() - start)
     sizes = {p.name: p.stat().st_size for p in directory.iterdir()}
     shutil.rmtree(directory, ignore_errors=True)

@@ -8,16 +8,17 @@ contenders it alternates between them in chunks, so that load from other jobs on
 Rows:
   raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
                     quality, same camera), against make_env(...).step: the wrapper overhead
-  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay): 1 env against 2
-                    env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer draws in its
-                    process's own thread, in the 1-env process too: one core per env)
+  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay):
+                    1 env against 2 env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer
+                    draws in its process's own thread, in the 1-env process too: one core per env)
   train             one update per env step, each contender timed after --seed-steps random steps and one untimed
                     episode of updates (allocations, compiling), chunks of one episode:
                       train             this trainer, the config's algorithm in float32, uncompiled (whatever its
                                         profile says): DrQ, whose target critic has its own encoder
                       train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
-                      train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast on the
-                                        encoder where the device computes bf16 natively (emulated, it is several times slower)
+                      train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast
+                                        on the encoder where the device computes bf16 natively (emulated, it is
+                                        several times slower)
                       sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
   frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes per hour of
@@ -51,7 +52,8 @@ ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phas
 OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
-    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True, "training.compile": True},  # + autocast where bf16 is native
+    # + autocast where bf16 is native
+    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True, "training.compile": True},
 }
 ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}  # Mesa's software renderer otherwise draws each frame with every core
 
@@ -61,12 +63,14 @@ def config(args, **overrides):
 
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
-        "sac.batch_size": args.batch_size, "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
+        "sac.batch_size": args.batch_size,
+        "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
         "logging.tensorboard_dir": tempfile.mkdtemp(),
-        "training.autocast": False, "training.compile": False,  # float32 unless a row says otherwise, whatever the profile
+        # float32 unless a row says otherwise, whatever the profile
+        "training.autocast": False, "training.compile": False,
         **overrides,
     }
     return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
@@ -116,7 +120,8 @@ def raw_vs_wrapper(args) -> dict:
     renderer.close()
     env.close()
     return {
-        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1), "wrapper_steps_per_s": round(steps / wrapped, 1),
+        "steps": steps, "raw_steps_per_s": round(steps / (physics + render), 1),
+        "wrapper_steps_per_s": round(steps / wrapped, 1),
         "physics_ms": round(1e3 * physics / steps, 3), "render_ms": round(1e3 * render / steps, 3),
         "wrapper_overhead": round(wrapped / (physics + render) - 1, 3),
     }
@@ -135,7 +140,8 @@ def collect(args, chunks: int = 10) -> dict:
     totals = interleave(contenders, chunks, args.collect_steps // chunks)
     rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
     return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
-            "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2), "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
+            "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2),
+            "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
 def interleave(contenders: dict, rounds: int, steps: int) -> dict:
@@ -178,12 +184,19 @@ def train(args) -> dict:
     from trainer.device import native_bfloat16, resolve_device
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
-    contenders = {name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
-                  for name, overrides in OURS.items()}
-    contenders |= {"sb3_equal_encoder": SB3Trainer(args, equal_encoder=True), "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False)}
+    contenders = {
+        name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
+        for name, overrides in OURS.items()
+    }
+    contenders |= {
+        "sb3_equal_encoder": SB3Trainer(args, equal_encoder=True),
+        "sb3_cnnpolicy": SB3Trainer(args, equal_encoder=False),
+    }
     replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
     totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
-    return {name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders} | {"train_fast_autocast": autocast}
+    return {
+        name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders
+    } | {"train_fast_autocast": autocast}
 
 
 def frozen(args) -> dict:
@@ -249,7 +262,8 @@ def phases(args) -> dict:
     cfg = config(args, **{"training.seed_steps": 10**9})  # random actions, no updates: just fill the replay
     trainer = Trainer(cfg)
     trainer.run(4 * args.batch_size)
-    agent, device, sync = trainer.agent, trainer.device, torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
+    agent, device = trainer.agent, trainer.device
+    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
 
     def ms(fn, repeats: int = 20) -> float:
         fn()
@@ -281,7 +295,11 @@ def phases(args) -> dict:
     agent.update(batch)  # every parameter has a gradient and optimiser state for the optimiser timing
     row = {
         "replay_sample_ms": ms(lambda: trainer.replay.sample(args.batch_size, device)),
-        "augment_ms": ms(lambda: (random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad))),
+        "augment_ms": ms(
+            lambda: (
+                random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad)
+            )
+        ),
         "encoder_forward_ms": ms(forward_passes),
         "encoder_backward_ms": round(ms(forward_backward) - ms(lambda: encoder(shifted)), 3),
         "optimiser_ms": ms(optimisers),
@@ -325,7 +343,11 @@ class SB3Trainer:
                 super().__init__(observation_space, cfg.sac.feature_dim)
                 self.convs = build_encoder(cfg.encoder, stack_shape).convs
                 repr_dim = self.convs(torch.zeros(1, *observation_space.shape)).shape[1]
-                self.trunk = torch.nn.Sequential(torch.nn.Linear(repr_dim, cfg.sac.feature_dim), torch.nn.LayerNorm(cfg.sac.feature_dim), torch.nn.Tanh())
+                self.trunk = torch.nn.Sequential(
+                    torch.nn.Linear(repr_dim, cfg.sac.feature_dim),
+                    torch.nn.LayerNorm(cfg.sac.feature_dim),
+                    torch.nn.Tanh(),
+                )
 
             def forward(self, obs):
                 return self.trunk(self.convs(obs - 0.5))
@@ -334,8 +356,9 @@ class SB3Trainer:
         if equal_encoder:
             policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
         self.model = SB3SAC(
-            "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size, learning_starts=args.seed_steps,
-            train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr, policy_kwargs=policy_kwargs, seed=cfg.training.seed,
+            "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size,
+            learning_starts=args.seed_steps, train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr,
+            policy_kwargs=policy_kwargs, seed=cfg.training.seed,
             device="cpu" if args.cpu else "auto", verbose=0,
         )
         self.model.learn(args.seed_steps + args.episode_steps)
@@ -347,7 +370,9 @@ class SB3Trainer:
 
     def replay_bytes(self) -> int:
         buffer = self.model.replay_buffer
-        arrays = [buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts]
+        arrays = [
+            buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts
+        ]
         return sum(a.nbytes for a in arrays) // buffer.buffer_size
 
     def close(self) -> None:
@@ -360,7 +385,9 @@ def run_row(name: str, args) -> dict:
         "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
-    peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    peak_kb = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
     return {"row": name, **row, "peak_rss_mb": round(peak_kb / 1024)}
 
 
@@ -388,14 +415,22 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=300, help="timed agent steps per row")
-    parser.add_argument("--collect-steps", type=int, default=2000, help="timed agent steps per env count in the collect rows (cheap: no updates)")
-    parser.add_argument("--seed-steps", type=int, default=100, help="random-action steps before the timed training steps")
+    parser.add_argument(
+        "--collect-steps", type=int, default=2000,
+        help="timed agent steps per env count in the collect rows (cheap: no updates)",
+    )
+    parser.add_argument(
+        "--seed-steps", type=int, default=100, help="random-action steps before the timed training steps"
+    )
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
     parser.add_argument("--frozen-before-steps", type=int, default=3,
                         help="timed agent steps of the frozen row's in-update contender")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)",
+    )
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
@@ -408,10 +443,13 @@ def main() -> None:
     forwarded = [arg for arg in sys.argv[1:] if arg != "--rows" and arg not in ROWS]
     for name in args.rows:
         env = os.environ | (ONE_RENDER_THREAD if name.endswith("_1thread") else {})
-        result = subprocess.run([sys.executable, "-m", "bench.throughput", *forwarded, "--row", name], capture_output=True, text=True, env=env)
+        result = subprocess.run(
+            [sys.executable, "-m", "bench.throughput", *forwarded, "--row", name],
+            capture_output=True, text=True, env=env,
+        )
         if result.returncode != 0:
             errors = [line for line in result.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
-            print(json.dumps({"row": name, "error": (errors or ["exit status %d" % result.returncode])[0]}), flush=True)
+            print(json.dumps({"row": name, "error": (errors or [f"exit status {result.returncode}"])[0]}), flush=True)
             continue
         rows[name] = json.loads(result.stdout.strip().splitlines()[-1])
         print(json.dumps(rows[name]), flush=True)

@@ -35,7 +35,9 @@ def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a damaged or foreign file; all mean the same here
-        raise UserError(f"cannot read r3d18 weights {path} ({type(err).__name__}); replace it with {KINETICS.url}") from None
+        raise UserError(
+            f"cannot read r3d18 weights {path} ({type(err).__name__}); replace it with {KINETICS.url}"
+        ) from None
     return {key: value for key, value in state.items() if not key.startswith(CLASSIFIER)}
 
 
@@ -54,7 +56,10 @@ class R3D18(VideoEncoder):
             try:
                 self.net.load_state_dict(read_weights(cfg.weights))
             except RuntimeError as err:
-                raise UserError(f"{cfg.weights or default_weights_path()} does not hold r3d_18 weights ({str(err).splitlines()[0]}); use {KINETICS.url}") from None
+                raise UserError(
+                    f"{cfg.weights or default_weights_path()} does not hold r3d_18 weights "
+                    f"({str(err).splitlines()[0]}); use {KINETICS.url}"
+                ) from None
         self.finish()
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,8 @@ class Simple3DCNN(VideoEncoder):
         layers, width = [], channels
         for i in range(cfg.num_layers):
             stride = (1, 2, 2) if i < STRIDED_LAYERS else 1
-            layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride, padding=(KERNEL[0] // 2, 0, 0)), nn.ReLU()]
+            layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride, padding=(KERNEL[0] // 2, 0, 0)),
+                       nn.ReLU()]
             width = cfg.num_filters
         self.convs = nn.Sequential(*layers, nn.Flatten())
         init_relu_convs(self.convs)

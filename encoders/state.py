@@ -12,5 +12,7 @@ class StateEncoder(nn.Module):
         self.repr_dim = obs_shape[0]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        assert obs.dim() == 2 and obs.shape[1] == self.repr_dim, f"expected (B, {self.repr_dim}), got {tuple(obs.shape)}"
+        assert obs.dim() == 2 and obs.shape[1] == self.repr_dim, (
+            f"expected (B, {self.repr_dim}), got {tuple(obs.shape)}"
+        )
         return obs.float()

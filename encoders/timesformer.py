@@ -36,14 +36,19 @@ def find_checkpoint(weights: str | None) -> Path:
     if weights:
         path = Path(weights)
         if not (path / "config.json").is_file():
-            raise UserError(f"`weights`={weights} is not a TimeSformer checkpoint directory; pass the folder holding config.json and {' or '.join(WEIGHT_FILES)}")
+            raise UserError(
+                f"`weights`={weights} is not a TimeSformer checkpoint directory; "
+                f"pass the folder holding config.json and {' or '.join(WEIGHT_FILES)}"
+            )
         return path
     try:
         return Path(snapshot_download(PUBLIC_CHECKPOINT, local_files_only=True))
     except LocalEntryNotFoundError:
         raise UserError(
-            f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache {constants.HF_HUB_CACHE}; "
-            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, or set `weights`=<checkpoint dir>"
+            f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache "
+            f"{constants.HF_HUB_CACHE}; "
+            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, "
+            "or set `weights`=<checkpoint dir>"
         ) from None
 
 
@@ -55,7 +60,9 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
             if name.endswith(".safetensors"):
                 return load_file(path)
             return torch.load(path, map_location="cpu", weights_only=True)
-    raise UserError(f"{directory} holds no {' or '.join(WEIGHT_FILES)}; download the full checkpoint ({PUBLIC_CHECKPOINT})")
+    raise UserError(
+        f"{directory} holds no {' or '.join(WEIGHT_FILES)}; download the full checkpoint ({PUBLIC_CHECKPOINT})"
+    )
 
 
 def adapt(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -63,7 +70,9 @@ def adapt(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> di
     state = {key.removeprefix(BACKBONE): value for key, value in state.items() if not key.startswith(CLASSIFIER)}
     time, pos = "embeddings.time_embeddings", "embeddings.position_embeddings"
     if time in state and state[time].shape != target[time].shape:  # (1, frames, D)
-        state[time] = F.interpolate(state[time].transpose(1, 2), size=target[time].shape[1], mode="nearest").transpose(1, 2)
+        state[time] = F.interpolate(
+            state[time].transpose(1, 2), size=target[time].shape[1], mode="nearest"
+        ).transpose(1, 2)
     if pos in state and state[pos].shape != target[pos].shape:  # (1, 1 + grid * grid, D), CLS first
         cls, grid = state[pos][:, :1], state[pos][:, 1:]
         old, new, dim = round(grid.shape[1] ** 0.5), round((target[pos].shape[1] - 1) ** 0.5), grid.shape[2]
@@ -81,7 +90,9 @@ class TimeSformer(VideoEncoder):
         if cfg.preset not in PRESETS:
             raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":
-            raise UserError(f"pretrained timesformer weights have the base preset's shape; set `preset`=base (got '{cfg.preset}')")
+            raise UserError(
+                f"pretrained timesformer weights have the base preset's shape; set `preset`=base (got '{cfg.preset}')"
+            )
         checkpoint = find_checkpoint(cfg.weights) if cfg.pretrained else None
         # a checkpoint describes its own width and depth; fed our frame count and size, with no dropout so the
         # critic's targets come from a deterministic encoder
@@ -90,18 +101,26 @@ class TimeSformer(VideoEncoder):
         arch.update({"num_frames": frames, "image_size": size, "num_channels": channels,
                      "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0, "drop_path_rate": 0})
         if arch.attention_type != DIVIDED:
-            raise UserError(f"{checkpoint} is a TimeSformer with {arch.attention_type} attention; this encoder loads {DIVIDED} checkpoints")
+            raise UserError(
+                f"{checkpoint} is a TimeSformer with {arch.attention_type} attention; "
+                f"this encoder loads {DIVIDED} checkpoints"
+            )
         if size % arch.patch_size:
             raise UserError(
-                f"timesformer preset '{cfg.preset}' cuts {arch.patch_size} px patches, which do not tile {size} px frames; "
-                f"set `input_size` to a multiple of {arch.patch_size} (e.g. {arch.patch_size * max(1, round(size / arch.patch_size))})"
+                f"timesformer preset '{cfg.preset}' cuts {arch.patch_size} px patches, "
+                f"which do not tile {size} px frames; "
+                f"set `input_size` to a multiple of {arch.patch_size} "
+                f"(e.g. {arch.patch_size * max(1, round(size / arch.patch_size))})"
             )
         self.net = TimesformerModel(arch)
         if checkpoint:
             try:
                 self.net.load_state_dict(adapt(read_state_dict(checkpoint), self.net.state_dict()))
             except RuntimeError as err:
-                raise UserError(f"{checkpoint} does not fit TimesformerModel ({str(err).splitlines()[0]}); use the {PUBLIC_CHECKPOINT} checkpoint") from None
+                raise UserError(
+                    f"{checkpoint} does not fit TimesformerModel ({str(err).splitlines()[0]}); "
+                    f"use the {PUBLIC_CHECKPOINT} checkpoint"
+                ) from None
         self.repr_dim = arch.hidden_size
         self.finish()
 

@@ -39,7 +39,8 @@ class VideoEncoder(nn.Module):
         self.obs_shape = tuple(obs_shape)
         frames, channels, _, _ = self.obs_shape
         self.input_size = cfg.input_size
-        self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape  # what `encode` receives
+        # what `encode` receives
+        self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape
         self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
         self.frozen = cfg.freeze
         mean, std = torch.tensor(self.MEAN).view(-1, 1, 1), torch.tensor(self.STD).view(-1, 1, 1)
@@ -69,7 +70,9 @@ class VideoEncoder(nn.Module):
             return self.encode(torch.zeros(1, *self.input_shape)).shape[1]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        assert obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == self.obs_shape, f"expected uint8 (B, {self.obs_shape}), got {obs.dtype} {tuple(obs.shape)}"
+        assert obs.dtype == torch.uint8 and tuple(obs.shape[1:]) == self.obs_shape, (
+            f"expected uint8 (B, {self.obs_shape}), got {obs.dtype} {tuple(obs.shape)}"
+        )
         grad = torch.no_grad() if self.frozen else contextlib.nullcontext()
         with grad:
             return self.encode(self.prepare(obs)).float()  # float32 out, also under the agent's bf16 autocast
@@ -83,7 +86,9 @@ class VideoEncoder(nn.Module):
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
         if not self.input_size:
             return obs.to(dtype).mul_(self.pixel_scale).add_(self.pixel_shift)
-        x = F.interpolate(obs.flatten(0, 1).float(), size=(self.input_size, self.input_size), mode="bilinear", antialias=True)
+        x = F.interpolate(
+            obs.flatten(0, 1).float(), size=(self.input_size, self.input_size), mode="bilinear", antialias=True
+        )
         return x.unflatten(0, obs.shape[:2]).mul_(self.pixel_scale).add_(self.pixel_shift).to(dtype)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

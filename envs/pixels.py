@@ -23,7 +23,8 @@ def mujoco_handles(env: gym.Env):
     if isinstance(getattr(base, "model", None), mujoco.MjModel):
         renderer = getattr(base, "mujoco_renderer", None)
         return base.model, lambda: base.data, getattr(renderer, "default_cam_config", None)
-    raise UserError(f"env '{env.spec.id if env.spec else base}' is not a MuJoCo task; video mode renders MuJoCo scenes only")
+    raise UserError(f"env '{env.spec.id if env.spec else base}' is not a MuJoCo task; "
+                    "video mode renders MuJoCo scenes only")
 
 
 def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
@@ -31,11 +32,13 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
     names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
     if isinstance(camera, str):
         if camera not in names:
-            raise UserError(f"unknown `camera` '{camera}'; this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
+            raise UserError(f"unknown `camera` '{camera}'; "
+                            f"this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
         return names.index(camera)
     if isinstance(camera, int):
         if not -1 <= camera < model.ncam:
-            raise UserError(f"`camera` {camera} is out of range; this task has cameras 0..{model.ncam - 1} ({', '.join(map(str, names))}) and -1 (free)")
+            raise UserError(f"`camera` {camera} is out of range; this task has cameras 0..{model.ncam - 1} "
+                            f"({', '.join(map(str, names))}) and -1 (free)")
         return camera
     if free_config is None:
         return 0 if model.ncam else -1

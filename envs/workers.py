@@ -116,7 +116,9 @@ class EnvWorkers:
             for i in range(self.num_envs):
                 self._send(i)
         taken = self.actions.copy()
-        reward, terminated, truncated = np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        reward, terminated, truncated = (
+            np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
+        )
         observed = []
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False

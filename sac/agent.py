@@ -1,6 +1,7 @@
 """Soft Actor-Critic for pixels, done the way DrQ (Kostrikov et al., 2020) and DrQ-v2 obtained their results:
 random-shift augmentation inside the update, the encoder trained by the critic loss only, the actor on detached
-features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q and a learned temperature.
+features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q
+and a learned temperature.
 
 Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
 separate encoders (twice the encoder passes) and have no augmentation inside the update.

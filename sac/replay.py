@@ -40,6 +40,11 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device, non_blocking=True)
 
 
+def to_host(values) -> np.ndarray:
+    """numpy on the host, from numpy or a torch tensor on any device: a batched env's per-env numbers."""
+    return values.cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+
+
 def frame_bytes(frame_shape, frame_dtype) -> int:
     return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
@@ -62,7 +67,10 @@ class ReplayBuffer:
         self.nstep, self.discount = nstep, discount
         self._window = (frame_stack or 1) + 1
         if self.capacity <= self._window:
-            raise UserError(f"`capacity`={capacity} leaves {self.capacity} slots per env; raise it above {self._window * num_envs} or lower `num_envs`")
+            raise UserError(
+                f"`capacity`={capacity} leaves {self.capacity} slots per env; "
+                f"raise it above {self._window * num_envs} or lower `num_envs`"
+            )
         shape = (self.capacity, num_envs)
         if frames_on is None:
             self.frames = np.zeros((*shape, *frame_shape), dtype=frame_dtype)
@@ -87,15 +95,22 @@ class ReplayBuffer:
 
     def add_first(self, obs: np.ndarray) -> None:
         """Single env: the observation returned by `reset`."""
-        self.add_batch(obs[None], np.zeros((1, self.actions.shape[-1]), np.float32), np.zeros(1), np.zeros(1, bool), np.ones(1, bool))
+        self.add_batch(
+            obs[None], np.zeros((1, self.actions.shape[-1]), np.float32), np.zeros(1), np.zeros(1, bool),
+            np.ones(1, bool),
+        )
 
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
         """Single env: one step, the action taken, its outcome, and the observation it led to."""
-        self.add_batch(next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool))
+        self.add_batch(
+            next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool)
+        )
 
-    def add_batch(self, obs: np.ndarray, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray, first: np.ndarray) -> None:
+    def add_batch(self, obs: np.ndarray | torch.Tensor, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
+                  first: np.ndarray) -> None:
         """One frame per env, (N, ...) each: the observation, the action and outcome that led to it, and whether it
-        is a reset frame (`first`; its action, reward and terminated are ignored)."""
+        is a reset frame (`first`; its action, reward and terminated are ignored). `obs` may be a torch tensor on any
+        device (a batched env's): it is copied straight into device frames, or to the host for host frames."""
         assert len(obs) == self.num_envs, f"expected {self.num_envs} envs, got {len(obs)}"
         if self.count == 0:
             assert first.all(), "every env's first frame must be a reset frame"
@@ -105,7 +120,7 @@ class ReplayBuffer:
         if self.count >= self.capacity:
             self.num_transitions -= int((self.pos[slot] > 0).sum())
         frame = obs[:, -1] if self.frame_stack else obs
-        self.frames[slot] = torch.as_tensor(frame) if isinstance(self.frames, torch.Tensor) else frame
+        self.frames[slot] = torch.as_tensor(frame) if isinstance(self.frames, torch.Tensor) else to_host(frame)
         self.actions[slot] = np.where(first[:, None], 0.0, action)
         self.rewards[slot] = np.where(first, 0.0, reward)
         self.terminated[slot] = ~first & terminated
@@ -134,7 +149,9 @@ class ReplayBuffer:
         }
         return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
 
-    def _returns(self, ends: np.ndarray, slots: np.ndarray, envs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _returns(
+        self, ends: np.ndarray, slots: np.ndarray, envs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For transitions ending at frames `ends` (in `slots`): the frame each n-step transition ends at, its
         discounted reward sum and the discount on the value there."""
         lasts = ends.copy()
@@ -145,7 +162,9 @@ class ReplayBuffer:
             slot = frame % self.capacity
             same_episode = (frame < self.count) & (self.pos[slot, envs] == self.pos[slots, envs] + k)
             reward += np.where(same_episode, discount * self.rewards[slot, envs], 0.0)
-            discount = np.where(same_episode, discount * np.float32(self.discount) * ~self.terminated[slot, envs], discount)
+            discount = np.where(
+                same_episode, discount * np.float32(self.discount) * ~self.terminated[slot, envs], discount
+            )
             lasts = np.where(same_episode, frame, lasts)
         return lasts, reward, discount
 
@@ -153,7 +172,9 @@ class ReplayBuffer:
         """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""
         if isinstance(self.frames, torch.Tensor):
             where = self.frames.device
-            return to_device(self.frames[to_device(torch.from_numpy(slots), where), to_device(torch.from_numpy(envs), where)], device)
+            return to_device(
+                self.frames[to_device(torch.from_numpy(slots), where), to_device(torch.from_numpy(envs), where)], device
+            )
         return to_device(torch.from_numpy(self.frames[slots, envs]), device)
 
     def _sample_ends(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -162,7 +183,9 @@ class ReplayBuffer:
         oldest = max(0, self.count - self.capacity)
         flat = np.empty(0, dtype=np.int64)  # frame number * num_envs + env
         while len(flat) < batch_size:
-            candidates = self.rng.integers(oldest * self.num_envs, self.count * self.num_envs, size=batch_size - len(flat))
+            candidates = self.rng.integers(
+                oldest * self.num_envs, self.count * self.num_envs, size=batch_size - len(flat)
+            )
             ends, envs = np.divmod(candidates, self.num_envs)
             pos = self.pos[ends % self.capacity, envs]
             valid = (pos > 0) & (ends - np.minimum(pos, self._window - 1) >= oldest)
@@ -172,13 +195,18 @@ class ReplayBuffer:
     def state_dict(self) -> dict:
         filled = min(self.count, self.capacity)
         arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu() for name in ARRAYS}
-        return {**arrays, "count": self.count, "num_transitions": self.num_transitions, "capacity": self.capacity, "rng": self.rng.bit_generator.state}
+        return {
+            **arrays, "count": self.count, "num_transitions": self.num_transitions, "capacity": self.capacity,
+            "rng": self.rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["capacity"] != self.capacity or tuple(state["frames"].shape[1:]) != tuple(self.frames.shape[1:]):
             raise UserError(
-                f"the checkpoint's replay holds {state['capacity']} slots of (envs, frame) {tuple(state['frames'].shape[1:])}, "
-                f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; resume with the `capacity`, `num_envs` and env settings it was trained with"
+                f"the checkpoint's replay holds {state['capacity']} slots of (envs, frame) "
+                f"{tuple(state['frames'].shape[1:])}, "
+                f"the config asks for {self.capacity} of {tuple(self.frames.shape[1:])}; "
+                "resume with the `capacity`, `num_envs` and env settings it was trained with"
             )
         filled = len(state["frames"])
         for name in ARRAYS:

@@ -16,11 +16,13 @@ DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def popen_cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def sets(**overrides) -> list[str]:

@@ -66,7 +66,9 @@ def test_encoder_is_trained_by_the_critic_loss_only():
     agent.update_actor(features.detach())
     assert not changed(encoder_before, agent.critic.encoder), "the actor loss must not move the encoder"
     assert changed(actor_before, agent.actor)
-    agent.update_critic(agent.critic.encoder(data["obs"]), data["action"], data["reward"], data["discount"], data["next_obs"])
+    agent.update_critic(
+        agent.critic.encoder(data["obs"]), data["action"], data["reward"], data["discount"], data["next_obs"]
+    )
     assert changed(encoder_before, agent.critic.encoder)
 
 
@@ -91,7 +93,9 @@ def encoder_passes(agent: SAC) -> list[str]:
 
 def test_without_a_target_encoder_the_target_heads_read_the_online_next_obs_features():
     agent = make_agent(target_encoder=False, critic_tau=0.25, target_update_every=1, actor_update_every=1)
-    assert agent.critic_target.encoder is None and not any("encoder" in key for key in agent.state_dict()["critic_target"])
+    assert agent.critic_target.encoder is None and not any(
+        "encoder" in key for key in agent.state_dict()["critic_target"]
+    )
     heads_before = {name: p.clone() for name, p in agent.critic_target.named_parameters()}
     passes = encoder_passes(agent)
     agent.update(batch())
@@ -106,8 +110,8 @@ def test_a_separate_target_encoder_costs_a_third_pass_and_a_frozen_encoder_never
     passes = encoder_passes(agent := make_agent())
     agent.update(batch())
     assert passes == ["online", "online", "target"]
-    frozen = SAC(build_encoder(EncoderConfig(type="video", video=VideoEncoderConfig(freeze=True)), OBS), 2, SACConfig(hidden_dim=64),
-                 device=torch.device("cpu"), pixels=True)
+    frozen = SAC(build_encoder(EncoderConfig(type="video", video=VideoEncoderConfig(freeze=True)), OBS), 2,
+                 SACConfig(hidden_dim=64), device=torch.device("cpu"), pixels=True)
     assert frozen.critic_target.encoder is None, "a frozen encoder's copy would never differ from it"
     older = frozen.state_dict()
     older["critic_target"] |= {f"encoder.{key}": value for key, value in frozen.critic.encoder.state_dict().items()}
@@ -119,7 +123,9 @@ def test_two_shifted_copies_average_the_target_over_next_obs_and_sum_the_loss_ov
     the shifted next_obs, so the expected loss can be computed from the recorded shifts."""
     agent = make_agent(augment_samples=2, log_std_min=-10.0, log_std_max=-10.0, init_temperature=1e-9)
     shifted = []
-    monkeypatch.setattr("sac.agent.random_shift", lambda obs, pad: shifted.append(random_shift(obs, pad)) or shifted[-1])
+    monkeypatch.setattr(
+        "sac.agent.random_shift", lambda obs, pad: shifted.append(random_shift(obs, pad)) or shifted[-1]
+    )
     passes = encoder_passes(agent)
     before, data = copy.deepcopy(agent), batch()
     metrics = agent.update(data)
@@ -180,7 +186,9 @@ def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():
     a = agent.update(data)
     torch.manual_seed(3)
     b = other.update(data)
-    assert {"critic_loss", "q_mean", "target_q"} <= b.keys(), "an odd update: the restored agent has no actor metrics yet (logging only)"
+    assert {"critic_loss", "q_mean", "target_q"} <= b.keys(), (
+        "an odd update: the restored agent has no actor metrics yet (logging only)"
+    )
     assert all(torch.equal(a[k], b[k]) for k in b)
 
 
@@ -205,11 +213,14 @@ def test_critic_optimiser_is_one_group_as_drq_unless_the_encoder_has_its_own_lr(
     assert agent.critic_opt.param_groups[0]["params"] == list(agent.critic.parameters())
 
     torch.manual_seed(0)
-    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3), device=torch.device("cpu"), pixels=True, encoder_lr=1e-5)
+    agent = SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, SACConfig(hidden_dim=64, lr=1e-3),
+                device=torch.device("cpu"), pixels=True, encoder_lr=1e-5)
     heads, encoder = agent.critic_opt.param_groups
     assert encoder["lr"] == 1e-5 and encoder["params"] == list(agent.critic.encoder.parameters())
     assert heads["lr"] == 1e-3 and len(heads["params"]) + len(encoder["params"]) == len(list(agent.critic.parameters()))
-    assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), "the actor never trains the encoder"
+    assert not set(agent.actor.parameters()) & set(heads["params"] + encoder["params"]), (
+        "the actor never trains the encoder"
+    )
 
 
 def test_the_temperatures_adam_uses_torchs_default_betas_as_drq_does():
@@ -240,9 +251,13 @@ def test_autocast_runs_the_encoder_in_bfloat16_and_keeps_heads_losses_and_parame
     torch.manual_seed(1)
     expected = reference.update(data)
     assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in metrics.values())
-    assert all(p.dtype == torch.float32 for p in agent.critic.parameters()) and changed(encoder_before, agent.critic.encoder)
+    assert all(p.dtype == torch.float32 for p in agent.critic.parameters()) and changed(
+        encoder_before, agent.critic.encoder
+    )
     assert seen["head"] == torch.float32, "Q-values keep float32 precision"
-    assert metrics["q_mean"] == pytest.approx(expected["q_mean"].item(), abs=0.05), "bfloat16 rounding, not another update"
+    assert metrics["q_mean"] == pytest.approx(expected["q_mean"].item(), abs=0.05), (
+        "bfloat16 rounding, not another update"
+    )
 
 
 def test_compile_option_compiles_encoders_and_critics_and_a_compiled_encoder_matches_eager():
@@ -251,7 +266,9 @@ def test_compile_option_compiles_encoders_and_critics_and_a_compiled_encoder_mat
     for module in (agent.critic.encoder, agent.critic, agent.critic_target.encoder, agent.critic_target):
         assert module._compiled_call_impl is not None
     assert make_agent(compile=True, target_encoder=False).critic_target.encoder is None
-    assert agent.state_dict()["critic"].keys() == eager_agent.state_dict()["critic"].keys(), "checkpoints load either way"
+    assert agent.state_dict()["critic"].keys() == eager_agent.state_dict()["critic"].keys(), (
+        "checkpoints load either way"
+    )
 
     torch.manual_seed(0)
     eager = build_encoder(EncoderConfig(type="video"), (2, 3, 32, 32))

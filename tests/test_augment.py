@@ -9,8 +9,10 @@ from sac.augment import random_shift
 def all_crops(image: torch.Tensor, pad: int) -> list[torch.Tensor]:
     """Every crop of the replicate-padded (T, C, H, W) image: the reference definition of a random shift."""
     height, width = image.shape[-2:]
-    padded = F.pad(image.float().flatten(0, 1)[None], (pad,) * 4, mode="replicate")[0].view(*image.shape[:2], height + 2 * pad, width + 2 * pad)
-    return [padded[..., dy:dy + height, dx:dx + width].to(image.dtype) for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
+    padded = F.pad(image.float().flatten(0, 1)[None], (pad,) * 4, mode="replicate")[0].view(
+        *image.shape[:2], height + 2 * pad, width + 2 * pad)
+    return [padded[..., dy:dy + height, dx:dx + width].to(image.dtype)
+            for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
 
 
 def test_each_sample_is_one_crop_of_its_padded_stack():

@@ -17,12 +17,13 @@ from trainer.config import Config, to_dict
 
 
 def payload(step: int) -> dict:
-    return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))}, "progress": {"episode": step, "env_step": step}, "rng": {}}
+    return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))},
+            "progress": {"episode": step, "env_step": step}, "rng": {}}
 
 
 def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0) -> Path:
-    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, env_step=step, episode=episode,
-                           keep_replays=keep_replays, keep_last=keep_last).latest
+    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, env_step=step,
+                           episode=episode, keep_replays=keep_replays, keep_last=keep_last).latest
 
 
 def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_path):
@@ -43,7 +44,8 @@ def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path)
 
 def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):
     for step, episode in [(10, 1), (20, 2), (30, 3)]:
-        saved = checkpoint.save(tmp_path, "run", payload(step), {}, env_step=step, episode=episode, keep_replays=1, keep_last=2)
+        saved = checkpoint.save(tmp_path, "run", payload(step), {}, env_step=step, episode=episode, keep_replays=1,
+                                keep_last=2)
     assert sorted(p.name for p in tmp_path.glob("run_ep*.pt")) == ["run_ep2.pt", "run_ep3.pt"]
     assert sorted(saved.deleted) == ["run_ep1.pt", "run_step20.replay.pt"]
     assert [p.name for p in saved.written] == ["run_step30.replay.pt", "run_ep3.pt", "run_latest.pt"]
@@ -137,7 +139,8 @@ def test_a_config_gaining_a_profile_block_is_no_changed_setting_but_the_settings
     current["profiles"] = {"cpu_bf16": {"sac": {"batch_size": 128}}}
     assert checkpoint.changed_settings(saved, current) == []
     current["profile"], current["sac"]["batch_size"] = "cpu_bf16", 128
-    assert checkpoint.changed_settings(saved, current) == ["profile auto -> cpu_bf16", f"sac.batch_size {Config().sac.batch_size} -> 128"]
+    assert checkpoint.changed_settings(saved, current) == ["profile auto -> cpu_bf16",
+                                                           f"sac.batch_size {Config().sac.batch_size} -> 128"]
 
 
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
@@ -145,7 +148,8 @@ def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     del saved["sac"]["target_encoder"]
     checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
     current["sac"]["target_encoder"] = False
-    with pytest.raises(UserError, match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
+    with pytest.raises(UserError,
+                       match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
         checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
 
 
@@ -174,15 +178,15 @@ def test_a_checkpoint_with_flipped_bytes_fails_its_checksum_and_auto_falls_back(
 
 
 def test_a_replay_sidecar_with_flipped_bytes_or_of_another_save_is_damage(tmp_path):
-    latest = checkpoint.save(tmp_path, "run", payload(10), {"rewards": torch.full((4,), 7.0)}, env_step=10, episode=1, keep_replays=1,
-                             keep_last=0).latest
+    latest = checkpoint.save(tmp_path, "run", payload(10), {"rewards": torch.full((4,), 7.0)}, env_step=10, episode=1,
+                             keep_replays=1, keep_last=0).latest
     flip_value(tmp_path / "run_step10.replay.pt", 7.0, 8.0)
     with pytest.raises(CheckpointError, match=r"replay sidecar .*run_step10.replay.pt is corrupt or from another save.*"
                                               r"move it aside to resume run_latest.pt with an empty replay buffer"):
         checkpoint.load(latest)
     other = tmp_path / "other"  # an intact sidecar, but not the one this checkpoint was saved with
-    checkpoint.save(other, "run", payload(10), {"rewards": torch.full((4,), 9.0)}, env_step=10, episode=1, keep_replays=1,
-                    keep_last=0)
+    checkpoint.save(other, "run", payload(10), {"rewards": torch.full((4,), 9.0)}, env_step=10, episode=1,
+                    keep_replays=1, keep_last=0)
     (other / "run_step10.replay.pt").replace(tmp_path / "run_step10.replay.pt")
     with pytest.raises(CheckpointError, match="corrupt or from another save"):
         checkpoint.load(latest)
@@ -191,7 +195,8 @@ def test_a_replay_sidecar_with_flipped_bytes_or_of_another_save_is_damage(tmp_pa
 def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
     diverged = payload(10)
     diverged["agent"]["critic_optim"] = {"state": {0: {"exp_avg": torch.tensor([1.0, float("inf")])}}}
-    latest = checkpoint.save(tmp_path, "run", diverged, {}, env_step=10, episode=None, keep_replays=1, keep_last=0).latest
+    latest = checkpoint.save(tmp_path, "run", diverged, {}, env_step=10, episode=None, keep_replays=1,
+                             keep_last=0).latest
     with pytest.raises(CheckpointError, match=r"holds NaN or inf in critic_optim.state.0.exp_avg"):
         checkpoint.load(latest)
 

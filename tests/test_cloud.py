@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
 import train_sac
+from tests.conftest import ROOT
 from trainer.config import load_config
 
 CLOUD = ROOT / "scripts" / "cloud"
@@ -196,7 +196,8 @@ def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_ru
     runs = set()
     for cwd, *argv in launches:
         assert cwd == str(ROOT)  # SkyPilot uploads the working directory as the job's workdir
-        assert argv[:3] == ["jobs", "launch", "scripts/cloud/train-spot.yaml"] and {"--yes", "--detach-run"} <= set(argv)
+        assert (argv[:3] == ["jobs", "launch", "scripts/cloud/train-spot.yaml"]
+                and {"--yes", "--detach-run"} <= set(argv))
         envs = dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--env")
         assert envs["BUCKET"] == "my-bucket" and (ROOT / envs["CONFIG"]).is_file()
         seed = envs["ARGS"].removeprefix("--set training.seed=")
@@ -208,7 +209,8 @@ def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_ru
 @pytest.mark.parametrize("args, extra_env, expected", [
     ([], {}, "error: a bucket and at least one config are needed; usage: scripts/cloud/sweep.sh BUCKET CONFIG"),
     (["b", "configs/default.yaml", "configs/nope.yaml"], {}, "error: config file not found: configs/nope.yaml; usage:"),
-    (["b", "configs/default.yaml"], {"SEEDS": "1 two"}, "error: SEEDS must be whole numbers separated by spaces, got 'two'"),
+    (["b", "configs/default.yaml"], {"SEEDS": "1 two"},
+     "error: SEEDS must be whole numbers separated by spaces, got 'two'"),
 ])
 def test_sweep_rejects_bad_arguments_before_launching_anything(fake_sky, args, extra_env, expected):
     env, calls = fake_sky
@@ -323,4 +325,6 @@ def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path)
 
     result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set", "training.episodes=5",
                      "training.episodes=0")
-    assert result.returncode == 2 and result.stderr == "error: config key 'training.episodes' must be in [1, 10000000], got 0\n"
+    assert result.returncode == 2 and result.stderr == (
+        "error: config key 'training.episodes' must be in [1, 10000000], got 0\n"
+    )

@@ -27,7 +27,10 @@ def test_yaml_overrides_defaults_and_set_overrides_yaml(tmp_path):
 
 
 def test_profile_block_applies_and_set_still_wins(tmp_path):
-    path = write(tmp_path, "profile: gpu\nprofiles:\n  cpu: {sac: {batch_size: 32}}\n  gpu: {sac: {batch_size: 512, buffer_size: 7777}}\n")
+    path = write(
+        tmp_path,
+        "profile: gpu\nprofiles:\n  cpu: {sac: {batch_size: 32}}\n  gpu: {sac: {batch_size: 512, buffer_size: 7777}}\n",
+    )
     cfg = load_config(path, ["sac.buffer_size=5000"])
     assert (cfg.profile, cfg.sac.batch_size, cfg.sac.buffer_size) == ("gpu", 512, 5000)
     assert load_config(path, ["profile=cpu"]).sac.batch_size == 32
@@ -111,7 +114,9 @@ def test_inheritance_and_duplicate_keys_fail_in_one_line(tmp_path, files, expect
 
 
 def test_a_key_that_overrides_a_yaml_merge_key_is_not_a_duplicate(tmp_path):
-    path = write(tmp_path, "sac: &small {batch_size: 8, nstep: 2}\nprofiles: {cpu: {sac: {<<: *small, batch_size: 16}}}\n")
+    path = write(
+        tmp_path, "sac: &small {batch_size: 8, nstep: 2}\nprofiles: {cpu: {sac: {<<: *small, batch_size: 16}}}\n"
+    )
     cfg = load_config(path, ["profile=cpu"])
     assert (cfg.sac.batch_size, cfg.sac.nstep) == (16, 2)
 
@@ -128,12 +133,16 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
     gpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=gpu"])
     assert (gpu.env.image_size, gpu.env.frame_stack, gpu.env.action_repeat) == (84, 3, action_repeat)
     assert (gpu.sac.batch_size, gpu.sac.augment_samples, gpu.sac.augment_pad, gpu.sac.nstep) == (512, 2, 4, 1)
-    assert (gpu.sac.lr, gpu.sac.critic_tau, gpu.sac.actor_update_every, gpu.sac.init_temperature) == (1e-3, 0.01, 2, 0.1)
+    assert (gpu.sac.lr, gpu.sac.critic_tau, gpu.sac.actor_update_every, gpu.sac.init_temperature) == (
+        1e-3, 0.01, 2, 0.1
+    )
     cpu = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu"])
     assert (cpu.sac.batch_size, cpu.sac.augment_samples, cpu.sac.nstep) == (64, 1, 3), "the README's cartpole CPU run"
     assert not (cpu.training.autocast or cpu.training.compile)
     bf16 = load_config(ROOT / f"configs/dmc/{task}.yaml", ["profile=cpu_bf16"])
-    assert (bf16.sac.batch_size, bf16.sac.augment_samples, bf16.sac.nstep) == (128, 1, 3), "the README's bf16 cartpole run"
+    assert (bf16.sac.batch_size, bf16.sac.augment_samples, bf16.sac.nstep) == (128, 1, 3), (
+        "the README's bf16 cartpole run"
+    )
     assert bf16.training.autocast and bf16.training.compile
 
 
@@ -151,13 +160,21 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("sac: {lr: fast}\n", [], "'sac.lr' must be float"),
         ("env: [unclosed\n", [], "cannot parse"),
         ("", ["sac.batch_size"], "--set expects key=value"),
-        ("", ["encoder.video.weights=/tmp/w.pth"], "encoder.video.weights is set but encoder.video.pretrained is false"),
+        (
+            "", ["encoder.video.weights=/tmp/w.pth"],
+            "encoder.video.weights is set but encoder.video.pretrained is false",
+        ),
         ("", ["encoder.video.input_size=16"], "config key 'encoder.video.input_size' must be in [32, 1024] or null"),
         ("", ["encoder.type=state", "encoder.lr=1e-4"], "encoder.lr applies to video encoders only"),
         ("", ["sac.augment_samples=0"], "config key 'sac.augment_samples' must be in [1, 16], got 0"),
         ("", ["sac.nstep=0"], "config key 'sac.nstep' must be in [1, 100], got 0"),
-        ("", ["sac.augment_samples=2", "sac.augment_pad=0"], "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0"),
+        (
+            "", ["sac.augment_samples=2", "sac.augment_pad=0"],
+            "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0",
+        ),
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
+        ("", ["env.backend=opengl"], "config key 'env.backend' must be one of mujoco, mujoco_warp, got 'opengl'"),
+        ("", ["sac.updates_per_step=-0.5"], "config key 'sac.updates_per_step' must be in (0, 100] (fractions allowed"),
     ],
 )
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
@@ -167,7 +184,9 @@ def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, exp
 
 def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
     err = UserError("unknown `camera` 'top'; raise `capacity` or lower `num_envs`; run `hf download x` or `other`")
-    assert explain(err) == "unknown env.camera 'top'; raise sac.buffer_size or lower env.num_envs; run `hf download x` or `other`"
+    assert explain(err) == (
+        "unknown env.camera 'top'; raise sac.buffer_size or lower env.num_envs; run `hf download x` or `other`"
+    )
 
 
 @pytest.mark.parametrize(
@@ -178,6 +197,8 @@ def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
         (["--config", DEFAULT, "--set", "sac.batch_size=abc"], "'sac.batch_size' must be int"),
         (["--config", DEFAULT, "--set", "encoder.video.arch=resnet9000"], "unknown encoder.video.arch"),
         (["--config", DEFAULT, "--set", "env.id=NoSuchTask-v9"], "unknown env.id 'NoSuchTask-v9'"),
+        (["--config", DEFAULT, "--set", "env.backend=mjx"],
+         "config key 'env.backend' must be one of mujoco, mujoco_warp"),
     ],
 )
 def test_cli_reports_bad_input_in_one_line_with_status_2(args, expected):
@@ -195,7 +216,9 @@ def test_cli_reports_unparseable_yaml(tmp_path):
 
 
 def test_print_helper_shows_resolved_values_one_per_line(capsys):
-    assert main([DEFAULT, "--set", "checkpoint.name=pod_run", "--print", "run_name", "--print", "logging.tensorboard_dir"]) == 0
+    assert main(
+        [DEFAULT, "--set", "checkpoint.name=pod_run", "--print", "run_name", "--print", "logging.tensorboard_dir"]
+    ) == 0
     assert capsys.readouterr().out.splitlines() == ["pod_run", "runs"]
 
 

@@ -14,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from errors import UserError
 from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli
 from trainer import config
 from trainer.config import Config, load_config
-from errors import UserError
 
 HUGE = str(10**12)
 
@@ -56,7 +56,8 @@ SET_CASES = [
     ("training.seed_steps=-1", ["training.seed_steps=-1"], "'training.seed_steps' must be in [0, "),
     *[(f"training.eval_episodes={value}", [f"training.eval_episodes={value}"], "'training.eval_episodes' must be in [")
       for value in ("-1", HUGE)],
-    *[(f"training.max_env_steps={value}", [f"training.max_env_steps={value}"], "'training.max_env_steps' must be in [1, ")
+    *[(f"training.max_env_steps={value}", [f"training.max_env_steps={value}"],
+       "'training.max_env_steps' must be in [1, ")
       for value in ("0", "-1")],
     ("checkpoint.name=exp/seed1", ["checkpoint.name=exp/seed1"], "checkpoint.name 'exp/seed1'"),
     ("checkpoint.name with space", ["checkpoint.name=my run"], "checkpoint.name 'my run'"),
@@ -105,7 +106,8 @@ def test_a_bad_set_value_is_a_one_line_error_before_any_work(tmp_path, sets, exp
     assert list(tmp_path.iterdir()) == [], "nothing is written for a config error"
 
 
-@pytest.mark.parametrize("name, data, expected", [case[1:] for case in FILE_CASES], ids=[case[0] for case in FILE_CASES])
+@pytest.mark.parametrize("name, data, expected", [case[1:] for case in FILE_CASES],
+                         ids=[case[0] for case in FILE_CASES])
 def test_a_bad_config_file_is_a_one_line_error(tmp_path, name, data, expected):
     (tmp_path / name).write_bytes(data)
     assert_one_line_error(run_cli("--config", str(tmp_path / name), timeout=60), expected)
@@ -206,7 +208,8 @@ def values(rule):
     return st.one_of(ANYTHING, *near)
 
 
-DRAWS = st.lists(st.sampled_from(KEYS).flatmap(lambda k: st.tuples(st.just(k[0]), values(k[2]))), min_size=1, max_size=5)
+DRAWS = st.lists(st.sampled_from(KEYS).flatmap(lambda k: st.tuples(st.just(k[0]), values(k[2]))),
+                 min_size=1, max_size=5)
 
 
 def check_accepted_or_one_line_error(path, overrides=()):

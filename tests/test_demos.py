@@ -3,27 +3,25 @@ hold the configured share of them with frame stacks rebuilt as the env stacks th
 run is a one-line error naming both sides, and a run resumed with demonstrations re-reads them (saying so, and saying
 when the file changed), continuing bit for bit as if it never stopped."""
 
-from envs import make_env  # rendering was configured by tests/conftest.py
+import re
+import shutil
+import subprocess
+import sys
 
-import re  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from envs import demos  # noqa: E402
-from trainer.record import record, recording_settings  # noqa: E402
-from sac.demos import demo_count, fill_store, mixed_sample  # noqa: E402
-from sac.replay import ReplayBuffer  # noqa: E402
-from tests.conftest import ROOT, run_cli, sets  # noqa: E402
-from trainer import checkpoint  # noqa: E402
-from trainer.config import load_config  # noqa: E402
-from trainer.demos import check_fits  # noqa: E402
-from errors import UserError  # noqa: E402
+from envs import demos, make_env
+from errors import UserError
+from sac.demos import demo_count, fill_store, mixed_sample
+from sac.replay import ReplayBuffer
+from tests.conftest import ROOT, run_cli, sets
+from trainer import checkpoint
+from trainer.config import load_config
+from trainer.demos import check_fits
+from trainer.record import record, recording_settings
 
 VIDEO, STATE = str(ROOT / "configs" / "dishwashing_video.yaml"), str(ROOT / "configs" / "dishwashing_state.yaml")
 SIZE = 40  # small frames: the tests render every step

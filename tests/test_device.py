@@ -15,10 +15,12 @@ from sac.replay import host_bytes_per_slot
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(), reason="reads Linux x86 CPU flags")
+@pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(),
+                    reason="reads Linux x86 CPU flags")
 def test_a_cpu_computes_bfloat16_natively_only_with_avx512_bf16_or_amx_units():
     flags = set(Path("/proc/cpuinfo").read_text().split())
-    assert native_bfloat16(torch.device("cpu")) == bool(flags & {"avx512_bf16", "amx_bf16"}), "plain AVX-512 emulates it"
+    assert native_bfloat16(torch.device("cpu")) == bool(flags & {"avx512_bf16", "amx_bf16"}), (
+        "plain AVX-512 emulates it")
 
 
 def test_plain_avx512_does_not_count_as_native_bfloat16_although_onednn_runs_it(monkeypatch):
@@ -41,7 +43,8 @@ def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_the
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
     assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
-    with pytest.raises(UserError, match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
+    with pytest.raises(UserError,
+                       match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
         replay_frames_device("cuda", torch.device("cpu"), 10**6)
 
 

@@ -77,7 +77,8 @@ def test_scripted_policy_places_the_plate_within_the_episode_limit(env_id, seed)
 def test_every_step_before_success_costs_and_success_ends_the_episode_at_zero(env_id):
     steps = run_scripted(gym.make(env_id), seed=0)
     before, (last_reward, *_, last_info) = steps[:-1], steps[-1]
-    assert all(-1.0 <= reward <= -0.1 and not terminated and not info["success"] for reward, terminated, _, info in before)
+    assert all(-1.0 <= reward <= -0.1 and not terminated and not info["success"]
+               for reward, terminated, _, info in before)
     assert last_reward == 0.0 and last_info["success"]
     assert [info["held"] for *_, info in steps].count(True) > 0, "the plate was carried, not pushed"
 
@@ -96,7 +97,8 @@ def test_release_pays_for_loosening_the_fingers_only_once_the_plate_is_in_the_sl
     obs, _ = firm.reset(seed=0)
     loose.reset(seed=0)
     shut, still_shut = np.array([0, 0, 0, 1], np.float32), np.array([0, 0, 0, 0.2], np.float32)
-    assert firm.step(shut)[4]["reward_release"] == loose.step(still_shut)[4]["reward_release"] == 0.0, "away from the slot"
+    assert firm.step(shut)[4]["reward_release"] == loose.step(still_shut)[4]["reward_release"] == 0.0, (
+        "away from the slot")
 
     obs = firm.unwrapped.observation()
     while (action := scripted_action(obs))[3] > 0:  # carry and lower until the scripted policy would let go

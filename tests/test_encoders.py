@@ -65,7 +65,8 @@ def test_input_size_resizes_frames_before_the_network():
 
 @pytest.mark.parametrize("input_size", [None, 32])
 def test_frames_are_normalised_per_channel_and_under_autocast_rounded_once_to_bfloat16(input_size):
-    encoder = build_encoder(encoder_config("r3d18", input_size=input_size), (2, 3, 32, 32))  # r3d18: Kinetics' per-channel mean/std
+    # r3d18: Kinetics' per-channel mean/std
+    encoder = build_encoder(encoder_config("r3d18", input_size=input_size), (2, 3, 32, 32))
     obs = torch.randint(0, 256, (2, 2, 3, 32, 32), dtype=torch.uint8)
     mean, std = torch.tensor(encoder.MEAN).view(-1, 1, 1), torch.tensor(encoder.STD).view(-1, 1, 1)
     expected = (obs.float() / 255 - mean) / std
@@ -73,11 +74,13 @@ def test_frames_are_normalised_per_channel_and_under_autocast_rounded_once_to_bf
     with torch.autocast("cpu", torch.bfloat16):
         prepared = encoder.prepare(obs)
     assert prepared.dtype == torch.bfloat16
-    assert torch.allclose(prepared.float(), expected, rtol=2 ** -7, atol=2e-2), "within bfloat16 rounding of the float32 values"
+    assert torch.allclose(prepared.float(), expected, rtol=2 ** -7, atol=2e-2), (
+        "within bfloat16 rounding of the float32 values")
     assert "pixel_scale" not in encoder.state_dict(), "the constants are not checkpoint state"
 
 
-@pytest.mark.parametrize("arch, memory_format", [("simple2dcnn", torch.channels_last), ("simple3dcnn", torch.channels_last_3d)])
+@pytest.mark.parametrize("arch, memory_format", [("simple2dcnn", torch.channels_last),
+                                                 ("simple3dcnn", torch.channels_last_3d)])
 def test_channels_last_changes_the_memory_layout_not_the_features(arch, memory_format):
     torch.manual_seed(0)
     default = build_encoder(encoder_config(arch), (3, 3, 64, 64))

@@ -17,7 +17,8 @@ def config(env_id: str, **settings) -> EnvConfig:
     return EnvConfig(id=env_id, **settings)
 
 
-@pytest.mark.parametrize("env_id, camera", [("dm_control/cartpole-swingup-v0", None), ("InvertedPendulum-v5", None), ("HalfCheetah-v5", "track")])
+@pytest.mark.parametrize("env_id, camera", [("dm_control/cartpole-swingup-v0", None), ("InvertedPendulum-v5", None),
+                                            ("HalfCheetah-v5", "track")])
 def test_video_observations_are_uint8_frame_stacks_that_show_motion(env_id, camera):
     env = make_env(config(env_id, image_size=64, camera=camera), pixels=True)
     obs, _ = env.reset(seed=0)
@@ -38,7 +39,8 @@ def test_a_vector_worker_limits_its_software_renderer_to_its_share_of_the_cores_
     monkeypatch.setenv("LP_NUM_THREADS", "unset")
     monkeypatch.delenv("LP_NUM_THREADS")  # monkeypatch restores whatever the worker function sets
     make_worker_env(cfg, True, 3).close()
-    assert "LP_NUM_THREADS" not in os.environ, "in the trainer's own process (Gymnasium's call for the spaces) nothing changes"
+    assert "LP_NUM_THREADS" not in os.environ, (
+        "in the trainer's own process (Gymnasium's call for the spaces) nothing changes")
     monkeypatch.setattr(multiprocessing, "parent_process", lambda: object())  # as in a spawned worker
     make_worker_env(cfg, True, 3).close()
     assert os.environ["LP_NUM_THREADS"] == "3"

@@ -29,7 +29,8 @@ def render_with(backend: str | None, path) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
     if backend:
         env["MUJOCO_GL"] = backend
-    result = subprocess.run([sys.executable, "-c", RENDER, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", RENDER, str(path)], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -55,7 +56,8 @@ def test_importing_the_env_layer_sets_nothing_up():
     """Rendering is configured by the entry points (trainer/headless.py), never as a side effect of an import."""
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM")}
     probe = "import os, sys, envs; print(os.environ.get('MUJOCO_GL'), 'torch._dynamo' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["None", "False"]
 

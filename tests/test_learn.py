@@ -13,43 +13,52 @@ from trainer.plot import plot_curves, seed_statistics
 
 
 def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
-    tiny = sets(training__episodes=4, env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
-                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32, logging__eval_video="false")
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"), "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
-                             "--seeds", "1", "2", "--out", str(tmp_path), *tiny], capture_output=True, text=True, timeout=300)
+    tiny = sets(training__episodes=4, env__max_episode_steps=15, training__eval_every_episodes=2,
+                training__eval_episodes=1, training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32,
+                logging__eval_video="false")
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"),
+                             "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
+                             "--seeds", "1", "2", "--out", str(tmp_path), *tiny],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     with open(tmp_path / "learn.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0])[:3] == ["frames", "seed", "return"]
-    assert [(r["seed"], r["frames"]) for r in rows] == [(s, f) for s in ("1", "2") for f in ("240", "480")], "eval every 2 episodes of 15 steps x action repeat 8"
+    assert [(r["seed"], r["frames"]) for r in rows] == [(s, f) for s in ("1", "2") for f in ("240", "480")], (
+        "eval every 2 episodes of 15 steps x action repeat 8")
     with Image.open(tmp_path / "learn.png") as png:
         assert png.format == "PNG"
 
 
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):
     """Learning runs longer than a session: the second command picks each seed up where the first stopped."""
-    tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1, training__seed_steps=10,
-                sac__batch_size=8, sac__hidden_dim=32, checkpoint__every_episodes=2)
-    command = [sys.executable, str(ROOT / "bench" / "learn.py"), "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
+    tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
+                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32, checkpoint__every_episodes=2)
+    command = [sys.executable, str(ROOT / "bench" / "learn.py"),
+               "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
                "--seeds", "1", "2", "--out", str(tmp_path), *tiny]
     for episodes in (2, 4):
-        result = subprocess.run(command + ["--set", f"training.episodes={episodes}"], capture_output=True, text=True, timeout=300)
+        result = subprocess.run(command + ["--set", f"training.episodes={episodes}"], capture_output=True, text=True,
+                                timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
     with open(tmp_path / "learn.csv", newline="") as f:
-        assert [(r["seed"], r["frames"]) for r in csv.DictReader(f)] == [(s, f) for s in ("1", "2") for f in ("240", "480")]
+        assert ([(r["seed"], r["frames"]) for r in csv.DictReader(f)]
+                == [(s, f) for s in ("1", "2") for f in ("240", "480")])
     (tmp_path / "learn.csv").unlink()
     result = subprocess.run(command + ["--report"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and (tmp_path / "learn.csv").exists(), "--report rewrites the CSV without training"
     for seed in (1, 2):
         log = (tmp_path / f"seed{seed}.log").read_text()
-        assert "episode 2," in log.split("resumed from", 1)[1], "the second run resumed at episode 2, the log kept both runs"
+        assert "episode 2," in log.split("resumed from", 1)[1], (
+            "the second run resumed at episode 2, the log kept both runs")
         assert "settings changed since that checkpoint: training.episodes 2 -> 4\n" in log
 
 
 def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):
     rows = [{"seed": 1, "frames": f, "return": f / 10} for f in (0, 100, 200, 300)]
     rows += [{"seed": 2, "frames": f, "return": f / 5} for f in (0, 150, 250)]
-    plot_curves({"this repo": rows}, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)}, (100, 500))
+    plot_curves({"this repo": rows}, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)},
+                (100, 500))
     with Image.open(tmp_path / "seeds.png") as png:
         assert png.size == (600, 400)
     grid, mean, std = seed_statistics(rows)

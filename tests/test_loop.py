@@ -52,7 +52,9 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
     wait_for(interrupted / "ckpt" / "sac_video_ep2.pt", proc)
     proc.kill()
     proc.communicate()
-    resumed = run_cli("--config", CONFIG, *run_args(interrupted, 4), "--resume", str(interrupted / "ckpt" / "sac_video_ep2.pt"))
+    resumed = run_cli(
+        "--config", CONFIG, *run_args(interrupted, 4), "--resume", str(interrupted / "ckpt" / "sac_video_ep2.pt")
+    )
     assert resumed.returncode == 0, resumed.stderr
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
@@ -72,7 +74,8 @@ def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
     tests/test_tmux_train.py.) training.auto_shutdown is for completed runs and must never fire here."""
     rng = random.Random(0)
     finished = tmp_path / "finished"
-    args = run_args(tmp_path, 1000) + sets(env__max_episode_steps=10, training__eval_every_episodes=0,  # a checkpoint every 10 steps
+    # a checkpoint every 10 steps
+    args = run_args(tmp_path, 1000) + sets(env__max_episode_steps=10, training__eval_every_episodes=0,
                                            training__auto_shutdown=f"touch {finished}")
     latest = tmp_path / "ckpt" / "sac_video_latest.pt"
     steps = 0
@@ -97,8 +100,9 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
     """Two workers against two plain envs stepped one after the other with the same seeds and the replay's own
     actions: every stored frame, reward and flag agrees. A resumed run reseeds the workers (training.seed +
     completed episodes + worker) and appends: one transition per counted agent step, none lost or doubled."""
-    args = run_args(tmp_path, 3) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32, training__seed_steps=10**6,
-                                        training__eval_every_episodes=100, logging__tensorboard="false")
+    args = run_args(tmp_path, 3) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32,
+                                        training__seed_steps=10**6, training__eval_every_episodes=100,
+                                        logging__tensorboard="false")
     first = run_cli("--config", CONFIG, *args)
     assert first.returncode == 0, first.stderr
     latest = tmp_path / "ckpt" / "sac_video_latest.pt"
@@ -122,13 +126,16 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
                 obs, reward, terminated, _, _ = env.step(replay["actions"][slot, worker].numpy())
                 assert replay["rewards"][slot, worker].item() == pytest.approx(reward, abs=1e-6)
                 assert bool(replay["terminated"][slot, worker]) == terminated
-            assert torch.equal(replay["frames"][slot, worker], torch.from_numpy(obs[-1])), f"worker {worker}, slot {slot}"
+            assert torch.equal(replay["frames"][slot, worker], torch.from_numpy(obs[-1])), (
+                f"worker {worker}, slot {slot}"
+            )
         env.close()
 
 
-def trainer(tmp_path, config: str, **training) -> Trainer:
+def trainer(tmp_path, config: str, *, updates_per_step: float = 1.0, **training) -> Trainer:
     overrides = ["sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=1000", "logging.eval_video=false",
-                 f"logging.tensorboard_dir={tmp_path / 'runs'}", "logging.progress=false", f"checkpoint.dir={tmp_path / 'ckpt'}",
+                 f"logging.tensorboard_dir={tmp_path / 'runs'}", "logging.progress=false",
+                 f"checkpoint.dir={tmp_path / 'ckpt'}", f"sac.updates_per_step={updates_per_step}",
                  *(f"training.{k}={v}" for k, v in training.items())]
     return Trainer(load_config(ROOT / "configs" / config, overrides))
 
@@ -141,6 +148,16 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     run.run(10)
     assert run.progress.env_step == 35
     assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
+    run.close()
+
+
+@pytest.mark.parametrize("ratio", [0.5, 3.0, 0.0])
+def test_updates_per_step_is_a_ratio_of_updates_to_agent_steps_once_learning_begins(tmp_path, ratio):
+    """Learning begins at the step that reaches the seed steps (10), which counts: 31 learning steps by step 40."""
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", updates_per_step=ratio, seed_steps=10,
+                  eval_every_episodes=0)
+    run.run(40)
+    assert run.progress.env_step == 40 and run.agent.updates == int(ratio * 31)
     run.close()
 
 
@@ -161,7 +178,9 @@ def test_tasks_without_success_report_no_success_rate(tmp_path):
 
 
 def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(tmp_path, monkeypatch, capsys):
-    warning = "has no native bfloat16, so every update is emulated and several times slower; set training.autocast=false here"
+    warning = (
+        "has no native bfloat16, so every update is emulated and several times slower; set training.autocast=false here"
+    )
     trainer(tmp_path, "inverted_pendulum_state.yaml", autocast="true")
     assert (warning in capsys.readouterr().err) != native_bfloat16(torch.device("cpu")), "this machine's own answer"
     monkeypatch.setattr(loop, "native_bfloat16", lambda device: False)
@@ -171,7 +190,9 @@ def test_autocast_where_bfloat16_is_emulated_warns_with_the_fix(tmp_path, monkey
     assert "autocast" not in capsys.readouterr().err
 
 
-def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_uncompiled(tmp_path, monkeypatch, capsys):
+def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_uncompiled(
+    tmp_path, monkeypatch, capsys
+):
     warning = "training.compile is on but no C++ compiler was found"
     monkeypatch.setenv("CXX", "no-such-compiler")
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")

@@ -10,23 +10,28 @@
 Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs load them.
 """
 
+import csv
+import math
 from types import SimpleNamespace
-
-import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
+from PIL import Image  # noqa: E402
 
+import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.mjwarp import make_task  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
-from trainer.config import Config  # noqa: E402
 from errors import UserError  # noqa: E402
+from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
+from trainer import checkpoint  # noqa: E402
+from trainer.config import BACKENDS, Config, load_config  # noqa: E402
+from trainer.loop import Trainer  # noqa: E402
 
 CPU = torch.device("cpu")
 CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasible-v0", "Dishwashing-v0"
@@ -278,3 +283,82 @@ def test_make_batched_env_rejects_what_it_cannot_run():
         envs.make_batched_env(cfg.env, False, CPU)
     with pytest.raises(UserError, match="has no task 'HalfCheetah-v5'"):
         make_task("HalfCheetah-v5", CPU)
+
+
+def test_the_config_layer_knows_the_backends_the_env_layer_builds():
+    assert list(BACKENDS) == list(envs.BACKENDS), "declare a new backend in trainer/config.py's BACKENDS too"
+
+
+# ---- training through the command line ----------------------------------------------------------------------------
+WORLDS, EPISODE, SEED_STEPS, RATIO = 4, 10, 20, 0.37  # 0.37 * 4 worlds: 1.48 updates per batched step
+
+
+def warp_run_args(tmp_path, config: str, episodes: int, **extra) -> list[str]:
+    return ["--config", str(ROOT / "configs" / config), *sets(
+        env__backend="mujoco_warp", env__num_envs=WORLDS, env__max_episode_steps=EPISODE, training__episodes=episodes,
+        training__seed_steps=SEED_STEPS, sac__updates_per_step=RATIO, sac__batch_size=8, sac__buffer_size=400,
+        training__eval_every_episodes=WORLDS, training__eval_episodes=2, checkpoint__every_episodes=WORLDS,
+        checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",
+        env__action_repeat=2, profile="cpu", **extra), *TINY]  # action repeat 2: a quarter of the physics calls
+
+
+def updates_due(env_steps: int) -> int:
+    """Updates begin at the batched step that reaches the seed steps, and that step counts: floor(ratio * steps)
+    over the agent steps taken from then on, the fraction carried across steps and across the resume."""
+    return math.floor(RATIO * (env_steps - (SEED_STEPS - WORLDS)))
+
+
+@pytest.mark.parametrize("config, name", [("dmc/cartpole_swingup_state.yaml", "cartpole_swingup_state"),
+                                          ("dmc/cartpole_swingup.yaml", "cartpole_swingup")])
+def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_path, config, name):
+    """train_sac.py with env.backend=mujoco_warp, 4 worlds of 10-step episodes: every agent step of every world is
+    one stored transition, updates follow the fractional ratio, evaluations run at their episodes (state: the
+    ordinary env; pixels: 2 warp worlds, whose frames make the GIF), and a resume appends to the replay from fresh
+    episodes in every world."""
+    first = run_cli(*warp_run_args(tmp_path, config, 8))
+    assert first.returncode == 0, first.stderr
+    latest = tmp_path / "ckpt" / f"{name}_latest.pt"
+    saved, saved_replay = checkpoint.load(latest)
+    assert saved["progress"] == {"episode": 8, "env_step": 8 * EPISODE}
+    assert saved["agent"]["updates"] == updates_due(8 * EPISODE) > 0
+    assert saved_replay["num_transitions"] == 8 * EPISODE
+    frames = saved_replay["frames"]
+    assert frames.shape[1] == WORLDS and (frames[-1, 0] != frames[-1, 1]).any(), "worlds differ"
+
+    resumed = run_cli(*warp_run_args(tmp_path, config, 12), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    data, replay = checkpoint.load(latest)
+    assert data["progress"] == {"episode": 12, "env_step": 12 * EPISODE}
+    assert data["agent"]["updates"] == updates_due(12 * EPISODE)
+    assert replay["num_transitions"] == 12 * EPISODE, "one stored transition per agent step"
+    restart = saved_replay["count"]
+    assert torch.equal(replay["frames"][:restart], frames), "the resumed run appends"
+    assert (replay["pos"][restart] == 0).all(), "every world starts a fresh episode on resume"
+
+    with open(tmp_path / "runs" / name / "eval.csv") as f:
+        assert [int(row["episode"]) for row in csv.DictReader(f)] == [4, 8, 12]
+    gifs = sorted((tmp_path / "runs" / name / "videos").glob("*.gif"))
+    assert len(gifs) == 3
+    if config == "dmc/cartpole_swingup.yaml":  # the warp world's own frames, at the trained size
+        with Image.open(gifs[0]) as gif:
+            assert gif.size == (64, 64) and gif.n_frames == EPISODE
+
+
+def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task_terminates_on_it(tmp_path):
+    """A pixel run's evaluation: eval_episodes warp worlds, one episode each. The scripted policy (fed each eval
+    world's state) places the plate in all of them: success rate 1, returns as the single env's; carrying the plate
+    away succeeds in none. The clip is world 0's frames."""
+    cfg = load_config(ROOT / "configs" / "dishwashing_feasible.yaml", [
+        "env.backend=mujoco_warp", "env.num_envs=2", "encoder.type=video", "env.image_size=32", "sac.hidden_dim=32",
+        "sac.feature_dim=16", "training.eval_episodes=3", "logging.progress=false", "logging.tensorboard=false",
+        f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    run = Trainer(cfg)
+    eval_env = run.eval_env
+    states = lambda: eval_env.task.observation(eval_env.sim).numpy()  # noqa: E731
+    run.agent.act = lambda obs, sample: np.array([scripted_action(row) for row in states()], np.float32)
+    mean_return, success_rate, clip = run.evaluate()
+    assert eval_env.num_envs == 3 and success_rate == 1.0 and -20 < mean_return < 0
+    assert len(clip) > 1 and clip[0].shape == (32, 32, 3) and clip[0].dtype == np.uint8
+    run.agent.act = lambda obs, sample: np.tile(np.array([[-1, 0, 0, 1]], np.float32), (len(obs), 1))
+    assert run.evaluate()[1] == 0.0
+    run.close()

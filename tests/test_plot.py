@@ -45,12 +45,14 @@ def test_bench_csvs_of_several_seeds_compare_as_mean_curves_in_one_png(tmp_path,
     write_seeds(tmp_path / "batch64.csv", [1, 2, 3], [10, 200, 400])
     write_seeds(tmp_path / "nstep3.csv", [1, 2], [10, 300])
     drawn = {}
-    monkeypatch.setattr("matplotlib.axes.Axes.fill_between", lambda ax, x, low, high, **kw: drawn.setdefault("bands", []).append(list(high - low)))
+    monkeypatch.setattr("matplotlib.axes.Axes.fill_between",
+                        lambda ax, x, low, high, **kw: drawn.setdefault("bands", []).append(list(high - low)))
     main([str(tmp_path / "batch64.csv"), str(tmp_path / "nstep3.csv"), "--out", str(tmp_path / "compare.png")])
     with Image.open(tmp_path / "compare.png") as image:
         assert image.format == "PNG"
     (three, two) = drawn["bands"]  # seeds offset by 1 from each other: std sqrt(2/3) over 3 seeds, 1/2 over 2
-    assert three == pytest.approx([2 * (2 / 3) ** 0.5] * 3) and two == pytest.approx([1.0, 1.0]), "a +/- std band over each file's seeds"
+    assert three == pytest.approx([2 * (2 / 3) ** 0.5] * 3) and two == pytest.approx([1.0, 1.0]), (
+        "a +/- std band over each file's seeds")
     assert "wrote" in capsys.readouterr().out
 
 
@@ -72,7 +74,8 @@ def test_tasks_that_report_success_get_a_success_panel_beside_the_return(tmp_pat
         writer = csv.writer(f)
         writer.writerow(["frames", "seed", "return", "success", "env_step"])
         writer.writerows((i * 1000, seed, -90 + 30 * i, success, i * 1000)
-                         for seed, rates in ((1, [0.0, 0.5, 1.0]), (2, [0.0, 0.0, 0.9])) for i, success in enumerate(rates))
+                         for seed, rates in ((1, [0.0, 0.5, 1.0]), (2, [0.0, 0.0, 0.9]))
+                         for i, success in enumerate(rates))
     drawn = []
     monkeypatch.setattr("matplotlib.axes.Axes.plot", lambda ax, x, y, **kw: drawn.append(list(y)))
     main([str(tmp_path / "dish.csv"), "--out", str(tmp_path / "dish.png")])

@@ -107,11 +107,13 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     path, _ = kinetics_like
     torch.manual_seed(0)
     encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path), freeze=True), OBS)
-    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1), device=torch.device("cpu"), pixels=True)
+    agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1),
+                device=torch.device("cpu"), pixels=True)
     before = {key: value.clone() for key, value in encoder.state_dict().items()}
     heads_before = [p.detach().clone() for p in agent.critic.q1.parameters()]
     batch = {
-        "obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8), "next_obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8),
+        "obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8),
+        "next_obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8),
         "action": torch.rand(4, 2) * 2 - 1, "reward": torch.randn(4, 1), "discount": torch.ones(4, 1),
     }
     agent.update(batch)
@@ -122,8 +124,12 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     encoder.net.register_forward_hook(lambda module, inputs, output: grad_modes.append(torch.is_grad_enabled()))
     assert not encoder(batch["obs"]).requires_grad and grad_modes == [False], "features come from a no_grad forward"
     assert all(p.grad is None and not p.requires_grad for p in encoder.parameters())
-    assert all(torch.equal(before[key], value) for key, value in encoder.state_dict().items()), "weights and BatchNorm statistics unchanged"
-    assert any(not torch.equal(a, b) for a, b in zip(heads_before, agent.critic.q1.parameters())), "the critic's heads still learn"
+    assert all(torch.equal(before[key], value) for key, value in encoder.state_dict().items()), (
+        "weights and BatchNorm statistics unchanged"
+    )
+    assert any(not torch.equal(a, b) for a, b in zip(heads_before, agent.critic.q1.parameters())), (
+        "the critic's heads still learn"
+    )
 
 
 def test_acting_normalises_by_running_statistics_leaves_them_unchanged_and_restores_the_training_mode():

@@ -48,8 +48,8 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
     local = tmp_path / "local"
     remote = RemoteDir(f"{s3}/unit", local, retries=2, backoff_s=0.01, report=messages.append)
     for step, episode in [(10, 1), (20, 2)]:
-        saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}}, {}, env_step=step,
-                                episode=episode, keep_replays=1, keep_last=1)
+        saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}},
+                                {}, env_step=step, episode=episode, keep_replays=1, keep_last=1)
         remote.upload(saved.written, saved.deleted)
     assert remote.close(timeout_s=30) and messages == [], "no warning"
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]
@@ -75,7 +75,8 @@ def tiny_run(tmp_path, url: str, episodes: int, local_dir: str = "local") -> lis
     """A tiny run into `url`, staged in tmp_path/`local_dir` (None: the default staging folder)."""
     staged = sets(checkpoint__local_dir=tmp_path / local_dir) if local_dir else []
     return staged + sets(
-        training__episodes=episodes, env__max_episode_steps=20, env__image_size=64, sac__batch_size=8, sac__buffer_size=500,
+        training__episodes=episodes, env__max_episode_steps=20,
+        env__image_size=64, sac__batch_size=8, sac__buffer_size=500,
         sac__hidden_dim=32, sac__feature_dim=8, training__seed_steps=10, training__eval_every_episodes=0,
         checkpoint__dir=url, checkpoint__every_episodes=1,
         logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",

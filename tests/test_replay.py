@@ -18,7 +18,8 @@ GAMMA = 0.9
 
 def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
     """Feed random episodes whose frames are their global frame number; return the naive reference transitions,
-    keyed by the frame number of next_obs's newest frame. The naive stacker pads with the reset frame, as the env does."""
+    keyed by the frame number of next_obs's newest frame. The naive stacker pads with the reset frame, as the env
+    does."""
     rng = np.random.default_rng(seed)
     reference, frame = {}, replay.count
     for _ in range(episodes):
@@ -36,9 +37,10 @@ def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
     return reference
 
 
-def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
+def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = False) -> dict:
     """Lockstep random episodes in every env of `replay`, frames numbered uniquely across envs (frame number *
-    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame."""
+    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame. `tensors`:
+    observations as torch tensors, as a batched env on a device delivers them."""
     rng = np.random.default_rng(seed)
     n = replay.num_envs
     reference, stacks = {}, [None] * n
@@ -49,21 +51,26 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0) -> dict:
         for env in range(n):
             frame = step * n + env
             if first[env]:
-                stacks[env], length[env], ends_terminated[env], t[env] = [frame] * T, rng.integers(1, 9), rng.integers(2), 0
+                stacks[env], length[env], ends_terminated[env], t[env] = (
+                    [frame] * T, rng.integers(1, 9), rng.integers(2), 0
+                )
             else:
                 t[env] += 1
                 terminated[env] = ends_terminated[env] and t[env] == length[env]
                 next_stack = stacks[env][1:] + [frame]
-                reference[frame] = (env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]), next_stack)
+                reference[frame] = (
+                    env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]), next_stack
+                )
                 stacks[env] = next_stack
             obs[env, :, 0] = stacks[env]
-        replay.add_batch(obs, actions, rewards, terminated, first)
+        replay.add_batch(torch.from_numpy(obs) if tensors else obs, actions, rewards, terminated, first)
     return reference
 
 
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparound(num_envs):
-    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA, num_envs=num_envs)
+    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
+                          seed=0, discount=GAMMA, num_envs=num_envs)
     reference = fill_envs(replay, steps=200)
     assert replay.count > 3 * replay.capacity, "the ring must have wrapped for this test to mean anything"
     oldest = (replay.count - replay.capacity) * num_envs
@@ -78,7 +85,9 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparo
             key = int(batch["next_obs"][i, -1, 0])
             env, stack, action, reward, terminated, next_stack = reference[key]
             assert key in valid, f"transition {key} needs frames that were overwritten"
-            assert batch["obs"][i, :, 0].tolist() == stack, "a stack holds one env's frames, padded with its reset frame"
+            assert batch["obs"][i, :, 0].tolist() == stack, (
+                "a stack holds one env's frames, padded with its reset frame"
+            )
             assert batch["next_obs"][i, :, 0].tolist() == next_stack
             assert np.allclose(batch["action"][i].numpy(), action)
             assert batch["reward"][i, 0].item() == pytest.approx(reward)
@@ -96,7 +105,8 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
     replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
                           seed=0, discount=GAMMA, num_envs=num_envs, nstep=nstep)
     reference = fill_envs(replay, steps=200)
-    by_obs = {stack[-1]: key for key, (_, stack, *_) in reference.items()}  # a transition is known by its obs's newest frame
+    # a transition is known by its obs's newest frame
+    by_obs = {stack[-1]: key for key, (_, stack, *_) in reference.items()}
     stops = set()
     for _ in range(100):
         batch = replay.sample(16)
@@ -105,12 +115,17 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
             key = by_obs[int(batch["obs"][i, -1, 0])]
             env, stack, action, reward, terminated, next_stack = reference[key]
             total, discount, steps = reward, GAMMA * (not terminated), 1
-            while steps < nstep and discount > 0 and key + num_envs in reference and reference[key + num_envs][1] == next_stack:
+            while (
+                steps < nstep and discount > 0 and key + num_envs in reference
+                and reference[key + num_envs][1] == next_stack
+            ):
                 key += num_envs
                 _, _, _, reward, terminated, next_stack = reference[key]
                 total, discount, steps = total + discount * reward, discount * GAMMA * (not terminated), steps + 1
             newest = key + num_envs >= replay.count * num_envs
-            stops.add("whole" if steps == nstep else "terminated" if discount == 0 else "newest" if newest else "episode end")
+            stops.add(
+                "whole" if steps == nstep else "terminated" if discount == 0 else "newest" if newest else "episode end"
+            )
             assert batch["obs"][i, :, 0].tolist() == stack
             assert np.allclose(batch["action"][i].numpy(), action), "the first step's action"
             assert batch["next_obs"][i, :, 0].tolist() == next_stack
@@ -120,7 +135,10 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
 
 
 def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
-    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, discount=GAMMA, num_envs=2, nstep=3)
+    kwargs = dict(
+        capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, discount=GAMMA,
+        num_envs=2, nstep=3,
+    )
     host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
     assert isinstance(on_device.frames, torch.Tensor) and isinstance(host.frames, np.ndarray)
     fill_envs(host, steps=80)
@@ -133,8 +151,21 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
     assert torch.equal(restored.sample(16)["obs"], host.sample(16)["obs"]), "a host checkpoint loads into device frames"
 
 
+def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
+    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4,
+                  discount=GAMMA, num_envs=2)
+    reference, host = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs)
+    on_device = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    fill_envs(reference, steps=80)
+    fill_envs(host, steps=80, tensors=True)
+    fill_envs(on_device, steps=80, tensors=True)
+    assert isinstance(host.frames, np.ndarray) and np.array_equal(host.frames, reference.frames)
+    assert torch.equal(on_device.frames, torch.from_numpy(reference.frames))
+
+
 def test_reset_frames_are_not_transitions():
-    replay = ReplayBuffer(capacity=100, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
+    replay = ReplayBuffer(capacity=100, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
+                          discount=GAMMA)
     for _ in range(5):
         replay.add_first(np.zeros((T, 1)))
     assert len(replay) == 0
@@ -144,7 +175,8 @@ def test_reset_frames_are_not_transitions():
 
 @pytest.mark.parametrize("nstep", [1, 2])
 def test_state_vectors_are_stored_without_a_stack_axis(nstep):
-    replay = ReplayBuffer(capacity=50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None, seed=0, discount=GAMMA, nstep=nstep)
+    replay = ReplayBuffer(capacity=50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
+                          seed=0, discount=GAMMA, nstep=nstep)
     replay.add_first(np.full(4, 0.0, np.float32))
     for step in range(1, 20):
         replay.add(np.array([step], np.float32), float(step), step == 19, np.full(4, step, np.float32))
@@ -159,19 +191,22 @@ def test_state_vectors_are_stored_without_a_stack_axis(nstep):
 
 
 def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacked_storage():
-    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T, seed=0, discount=GAMMA, num_envs=2)
+    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T,
+                          seed=0, discount=GAMMA, num_envs=2)
     frame_bytes = 3 * 84 * 84
     assert replay.bytes_per_slot <= 22 * 1024
     assert 2 * T * frame_bytes / replay.bytes_per_slot > 5.9
 
 
 def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_samples():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=3, discount=GAMMA)
+    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=3,
+                          discount=GAMMA)
     fill(replay, episodes=12)
     buffer = io.BytesIO()
     torch.save(replay.state_dict(), buffer)
     buffer.seek(0)
-    restored = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=99, discount=GAMMA)
+    restored = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=99,
+                            discount=GAMMA)
     restored.load_state_dict(torch.load(buffer, weights_only=True))
     for _ in range(3):
         a, b = replay.sample(8), restored.sample(8)
@@ -183,14 +218,19 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
 
 def test_a_ring_too_short_for_a_stack_is_a_clear_error():
     with pytest.raises(UserError) as err:
-        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA, num_envs=2)
-    assert "sac.buffer_size=8 leaves 4 slots per env" in explain(err.value) and "lower env.num_envs" in explain(err.value)
+        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
+                     discount=GAMMA, num_envs=2)
+    assert "sac.buffer_size=8 leaves 4 slots per env" in explain(err.value) and "lower env.num_envs" in explain(
+        err.value
+    )
 
 
 def test_restoring_into_a_different_capacity_is_a_clear_error():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
+    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
+                          discount=GAMMA)
     fill(replay, episodes=3)
-    other = ReplayBuffer(capacity=40, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0, discount=GAMMA)
+    other = ReplayBuffer(capacity=40, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
+                         discount=GAMMA)
     with pytest.raises(UserError) as err:
         other.load_state_dict(replay.state_dict())
     assert "sac.buffer_size" in explain(err.value)

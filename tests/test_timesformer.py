@@ -32,13 +32,17 @@ def test_small_presets_tile_84px_frames_with_divided_space_time_attention(preset
     encoder = build_encoder(encoder_config("timesformer", preset=preset), (3, 3, 84, 84))
     assert encoder.repr_dim == width and encoder.net.config.attention_type == "divided_space_time"
     assert encoder.net.embeddings.patch_embeddings.num_patches == 7 * 7
-    assert all(hasattr(layer, "temporal_attention") for layer in encoder.net.encoder.layer), "each block attends across time"
+    assert all(hasattr(layer, "temporal_attention") for layer in encoder.net.encoder.layer), (
+        "each block attends across time"
+    )
     assert encoder.net.embeddings.time_embeddings.shape[1] == 3
 
 
 def test_public_layout_loads_from_a_local_directory_with_time_embeddings_fitted(public_layout):
     directory, saved = public_layout
-    encoder = build_encoder(encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory)), (3, 3, 64, 64))
+    encoder = build_encoder(
+        encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory)), (3, 3, 64, 64)
+    )
     loaded = encoder.net.state_dict()
     assert encoder.repr_dim == 32
     for key, value in loaded.items():
@@ -52,9 +56,13 @@ def test_public_layout_loads_from_a_local_directory_with_time_embeddings_fitted(
 
 def test_a_smaller_input_size_subsamples_the_position_grid(public_layout):
     directory, saved = public_layout
-    encoder = build_encoder(encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory), input_size=32), (3, 3, 64, 64))
+    encoder = build_encoder(
+        encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory), input_size=32),
+        (3, 3, 64, 64),
+    )
     position = saved["timesformer.embeddings.position_embeddings"]  # CLS + a 4 x 4 grid
-    assert torch.equal(encoder.net.embeddings.position_embeddings, position[:, [0, 1, 3, 9, 11]])  # CLS + rows/cols 0, 2
+    # CLS + rows/cols 0, 2
+    assert torch.equal(encoder.net.embeddings.position_embeddings, position[:, [0, 1, 3, 9, 11]])
 
 
 def test_missing_public_checkpoint_is_a_one_line_error_with_where_and_how(monkeypatch, tmp_path):
@@ -72,7 +80,10 @@ def test_missing_public_checkpoint_is_a_one_line_error_with_where_and_how(monkey
         ({}, "cuts 12 px patches, which do not tile 64 px frames; set encoder.video.input_size to a multiple of 12"),
         ({"preset": "huge"}, "unknown encoder.video.preset 'huge' for timesformer; allowed: tiny, small, base"),
         ({"pretrained": True}, "set encoder.video.preset=base"),
-        ({"preset": "base", "pretrained": True, "weights": "/no/such/dir"}, "is not a TimeSformer checkpoint directory"),
+        (
+            {"preset": "base", "pretrained": True, "weights": "/no/such/dir"},
+            "is not a TimeSformer checkpoint directory",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_errors_naming_the_fix(video, expected):

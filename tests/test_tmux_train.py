@@ -99,7 +99,8 @@ def interrupted(server, tmp_path_factory):
     sessions = server.tmux("list-sessions", "-F", "#{session_name}").stdout.split()
     server.tmux("send-keys", "-t", f"={SESSION}:", "C-c")
     wait_while_running(server)
-    return SimpleNamespace(out=out, args=args, log=log, log_text=log.read_text(), first=first, second=second, sessions=sessions)
+    return SimpleNamespace(out=out, args=args, log=log, log_text=log.read_text(), first=first, second=second,
+                           sessions=sessions)
 
 
 def test_first_call_starts_the_named_session_and_says_where_it_logs_and_how_to_attach(interrupted):

@@ -31,7 +31,8 @@ def arch_settings(arch: str, tmp_path) -> list[str]:
 def run_args(tmp_path, arch: str, episodes: int) -> list[str]:
     return sets(
         encoder__video__arch=arch, training__episodes=episodes, env__max_episode_steps=STEPS, env__image_size=64,
-        training__seed_steps=SEED_STEPS, sac__batch_size=4, sac__buffer_size=500, sac__hidden_dim=64, sac__feature_dim=16,
+        training__seed_steps=SEED_STEPS, sac__batch_size=4, sac__buffer_size=500,
+        sac__hidden_dim=64, sac__feature_dim=16,
         checkpoint__dir=tmp_path / "ckpt", checkpoint__every_episodes=1, logging__tensorboard_dir=tmp_path / "runs",
         logging__progress="false",
     )

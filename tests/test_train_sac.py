@@ -59,7 +59,8 @@ def test_smoke_run_logs_every_metric_to_tensorboard(smoke_run):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     expected = {"train/episode_return", "train/episode_length", "eval/return", "train/critic_loss", "train/actor_loss",
-                "train/alpha_loss", "train/alpha", "train/q_mean", "train/env_steps_per_s", "train/updates_per_s", "train/replay_size"}
+                "train/alpha_loss", "train/alpha", "train/q_mean", "train/env_steps_per_s", "train/updates_per_s",
+                "train/replay_size"}
     assert expected <= tags, expected - tags
     assert [e.step for e in events.Scalars("train/episode_return")] == [50, 100]
     assert (tmp / "runs" / "sac_video" / "config.yaml").exists() and (tmp / "runs" / "sac_video" / "eval.csv").exists()
@@ -80,7 +81,8 @@ def test_eval_csv_has_a_success_column_filled_only_for_tasks_that_report_success
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "runs" / "sac_feasible" / "eval.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [row["episode"] for row in rows] == ["1", "2"] and all(row["success"] in ("0.000", "0.500", "1.000") for row in rows)
+    assert ([row["episode"] for row in rows] == ["1", "2"]
+            and all(row["success"] in ("0.000", "0.500", "1.000") for row in rows))
     events = EventAccumulator(str(tmp_path / "runs" / "sac_feasible"))
     events.Reload()
     assert [e.step for e in events.Scalars("eval/success_rate")] == [int(row["env_step"]) for row in rows]
@@ -97,17 +99,20 @@ def test_truncated_checkpoint_is_a_one_line_error_and_auto_falls_back(smoke_run,
 
     result = run_cli("--config", CONFIG, *args, *TINY, "--resume", str(latest))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().count("\n") == 0 and "sac_video_latest.pt is unreadable (truncated or corrupt" in result.stderr
+    assert (result.stderr.strip().count("\n") == 0
+            and "sac_video_latest.pt is unreadable (truncated or corrupt" in result.stderr)
 
     result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=3", "--resume", "auto")
     assert result.returncode == 0, result.stderr
-    assert "trying an older checkpoint" in result.stderr and "resumed from" in result.stdout and "sac_video_ep2.pt" in result.stdout
+    assert ("trying an older checkpoint" in result.stderr and "resumed from" in result.stdout
+            and "sac_video_ep2.pt" in result.stdout)
     assert checkpoint.load(latest)[0]["progress"]["episode"] == 3
 
 
 def test_resuming_with_an_incompatible_config_is_a_clear_error(smoke_run, tmp_path):
     tmp, args, _ = smoke_run
-    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "env.frame_stack=2", "--set", "training.episodes=3", "--resume", "auto")
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "env.frame_stack=2", "--set", "training.episodes=3",
+                     "--resume", "auto")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "trained with env.frame_stack=3 but the config says env.frame_stack=2" in result.stderr
 
@@ -115,11 +120,13 @@ def test_resuming_with_an_incompatible_config_is_a_clear_error(smoke_run, tmp_pa
 def test_resuming_under_another_profile_names_the_changed_settings_and_how_to_keep_the_saved_ones(smoke_run, tmp_path):
     tmp, args, _ = smoke_run
     shutil.copytree(tmp / "ckpt", tmp_path / "ckpt")
-    args = args + sets(checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs", training__episodes=3)
+    args = args + sets(checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs",
+                       training__episodes=3)
     result = run_cli("--config", CONFIG, *args, *TINY, "--set", "profile=gpu", "--set", "training.device=cpu",
                      "--set", "env.num_envs=1", "--resume", "auto")
     assert result.returncode == 0, result.stderr
-    [changed] = [line for line in result.stdout.splitlines() if line.startswith("settings changed since that checkpoint:")]
+    [changed] = [line for line in result.stdout.splitlines()
+                 if line.startswith("settings changed since that checkpoint:")]
     assert "profile cpu -> gpu" in changed
     assert "the checkpoint trained with profile cpu; --set profile=cpu keeps its settings" in result.stdout
 
@@ -129,7 +136,8 @@ def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smo
     run = tmp / "runs" / "sac_video"
     for episode in (1, 2):
         with Image.open(run / "videos" / f"eval_ep{episode}.gif") as gif:
-            assert gif.size == (128, 128) and 10 < gif.n_frames <= 50, "a frame per step of the 50-step episode (GIF merges repeats)"
+            assert gif.size == (128, 128) and 10 < gif.n_frames <= 50, (
+                "a frame per step of the 50-step episode (GIF merges repeats)")
     with Image.open(run / "curve.png") as curve:
         assert curve.format == "PNG" and curve.size[0] > 300
 
@@ -267,7 +275,8 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
     disk = tmp_path / "disk"
     disk.mkdir()
     size = replay + 2 * weights + 256 * 1024  # holds episode 1's files, not also episode 2's replay
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True, check=False)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True,
+                             check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
     try:

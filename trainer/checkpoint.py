@@ -174,7 +174,9 @@ def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_s
     payload = {**payload, "format": FORMAT, "replay_file": replay_file, "replay_checksum": replay_checksum}
     payload["checksum"] = digest(payload)
     latest = directory / f"{name}_latest.pt"
-    written = [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
+    written = (
+        [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
+    )
     replaces_a_sidecar = written[0].exists()  # a second save at the same step, which older files may name
     atomic_save({**replay_state, "checksum": replay_checksum}, written[0])
     try:
@@ -271,7 +273,10 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         raise CheckpointError(f"{err}; {RESUME_FIX}") from None
     known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
     if not known or payload["format"] not in READABLE_FORMATS:
-        raise CheckpointError(f"{path} is not a checkpoint of this trainer (format {FORMAT}); pass a <run>_latest.pt or <run>_ep<N>.pt file")
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this trainer (format {FORMAT}); "
+            "pass a <run>_latest.pt or <run>_ep<N>.pt file"
+        )
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):

@@ -30,10 +30,13 @@ from errors import UserError
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
-VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")  # encoders.ARCHS: tests/test_config.py holds them equal
+BACKENDS = ("mujoco", "mujoco_warp")  # envs.BACKENDS: tests/test_config.py holds them equal
+# encoders.ARCHS: tests/test_config.py holds them equal
+VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
 PARAMETER_KEYS = {
-    "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs", "capacity": "sac.buffer_size",
+    "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs",
+    "capacity": "sac.buffer_size",
     "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
     "preset": "encoder.video.preset", "input_size": "encoder.video.input_size", "freeze": "encoder.video.freeze",
 }
@@ -89,7 +92,7 @@ class EnvConfig:
     num_envs: int = setting(1, ge=1, le=256)
     # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
     # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
-    backend: str = setting("mujoco", choices=("mujoco", "mujoco_warp"))
+    backend: str = setting("mujoco", choices=BACKENDS)
 
 
 @dataclass
@@ -145,7 +148,9 @@ class SACConfig:
     # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
     # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
     augment_samples: int = setting(1, ge=1, le=16)
-    updates_per_step: int = setting(1, ge=1, le=100)
+    # updates per agent step; fractions allowed: a step of N envs (N MuJoCo Warp worlds) earns N times this, the
+    # fraction carried to the next step, so 1024 worlds at 0.03 run ~31 updates per batched step
+    updates_per_step: float = setting(1.0, gt=0, le=100, note="fractions allowed: 0.25 = one update per 4 agent steps")
     # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
     # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
@@ -257,8 +262,12 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _check_outside(cfg)
     named = cfg.profile != "auto"
     cfg.profile = _choose_profile(cfg.profile, profiles)
-    if named and profiles and cfg.profile not in profiles:  # else the run would name one profile and train another's settings
-        raise UserError(f"profile {cfg.profile} has no profiles.{cfg.profile} block in {path}; use auto or one of {', '.join(profiles)}")
+    # else the run would name one profile and train another's settings
+    if named and profiles and cfg.profile not in profiles:
+        raise UserError(
+            f"profile {cfg.profile} has no profiles.{cfg.profile} block in {path}; "
+            f"use auto or one of {', '.join(profiles)}"
+        )
     _apply(cfg, profiles.get(cfg.profile, {}))
     for override in sets:  # --set always has the last word
         _apply(cfg, override)
@@ -319,7 +328,9 @@ def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
         raise UserError(f"{path} is a folder, not a config file; pass a YAML file, e.g. --config configs/default.yaml")
     if not path.is_file():
         if named_by:
-            raise UserError(f"base config {path} named in {named_by} not found; fix its base entry (relative to that file)")
+            raise UserError(
+                f"base config {path} named in {named_by} not found; fix its base entry (relative to that file)"
+            )
         raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
     try:
         text = path.read_bytes().decode("utf-8")
@@ -406,7 +417,10 @@ def _apply(target, data: dict, prefix: str = ""):
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise UserError(f"config key '{path}' must be a mapping (sub-keys: {', '.join(f.name for f in dataclasses.fields(current))})")
+                raise UserError(
+                    f"config key '{path}' must be a mapping "
+                    f"(sub-keys: {', '.join(f.name for f in dataclasses.fields(current))})"
+                )
             _apply(current, value, prefix=f"{path}.")
         else:
             setattr(target, key, _coerce(path, value, hints[key]))
@@ -414,7 +428,8 @@ def _apply(target, data: dict, prefix: str = ""):
 
 
 def _coerce(path: str, value, hint):
-    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else (hint,)
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    allowed = typing.get_args(hint) if union else (hint,)
     for kind in allowed:
         if kind is type(None) and value is None:
             return None
@@ -435,7 +450,10 @@ def _validate(cfg: Config) -> None:
     if video.arch not in VIDEO_ARCHS:
         raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(VIDEO_ARCHS)}")
     if video.weights is not None and not video.pretrained:
-        raise UserError("encoder.video.weights is set but encoder.video.pretrained is false; set encoder.video.pretrained=true to load it")
+        raise UserError(
+            "encoder.video.weights is set but encoder.video.pretrained is false; "
+            "set encoder.video.pretrained=true to load it"
+        )
     if cfg.encoder.lr is not None and cfg.encoder.type != "video":
         raise UserError(f"encoder.lr applies to video encoders only; got {cfg.encoder.lr} with encoder.type state")
     # Every key against the range or choices declared beside its default, then the rules that join keys, then what
@@ -492,6 +510,11 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.augment_samples > 1 and pixels and video.freeze:
         raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
                         "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
+    if pixels and video.freeze and env.backend == "mujoco_warp":
+        raise UserError(
+            "encoder.video.freeze=true with env.backend=mujoco_warp is not supported yet (the frozen trunk "
+            "observes the workers' frames on the host); set env.backend=mujoco or encoder.video.freeze=false"
+        )
     if cfg.demos.path and pixels and video.freeze:
         raise UserError("demos.path with encoder.video.freeze=true is not supported yet (the demonstrations hold "
                         "frames, the replay the frozen trunk's features); set encoder.video.freeze=false or "
@@ -562,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     """Print resolved config values, one per line; a bad config or key is the trainer's one-line error, exit 2."""
     parser = argparse.ArgumentParser(prog="python3 -m trainer.config", description=main.__doc__)
     parser.add_argument("config", help="YAML config file")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
+    )
     parser.add_argument("--print", action="append", required=True, dest="keys", metavar="KEY",
                         help="dotted key (logging.tensorboard_dir) or run_name (repeatable)")
     args = parser.parse_args(argv)

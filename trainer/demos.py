@@ -7,10 +7,10 @@ import numpy as np
 import torch
 
 from envs import demos as demo_files
+from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer.config import Config
-from errors import UserError
 
 RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> --out PATH"
 

@@ -51,7 +51,9 @@ def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) 
     if needed_bytes <= MEMORY_HEADROOM * free:
         return target
     if setting == "cuda":
-        raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of GPU memory is free; lower sac.buffer_size or set replay.device=auto")
+        raise UserError(f"replay.device is cuda but the frames need {needed_bytes / 2**30:.1f} GiB and "
+                        f"{free / 2**30:.1f} GiB of GPU memory is free; "
+                        "lower sac.buffer_size or set replay.device=auto")
     return None
 
 

@@ -1,6 +1,6 @@
 """Where a run's numbers go, under `<tensorboard_dir>/<run>/`: TensorBoard events, eval.csv, curve.png (redrawn after
-each evaluation) and videos/eval_ep<N>.gif (the first eval episode, also as stills in TensorBoard), and the console; optionally Weights & Biases
-(`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
+each evaluation) and videos/eval_ep<N>.gif (the first eval episode, also as stills in TensorBoard), and the console;
+optionally Weights & Biases (`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
 from the checkpoint without a doubled tail from the interrupted run.
@@ -39,15 +39,18 @@ class Logger:
             try:
                 import wandb
             except ImportError:
-                raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, or set logging.wandb=false") from None
-            self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name, resume="allow",
-                                    config=to_dict(cfg), dir=str(self.dir))
+                raise UserError("logging.wandb is true but wandb is not installed; "
+                                "pip install wandb==0.31.0, or set logging.wandb=false") from None
+            self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name,
+                                    resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
         self._truncate_eval_csv(start_step)
-        self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress, dynamic_ncols=True)
+        self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
+                        dynamic_ncols=True)
 
     def scalars(self, metrics: dict, step: int, prefix: str) -> None:
-        values = {f"{prefix}/{key}": value.item() if isinstance(value, torch.Tensor) else value for key, value in metrics.items()}
+        values = {f"{prefix}/{key}": value.item() if isinstance(value, torch.Tensor) else value
+                  for key, value in metrics.items()}
         if self.writer is not None:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
@@ -63,13 +66,15 @@ class Logger:
                    clip: list[np.ndarray]) -> None:
         """`success_rate` is None for tasks that report no `info["success"]`; `clip`: uint8 (H, W, 3) frames of the
         first eval episode (empty when eval videos are off)."""
-        self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step, "eval")
+        self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
+                     "eval")
         new = not self.eval_csv.exists()
         with open(self.eval_csv, "a", newline="") as f:
             writer = csv.writer(f)
             if new:
                 writer.writerow(EVAL_COLUMNS)
-            writer.writerow((step, frames, episode, f"{mean_return:.3f}", "" if success_rate is None else f"{success_rate:.3f}"))
+            writer.writerow((step, frames, episode, f"{mean_return:.3f}",
+                             "" if success_rate is None else f"{success_rate:.3f}"))
         if self.cfg.logging.curve:
             plot_curves({self.cfg.run_name: read_rows(self.eval_csv)}, self.dir / "curve.png", title=self.cfg.run_name)
         if clip:

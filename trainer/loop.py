@@ -14,8 +14,23 @@ far), then autoreset from their own RNGs. A save at an episode boundary leaves t
 one step of every worker in flight, not yet stored or counted); on resume they start fresh episodes, so their
 partial episodes end in the replay as truncated ones: no transition is lost or stored twice, but the run is not
 bitwise the one that never stopped.
+
+With `env.backend: mujoco_warp` the vector is `env.num_envs` MuJoCo Warp worlds stepped together on the training
+device (envs/mjwarp, docs/warp.md): observations come as torch tensors on that device and go into the replay there
+(device frames on a GPU, host memory on the CPU) without a host round trip; the N rewards and flags a step are read
+to the host. World i is seeded `training.seed + episode + i` at each start, its later episodes come from its own
+counter; a resume starts every world on a fresh episode, as with workers. Evaluation: state policies on the
+ordinary single env (the reference physics, and the same evaluator as the `mujoco` backend's results); pixel
+policies in the backend they were trained in (ray-traced frames differ from OpenGL's), `training.eval_episodes`
+worlds running one episode each.
+
+Updates: `sac.updates_per_step` per agent step, fractions allowed: a step of N envs adds N times the ratio to the
+updates due, the fraction carried to the next step (and saved), so a thousand worlds need not mean a thousand
+updates per step.
 """
 
+import dataclasses
+import math
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -25,13 +40,13 @@ import numpy as np
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs import make_env, make_vector_env
+from envs import make_batched_env, make_env, make_vector_env
 from envs.pixels import Camera
 from errors import UserError
 from sac.agent import SAC
-from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot
-from trainer import checkpoint
 from sac.demos import mixed_sample
+from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
+from trainer import checkpoint
 from trainer.config import Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import can_compile, check_host_memory, native_bfloat16, replay_frames_device, resolve_device
@@ -85,19 +100,22 @@ class Trainer:
         found = self.find_checkpoint(resume) if resume else None
         self.progress = Progress(**found[1]["progress"]) if found else Progress()
         self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
+        self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
 
         compiled = cfg.training.compile and can_compile(self.device)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
         self.num_envs = cfg.env.num_envs
-        self.env = make_vector_env(cfg.env, cfg.pixels)
-        self.eval_env = make_env(cfg.env, cfg.pixels)
-        self.eval_camera = None
-        if cfg.logging.eval_video:
-            env = cfg.env
-            self.eval_camera = Camera(self.eval_env, cfg.logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
-        obs_space = self.eval_env.observation_space
-        self.action_dim = self.eval_env.action_space.shape[0]
+        self.batched = cfg.env.backend == "mujoco_warp"
+        if self.batched:
+            self.env = make_batched_env(cfg.env, cfg.pixels, self.device)
+        else:
+            self.env = make_vector_env(cfg.env, cfg.pixels)
+        # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
+        self.eval_batched = self.batched and cfg.pixels
+        self.eval_env, self.eval_camera = self.make_eval_env()
+        obs_space = self.env.single_observation_space
+        self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
         if found:  # stored features that another trunk computed would silently mean something else
             checkpoint.check_trunk(found[1].get("trunk"), self.trunk.fingerprint if self.trunk else None, found[0])
@@ -121,24 +139,42 @@ class Trainer:
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
         # the logger last: bad input above fails before a run folder or a progress bar exists
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
-        self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}")
+        self.logger.message(
+            f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}"
+        )
         if self.demos:
             self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         if self.remote:
             self.logger.message(f"checkpoints for {ckpt.dir} are staged in {self.checkpoint_dir}")
         if cfg.training.autocast and not native_bfloat16(self.device):
-            self.logger.warning(f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
-                                "update is emulated and several times slower; set training.autocast=false here")
+            self.logger.warning(
+                f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
+                "update is emulated and several times slower; set training.autocast=false here"
+            )
         if cfg.training.compile and not compiled:
-            self.logger.warning("training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
-                                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false")
+            self.logger.warning(
+                "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
+                "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
+            )
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
             self.restore(*found)
         self.stop = GracefulStop()  # installed while `train` runs
         self.start_episodes()
+
+    def make_eval_env(self):
+        """(eval env, eval camera or None): the ordinary single env with its own camera for the GIF, or with
+        `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
+        env, logging = self.cfg.env, self.cfg.logging
+        if self.eval_batched:
+            worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes)
+            return make_batched_env(worlds, True, self.device), None
+        eval_env = make_env(env, self.cfg.pixels)
+        if not logging.eval_video:
+            return eval_env, None
+        return eval_env, Camera(eval_env, logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
@@ -149,6 +185,7 @@ class Trainer:
             "progress": asdict(self.progress),
             "trunk": self.trunk.fingerprint if self.trunk else None,
             "demos": self.demos.state_dict() if self.demos else None,
+            "learning_steps": self.learning_steps,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -165,7 +202,10 @@ class Trainer:
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
-        self.logger.message(f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) in {time.perf_counter() - start:.1f} s")
+        self.logger.message(
+            f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
         return saved.latest
 
     def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
@@ -185,14 +225,21 @@ class Trainer:
         try:
             self.agent.load_state_dict(payload["agent"])
         except (RuntimeError, KeyError, ValueError) as err:
-            raise UserError(f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); resume with the config it was trained with") from None
+            raise UserError(
+                f"checkpoint {path} does not fit this config's networks ({str(err).splitlines()[0]}); "
+                "resume with the config it was trained with"
+            ) from None
         if replay_state is not None:
             self.replay.load_state_dict(replay_state)
         torch.set_rng_state(payload["rng"]["torch"])
         if payload["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(payload["rng"]["cuda"])
         self.rng.bit_generator.state = payload["rng"]["numpy"]
-        self.logger.message(f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, {len(self.replay)} transitions in replay")
+        self.learning_steps = payload.get("learning_steps", 0)  # only the fraction of an update it carries matters
+        self.logger.message(
+            f"resumed from {path}: episode {self.progress.episode}, step {self.progress.env_step}, "
+            f"{len(self.replay)} transitions in replay"
+        )
         if self.demos:
             self.logger.message(self.demos.load_state_dict(payload.get("demos")))
         changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
@@ -200,7 +247,9 @@ class Trainer:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
         if saved_profile and saved_profile != self.cfg.profile:
-            self.logger.message(f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings")
+            self.logger.message(
+                f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings"
+            )
 
     # ---- acting ------------------------------------------------------------------------------------------------
     def observe(self, obs: np.ndarray) -> np.ndarray:
@@ -216,12 +265,14 @@ class Trainer:
 
     def learn(self, env_steps: int) -> None:
         """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
-        seed phase is over and the replay can fill a batch."""
+        seed phase is over and the replay can fill a batch: after k such steps, floor(k * ratio) updates in all."""
         sac = self.cfg.sac
         ready = len(self.replay) >= max(sac.batch_size, self.cfg.env.frame_stack + 2)
         if self.progress.env_step < self.cfg.training.seed_steps or not ready:
             return
-        for _ in range(sac.updates_per_step * env_steps):
+        due = math.floor(sac.updates_per_step * self.learning_steps)
+        self.learning_steps += env_steps
+        for _ in range(math.floor(sac.updates_per_step * self.learning_steps) - due):
             if self.stop.requested:  # a spot reclaim leaves 30-120 s: every long loop listens
                 return
             metrics = self.agent.update(self.sample(sac.batch_size))
@@ -238,6 +289,8 @@ class Trainer:
         """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
         task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
         frames for the eval video. None when a stop signal cuts it short: the run saves and exits instead."""
+        if self.eval_batched:
+            return self.evaluate_batched()
         returns, successes, clip = [], [], []
         for i in range(self.cfg.training.eval_episodes):
             obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
@@ -256,6 +309,26 @@ class Trainer:
                 successes.append(float(info["success"]))
         return float(np.mean(returns)), float(np.mean(successes)) if successes else None, clip
 
+    def evaluate_batched(self) -> tuple[float, float | None, list[np.ndarray]] | None:
+        """`evaluate` in MuJoCo Warp: world i runs one episode from `training.seed + EVAL_SEED_OFFSET + i` (its
+        reset after the episode is ignored); success is termination where the task terminates only on success; the
+        clip is world 0's observed frames. None when a stop signal cuts it short."""
+        n, max_frames = self.eval_env.num_envs, self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
+        obs = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET)
+        returns, done, success, clip = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), []
+        while not done.all():
+            if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
+                return None
+            if not done[0] and len(clip) < max_frames:
+                clip.append(to_host(obs[0, -1].permute(1, 2, 0)))
+            step = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False))
+            _, obs, reward, terminated, truncated = step
+            reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
+            returns += np.where(done, 0.0, reward)
+            success |= ~done & terminated
+            done |= terminated | truncated
+        return float(returns.mean()), float(success.mean()) if self.eval_env.terminates_on_success else None, clip
+
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
         """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
@@ -266,11 +339,15 @@ class Trainer:
                 self.run()
                 if self.stop.requested:
                     path = self.save(final_of_episode=False)
-                    self.logger.message(f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto")
+                    self.logger.message(
+                        f"stopped by signal {self.stop.signum}; saved {path}; continue with --resume auto"
+                    )
                     return 128 + self.stop.signum
                 if progress.episode != self.saved_episode:
                     self.save(final_of_episode=True)
-                self.logger.message(f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}")
+                self.logger.message(
+                    f"done: {progress.episode} episodes, {progress.env_step} steps; checkpoints in {cfg.checkpoint.dir}"
+                )
                 if cfg.training.auto_shutdown:
                     self.logger.message(f"running training.auto_shutdown: {cfg.training.auto_shutdown}")
         finally:
@@ -288,7 +365,11 @@ class Trainer:
             return
         while until(last, progress.env_step) and not self.stop.requested:
             before = progress.env_step
-            action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
+            # a batched env keeps its observations on its device (a frozen trunk observes the workers' as they arrive)
+            step = self.env.step(self.act) if self.batched else self.env.step(self.act, self.observe)
+            action, obs, reward, terminated, truncated = step
+            # N numbers each: a batched env's come from its device, its frames stay there
+            action, reward, terminated, truncated = (to_host(x) for x in (action, reward, terminated, truncated))
             self.replay.add_batch(obs, action, reward, terminated, self.first)
             stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
             progress.env_step += int(stepped.sum())
@@ -298,10 +379,8 @@ class Trainer:
             if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
                 self.save(final_of_episode=False)
             self.first = stepped & (terminated | truncated)
-            for i in np.flatnonzero(self.first):
-                self.end_episode(i)
-                if self.complete():
-                    return
+            if self.first.any() and self.end_episodes(np.flatnonzero(self.first)):
+                return
 
     def complete(self) -> bool:
         """`training.episodes` done, or `training.max_env_steps` reached: asked at the start and at episode ends."""
@@ -309,36 +388,43 @@ class Trainer:
         return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
 
     def start_episodes(self) -> None:
-        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first frames."""
+        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first
+        frames."""
         n = self.num_envs
         obs = self.observe(self.env.reset(seed=self.cfg.training.seed + self.progress.episode))
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool))
+        self.replay.add_batch(
+            obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
+        )
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
 
-    def end_episode(self, i: int) -> None:
-        """Env i finished an episode: log it with the rates since the last one ended, count it, evaluate and save
-        when due."""
+    def end_episodes(self, ended: np.ndarray) -> bool:
+        """The envs `ended` finished an episode at this step (many worlds often do at once): log each with the rates
+        since episodes last ended, count them until the run is complete, then evaluate and save once if due.
+        Returns whether the run is complete."""
         cfg, progress = self.cfg, self.progress
         start, step, updates = self.clock
         seconds = time.perf_counter() - start
-        self.logger.episode({
-            "episode_return": float(self.returns[i]),
-            "episode_length": int(self.lengths[i]),
-            "env_steps_per_s": (progress.env_step - step) / seconds,
-            "updates_per_s": (self.agent.updates - updates) / seconds,
-        }, progress.env_step)
+        rates = {"env_steps_per_s": (progress.env_step - step) / seconds,
+                 "updates_per_s": (self.agent.updates - updates) / seconds}
+        before = progress.episode
+        for i in ended:
+            episode = {"episode_return": float(self.returns[i]), "episode_length": int(self.lengths[i])}
+            self.logger.episode(episode | rates, progress.env_step)
+            self.returns[i], self.lengths[i] = 0.0, 0
+            progress.episode += 1
+            if self.complete():
+                break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
-        self.returns[i], self.lengths[i] = 0.0, 0
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
-        progress.episode += 1
-        evaluation = self.evaluate() if every(cfg.training.eval_every_episodes, progress.episode) else None
+        evaluation = self.evaluate() if crossed(cfg.training.eval_every_episodes, before, progress.episode) else None
         if evaluation is not None:
             frames = progress.env_step * cfg.env.action_repeat
             self.logger.evaluation(*evaluation[:2], progress.env_step, frames, progress.episode, evaluation[2])
-        if every(cfg.checkpoint.every_episodes, progress.episode):
+        if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
+        return self.complete()
 
     def close(self) -> None:
         """Flush logs and pending uploads, release the renderers."""

@@ -43,7 +43,8 @@ class RemoteDir:
         try:
             self.fs, self.root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as err:
-            raise UserError(f"cannot open checkpoint.dir {url} ({err}); install the filesystem's package (s3fs for s3://, gcsfs for gs://)") from None
+            raise UserError(f"cannot open checkpoint.dir {url} ({err}); "
+                            "install the filesystem's package (s3fs for s3://, gcsfs for gs://)") from None
         if isinstance(self.fs, LocalFileSystem):
             self.fs.makedirs(self.root, exist_ok=True)  # object stores need no folders; a file:// URL does
         self.url, self.local_dir, self.retries, self.backoff_s, self.report = url, local_dir, retries, backoff_s, report

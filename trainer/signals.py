@@ -1,6 +1,7 @@
 """SIGTERM (spot reclaim, `docker stop`), SIGINT (Ctrl-C) and SIGHUP (a dropped ssh session, a killed terminal) become
-a flag the training loop checks between steps, so it can save `_latest` and exit with 128+signal. A second signal gets the previous handler back,
-so an impatient user can still kill at once; the atomic checkpoint writes make that safe too."""
+a flag the training loop checks between steps, so it can save `_latest` and exit with 128+signal. A second signal
+gets the previous handler back, so an impatient user can still kill at once; the atomic checkpoint writes make that
+safe too."""
 
 import signal
 

@@ -36,8 +36,8 @@ from pathlib import Path
 import optuna
 import yaml
 
-from trainer.config import load_config
 from errors import UserError
+from trainer.config import load_config
 from trainer.signals import GracefulStop
 
 ROOT = Path(__file__).resolve().parent.parent

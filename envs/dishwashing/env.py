@@ -104,11 +104,13 @@ class DishwashingEnv(MujocoEnv):
             raise UserError(f"render size must be positive, got {width}x{height}")
         model_path = Path(model_path).expanduser().resolve()
         if not model_path.is_file():
-            raise UserError(f"dishwashing scene not found: {model_path}; pass model_path= an existing MJCF file (default {SCENE})")
+            raise UserError(f"dishwashing scene not found: {model_path}; "
+                            f"pass model_path= an existing MJCF file (default {SCENE})")
         self.variant = variant
         self._model_path = model_path
         observation_space = spaces.Box(-np.inf, np.inf, (OBS_SIZE,), np.float64)
-        super().__init__(str(model_path), FRAME_SKIP, observation_space, render_mode, width, height, camera_name=camera_name)
+        super().__init__(str(model_path), FRAME_SKIP, observation_space, render_mode, width, height,
+                         camera_name=camera_name)
         self.action_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
         self._bind(camera_name)
 
@@ -118,7 +120,8 @@ class DishwashingEnv(MujocoEnv):
             return super()._initialize_simulation()
         except ValueError as err:
             reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            raise UserError(f"cannot load dishwashing scene {self._model_path}: {reason}; fix the MJCF file or its assets") from None
+            raise UserError(f"cannot load dishwashing scene {self._model_path}: {reason}; "
+                            "fix the MJCF file or its assets") from None
 
     def _bind(self, camera_name: str) -> None:
         """Resolve the scene's named elements once: a scene missing one is a clear error, not a KeyError mid-run."""
@@ -127,7 +130,8 @@ class DishwashingEnv(MujocoEnv):
             for name in names:
                 if mujoco.mj_name2id(model, kind, name) < 0:
                     kind_name = kind.name.removeprefix("mjOBJ_").lower()
-                    raise UserError(f"dishwashing scene {self._model_path} has no {kind_name} named '{name}'; env.py needs it")
+                    raise UserError(f"dishwashing scene {self._model_path} has no {kind_name} named '{name}'; "
+                                    "env.py needs it")
         cameras = [model.camera(i).name for i in range(model.ncam)]
         if camera_name not in cameras:
             raise UserError(f"unknown dishwashing camera '{camera_name}'; this scene's cameras: {', '.join(cameras)}")

@@ -37,6 +37,7 @@ class CartpoleSwingup:
     time_limit = TIME_LIMIT
     batched_model_fields = ()
     action_dim, state_dim = 1, 5
+    terminates_on_success = False  # the episode runs to its time limit; there is no success to report
 
     def __init__(self, device: torch.device):
         xml, assets = cartpole.get_model_and_assets()

@@ -33,6 +33,7 @@ def _quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 class Dishwashing:
     batched_model_fields = ("eq_data",)  # the grasp weld's relative pose is set per world
     action_dim, state_dim = 4, single.OBS_SIZE
+    terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
 
     def __init__(self, variant: str, *, time_limit: int, device: torch.device):
         """`time_limit`: task steps per episode (the Gymnasium registration's max_episode_steps)."""

@@ -31,6 +31,8 @@ class WarpVectorEnv:
         `pixels`: frame stacks, else state vectors."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
+        # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
+        self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
         camera = _camera_index(task.mjm, env_cfg.camera) if pixels else None
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
