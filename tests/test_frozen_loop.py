@@ -5,19 +5,16 @@ episode boundary ends with the parameters and replay of one that never stopped, 
 import torch
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import TINY, run_cli, sets
+from tests.conftest import run_cli, sets
+from tests.test_loop import run_args as loop_args
 from trainer import checkpoint
 
 FROZEN = sets(encoder__video__freeze="true")
 
 
 def run_args(directory, episodes: int) -> list[str]:
-    return sets(
-        training__episodes=episodes, env__max_episode_steps=20, sac__batch_size=8, sac__buffer_size=1000,
-        checkpoint__dir=directory / "ckpt", checkpoint__every_episodes=1, checkpoint__keep_replays=10,
-        logging__tensorboard_dir=directory / "runs", logging__progress="false", training__seed_steps=10,
-        training__eval_every_episodes=2, training__eval_episodes=1,
-    ) + TINY + FROZEN
+    """test_loop's tiny run (a later --set wins), with shorter episodes and a frozen trunk."""
+    return loop_args(directory, episodes) + sets(env__max_episode_steps=20, training__seed_steps=10) + FROZEN
 
 
 def test_a_stopped_and_resumed_frozen_run_ends_as_one_that_never_stopped(tmp_path):
