@@ -6,7 +6,8 @@ it, success rate) against agent steps.
 
 Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, one torch thread each), so
 the same command run again continues every seed from its newest checkpoint (runs longer than a session). Writes
-<out>/learn.csv with columns frames,seed,return,success (plus env_step; success empty for tasks without it),
+<out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training seconds;
+success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
 tasks) and prints one JSON line per seed and a summary. `--report` writes the CSV and PNG of a run in progress.
 """
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's mo
 
 from bench.references import FRAMES, PUBLISHED  # noqa: E402
 from trainer.config import load_config  # noqa: E402
-from trainer.plot import plot_curves  # noqa: E402
+from trainer.plot import plot_curves, read_rows  # noqa: E402
 
 
 def main() -> None:
@@ -73,9 +74,9 @@ def main() -> None:
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
     with open(out / "learn.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["frames", "seed", "return", "success", "env_step"])
+        writer.writerow(["frames", "seed", "return", "success", "env_step", "wall_s"])
         writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"],
-                          r["env_step"]) for r in rows)
+                          r["env_step"], "" if r["wall_s"] is None else r["wall_s"]) for r in rows)
     env_id = load_config(args.config, args.set).env.id
     plot_curves({"this repo": rows}, out / "learn.png", title=Path(args.config).stem,
                 references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
@@ -88,9 +89,7 @@ def main() -> None:
 
 
 def read_eval(out: Path, seed: int) -> list[dict]:
-    with open(out / "runs" / f"seed{seed}" / "eval.csv", newline="") as f:
-        return [{"seed": seed, "env_step": int(r["env_step"]), "frames": int(r["frames"]), "return": float(r["return"]),
-                 "success": float(r["success"]) if r.get("success") else None} for r in csv.DictReader(f)]
+    return [row | {"seed": seed} for row in read_rows(out / "runs" / f"seed{seed}" / "eval.csv")]
 
 
 def first_step(rows: list[dict], key: str, target: float | None) -> int | None:

@@ -20,7 +20,7 @@ def config(tmp_path, **logging) -> Config:
 def evaluate(logger: Logger, steps: list[int]) -> None:
     clip = [np.full((8, 8, 3), i * 40, np.uint8) for i in range(4)]
     for step in steps:
-        logger.evaluation(float(step), None, step, step * 2, step // 10, clip)
+        logger.evaluation(float(step), None, step=step, frames=step * 2, episode=step // 10, wall_s=step / 4, clip=clip)
 
 
 def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
@@ -29,8 +29,18 @@ def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
     logger.close()
     Logger(config(tmp_path), 20, 10, 2).close()
     with open(tmp_path / "run" / "eval.csv", newline="") as f:
-        assert [row["env_step"] for row in csv.DictReader(f)] == ["10", "20"]
+        assert [(row["env_step"], row["wall_s"]) for row in csv.DictReader(f)] == [("10", "2.5"), ("20", "5.0")]
     assert (tmp_path / "run" / "curve.png").exists() and (tmp_path / "run" / "videos" / "eval_ep3.gif").exists()
+
+
+def test_resuming_a_run_logged_before_wall_s_was_a_column_keeps_one_header(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "eval.csv").write_text("env_step,frames,episode,return,success\n10,20,1,-5.000,\n")
+    logger = Logger(config(tmp_path), 10, 10, 1)
+    evaluate(logger, [20])
+    logger.close()
+    with open(tmp_path / "run" / "eval.csv", newline="") as f:
+        assert [(row["env_step"], row["wall_s"]) for row in csv.DictReader(f)] == [("10", ""), ("20", "5.0")]
 
 
 def test_scalars_and_eval_stills_reach_tensorboard_with_their_step(tmp_path):

@@ -24,6 +24,7 @@ from trainer import checkpoint, loop
 from trainer.config import config_from_dict, load_config
 from trainer.device import native_bfloat16
 from trainer.loop import Trainer
+from trainer.plot import read_rows
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:
@@ -149,6 +150,20 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     assert run.progress.env_step == 35
     assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
     run.close()
+
+
+def test_training_wall_time_carries_over_a_resume_and_reaches_eval_csv(tmp_path):
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=10, eval_every_episodes=1, eval_episodes=1)
+    run.run(30)
+    path = run.save(final_of_episode=False)
+    run.close()
+    saved = checkpoint.load(path)[0]["wall_s"]
+    walls = [row["wall_s"] for row in read_rows(tmp_path / "runs" / run.cfg.run_name / "eval.csv")]
+    assert walls and walls == sorted(walls) and 0 < walls[-1] <= saved
+    before = time.perf_counter()
+    resumed = Trainer(run.cfg, resume=str(path))
+    assert saved <= resumed.wall_seconds() <= saved + time.perf_counter() - before, "stopped time does not count"
+    resumed.close()
 
 
 @pytest.mark.parametrize("ratio", [0.5, 3.0, 0.1])

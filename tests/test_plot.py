@@ -86,3 +86,18 @@ def test_tasks_that_report_success_get_a_success_panel_beside_the_return(tmp_pat
     main([str(tmp_path / "plain.csv"), "--out", str(tmp_path / "plain.png")])
     with Image.open(tmp_path / "plain.png") as image:
         assert image.size == (600, 400), "no success column, no success panel"
+
+
+def test_wall_time_is_an_axis_and_a_file_without_it_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    with open(tmp_path / "timed.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["frames", "seed", "return", "success", "env_step", "wall_s"])
+        writer.writerows([(1000, 1, -50, "", 1000, 60.0), (2000, 1, -20, "", 2000, 150.0)])
+    drawn = []
+    monkeypatch.setattr("matplotlib.axes.Axes.plot", lambda ax, x, y, **kw: drawn.append((list(x), list(y))))
+    main([str(tmp_path / "timed.csv"), "--x", "wall_s", "--out", str(tmp_path / "timed.png")])
+    assert drawn == [([60.0, 150.0], [-50, -20])]
+    write_seeds(tmp_path / "untimed.csv", [1], [1, 2])
+    with pytest.raises(SystemExit) as exit:
+        main([str(tmp_path / "untimed.csv"), "--x", "wall_s"])
+    assert exit.value.code == 2 and "logged no wall_s" in capsys.readouterr().err

@@ -19,7 +19,8 @@ from errors import UserError
 from trainer.config import Config, to_dict, to_yaml
 from trainer.plot import plot_curves, read_rows
 
-EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success")  # success: empty for tasks without it
+# success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
+EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
 
 
@@ -62,8 +63,8 @@ class Logger:
         self.bar.update(1)
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
-    def evaluation(self, mean_return: float, success_rate: float | None, step: int, frames: int, episode: int,
-                   clip: list[np.ndarray]) -> None:
+    def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
+                   wall_s: float, clip: list[np.ndarray]) -> None:
         """`success_rate` is None for tasks that report no `info["success"]`; `clip`: uint8 (H, W, 3) frames of the
         first eval episode (empty when eval videos are off)."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
@@ -74,7 +75,7 @@ class Logger:
             if new:
                 writer.writerow(EVAL_COLUMNS)
             writer.writerow((step, frames, episode, f"{mean_return:.3f}",
-                             "" if success_rate is None else f"{success_rate:.3f}"))
+                             "" if success_rate is None else f"{success_rate:.3f}", f"{wall_s:.1f}"))
         if self.cfg.logging.curve:
             plot_curves({self.cfg.run_name: read_rows(self.eval_csv)}, self.dir / "curve.png", title=self.cfg.run_name)
         if clip:
@@ -102,7 +103,9 @@ class Logger:
             return
         with open(self.eval_csv, newline="") as f:
             rows = list(csv.reader(f))
-        kept = [rows[0]] + [row for row in rows[1:] if int(row[0]) <= start_step]
+        # rows of a run logged before wall_s was a column get it empty: one header for the whole file
+        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row in rows[1:]
+                                       if int(row[0]) <= start_step]
         with open(self.eval_csv, "w", newline="") as f:
             csv.writer(f).writerows(kept)
 

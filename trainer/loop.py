@@ -168,6 +168,8 @@ class Trainer:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
             self.restore(*found)
+        # training wall time, carried across resumes (time stopped does not count): eval.csv's wall_s column
+        self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
         self.stop = GracefulStop()  # installed while `train` runs
         self.start_episodes()
 
@@ -193,6 +195,7 @@ class Trainer:
             "trunk": self.trunk.fingerprint if self.trunk else None,
             "demos": self.demos.state_dict() if self.demos else None,
             "learning_steps": self.learning_steps,
+            "wall_s": self.wall_seconds(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -214,6 +217,10 @@ class Trainer:
             f"in {time.perf_counter() - start:.1f} s"
         )
         return saved.latest
+
+    def wall_seconds(self) -> float:
+        start, carried = self.wall_start
+        return carried + time.perf_counter() - start
 
     def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
         """(path, payload, replay state) of `target`, a file or "auto" (None when there is none), checked against
@@ -434,7 +441,8 @@ class Trainer:
         evaluation = self.evaluate() if crossed(cfg.training.eval_every_episodes, before, progress.episode) else None
         if evaluation is not None:
             frames = progress.env_step * cfg.env.action_repeat
-            self.logger.evaluation(*evaluation[:2], progress.env_step, frames, progress.episode, evaluation[2])
+            self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
+                                   wall_s=self.wall_seconds(), clip=evaluation[2])
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
         return self.complete()

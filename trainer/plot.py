@@ -3,7 +3,8 @@
     python3 -m trainer.plot runs/sac_video [runs/other ...] --out curves.png
     python3 -m trainer.plot docs/cartpole_swingup.csv docs/cartpole_swingup_nstep3.csv --out compare.png
 
-Each input becomes one curve of evaluation return against env frames: a run folder or its eval.csv one line, a
+Each input becomes one curve of evaluation return against env frames (`--x wall_s`: against training wall time): a
+run folder or its eval.csv one line, a
 bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so settings can be compared seed for seed.
 Tasks that report success (a `success` column, e.g. dishwashing) get a second panel beside it: success rate against
 frames, which says more than the return there.
@@ -21,20 +22,25 @@ import numpy as np
 matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
+
 
 def read_rows(path: Path) -> list[dict]:
-    """(frames, seed, return, success) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV; success is None
-    for tasks without it."""
+    """(env_step, frames, seed, return, success, wall_s) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV;
+    success is None for tasks without it, wall_s for runs logged before it was a column."""
     with open(path, newline="") as f:
-        return [{"frames": float(r["frames"]), "seed": int(r.get("seed") or 0), "return": float(r["return"]),
-                 "success": float(r["success"]) if r.get("success") else None} for r in csv.DictReader(f)]
+        return [{"env_step": int(r["env_step"]), "frames": int(r["frames"]), "seed": int(r.get("seed") or 0),
+                 "return": float(r["return"]),
+                 "success": float(r["success"]) if r.get("success") else None,
+                 "wall_s": float(r["wall_s"]) if r.get("wall_s") else None} for r in csv.DictReader(f)]
 
 
-def seed_statistics(rows: list[dict], key: str = "return") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(frames, mean, std) of `key` over seeds, each seed interpolated onto the first seed's eval frames up to
-    the last frame every seed reached (frames differ a little between seeds after a mid-episode restart)."""
+def seed_statistics(rows: list[dict], key: str = "return", x: str = "frames") -> tuple[np.ndarray, np.ndarray,
+                                                                                        np.ndarray]:
+    """(x, mean, std) of `key` over seeds, each seed interpolated onto the first seed's eval points up to the last
+    x every seed reached (frames differ a little between seeds after a mid-episode restart, wall times always)."""
     seeds = sorted({r["seed"] for r in rows})
-    curves = {s: sorted((r["frames"], r[key]) for r in rows if r["seed"] == s) for s in seeds}
+    curves = {s: sorted((r[x], r[key]) for r in rows if r["seed"] == s) for s in seeds}
     reached = min(c[-1][0] for c in curves.values())
     grid = np.array(sorted({f for f, _ in curves[seeds[0]] if f < reached} | {reached}))
     values = np.stack([np.interp(grid, *zip(*curves[s])) for s in seeds])
@@ -42,16 +48,16 @@ def seed_statistics(rows: list[dict], key: str = "return") -> tuple[np.ndarray, 
 
 
 def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", references: dict[str, tuple] | None = None,
-                reference_frames: tuple[int, ...] = ()) -> None:
-    """One curve per label: the mean over its rows' seeds, with a +/- std band when there are several; a success
-    rate panel beside the return when every row reports success.
+                reference_frames: tuple[int, ...] = (), x: str = "frames") -> None:
+    """One curve per label: the mean over its rows' seeds against `x` (a key of X_AXES), with a +/- std band when
+    there are several; a success rate panel beside the return when every row reports success.
     `references`: {label: (return at each of reference_frames, None where unpublished)}, drawn as crosses."""
     success = all(r.get("success") is not None for rows in curves.values() for r in rows)
     panels = [("return", "eval return")] + ([("success", "eval success rate")] if success else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), dpi=100, squeeze=False)
     for ax, (key, name) in zip(axes[0], panels):
         for label, rows in curves.items():
-            grid, mean, std = seed_statistics(rows, key)
+            grid, mean, std = seed_statistics(rows, key, x)
             seeds = len({r["seed"] for r in rows})
             ax.plot(grid, mean, marker=".", label=label if seeds == 1 else f"{label} ({seeds} seeds)")
             if seeds > 1:
@@ -62,7 +68,7 @@ def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", refer
                 ax.scatter(*zip(*points), marker="x", label=label)
         else:
             ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("env frames")
+        ax.set_xlabel(X_AXES[x])
         ax.set_ylabel(name)
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         "runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs"
     )
     parser.add_argument("--out", type=Path, default=Path("curves.png"))
+    parser.add_argument("--x", choices=X_AXES, default="frames", help="the horizontal axis (default: frames)")
     args = parser.parse_args(argv)
     paths = [p / "eval.csv" if p.is_dir() else p for p in args.runs]
     missing = [str(p) for p in paths if not p.exists()]
@@ -88,10 +95,13 @@ def main(argv: list[str] | None = None) -> None:
     empty = [str(p) for p, r in zip(paths, rows) if not r]
     if empty:
         parser.error(f"no evaluations yet in {', '.join(empty)}; plot it after the run's first evaluation")
+    untimed = [str(p) for p, r in zip(paths, rows) if args.x == "wall_s" and any(row["wall_s"] is None for row in r)]
+    if untimed:
+        parser.error(f"{', '.join(untimed)} logged no wall_s (runs before it was a column); plot them with --x frames")
     labels = [p.parent.name if p.name == "eval.csv" else p.stem for p in paths]
     if len(set(labels)) < len(labels):  # runs/a/seed1 and runs/b/seed1: the full paths tell them apart
         labels = [str(p) for p in paths]
-    plot_curves(dict(zip(labels, rows)), args.out)
+    plot_curves(dict(zip(labels, rows)), args.out, x=args.x)
     print(f"wrote {args.out}")
 
 
