@@ -4,8 +4,8 @@
     python3 -m trainer.plot docs/cartpole_swingup.csv docs/cartpole_swingup_nstep3.csv --out compare.png
 
 Each input becomes one curve of evaluation return against env frames (`--x wall_s`: against training wall time): a
-run folder or its eval.csv one line, a
-bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so settings can be compared seed for seed.
+run folder or its eval.csv one line, a bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so
+settings can be compared seed for seed.
 Tasks that report success (a `success` column, e.g. dishwashing) get a second panel beside it: success rate against
 frames, which says more than the return there.
 The trainer keeps runs/<run>/curve.png current with the same function; bench/learn.py adds the published
