@@ -262,6 +262,20 @@ def test_an_episode_restarts_from_its_world_seed_and_episode_count():
     assert not torch.allclose(first, restarted), "a world's second episode should not repeat its first"
 
 
+def test_observe_maps_each_observation_once_and_act_reads_what_it_made():
+    """As with the workers: `observe` (a frozen trunk, in training) sees the reset observations once and then each
+    step's new ones once; `act` is given its output, and the step returns it."""
+    env = warp_env(CARTPOLE, 2)
+    seen, given = [], []
+    observe = lambda obs: seen.append(obs.clone()) or obs * 2  # noqa: E731
+    act = lambda observed: given.append(observed) or torch.zeros(2, 1)  # noqa: E731
+    first = env.reset(seed=3)
+    returned = [env.step(act, observe)[1] for _ in range(3)]
+    assert len(seen) == 4 and torch.equal(seen[0], first), "reset observations once, then one per step"
+    assert all(torch.equal(g, s * 2) for g, s in zip(given, seen)), "act reads what observe made of the observations"
+    assert all(torch.equal(r, s * 2) for r, s in zip(returned, seen[1:]))
+
+
 def test_action_repeat_sums_rewards_of_the_repeated_steps():
     """action_repeat 3 equals three single steps with the same action: the same state and the summed reward."""
     repeated, single_steps = warp_env(CARTPOLE, 2, action_repeat=3), warp_env(CARTPOLE, 2)

@@ -385,9 +385,7 @@ class Trainer:
             return
         while until(last, progress.env_step) and not self.stop.requested:
             before = progress.env_step
-            # a batched env keeps its observations on its device (a frozen trunk observes the workers' as they arrive)
-            step = self.env.step(self.act) if self.batched else self.env.step(self.act, self.observe)
-            action, obs, reward, terminated, truncated = step
+            action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
             # N numbers each: a batched env's come from its device, its frames stay there
             action, reward, terminated, truncated = (to_host(x) for x in (action, reward, terminated, truncated))
             self.replay.add_batch(obs, action, reward, terminated, self.first)

@@ -1,7 +1,8 @@
 """N worlds of a task as one vector env: the batched counterpart of envs/workers.py's EnvWorkers, on a torch device.
 
-Interface (as EnvWorkers, so the trainer can take either): `reset(seed)` -> obs; `step(act)` -> (actions, obs,
-reward, terminated, truncated), where `act` maps obs to actions. Everything is a torch tensor on `device`:
+Interface (as EnvWorkers, so the trainer can take either): `reset(seed)` -> obs; `step(act, observe)` -> (actions,
+obs, reward, terminated, truncated), where `observe` maps the worlds' observations to what `act` reads and the step
+returns (a copy by default), once per step, and `act` maps that to actions. Everything is a torch tensor on `device`:
     obs         uint8 (N, T, 3, H, W) frame stacks (oldest first; at reset the first frame fills the stack), or
                 float32 (N, D) state vectors
     actions     float32 (N, A) in [-1, 1], the ones this step took
@@ -23,6 +24,8 @@ import numpy as np
 import torch
 
 from envs.mjwarp.simulation import Simulation
+
+TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 class WarpVectorEnv:
@@ -51,6 +54,7 @@ class WarpVectorEnv:
         self._seeds, self._episodes = torch.zeros(n, **long), torch.zeros(n, **long)
         self._task_steps, self._agent_steps = torch.zeros(n, **long), torch.zeros(n, **long)
         self._resetting = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self._observed = None  # what `observe` made of self.obs; None after `reset(seed)`, until a step observes it
 
     def reset(self, seed: int) -> torch.Tensor:
         """World i starts an episode from `seed + i` (its first); returns the observations."""
@@ -62,11 +66,14 @@ class WarpVectorEnv:
         self.sim.sync()
         self.task.after_reset(self.sim, everyone)
         self._observe(everyone)
+        self._observed = None
         return self.obs.clone()
 
-    def step(self, act: Callable[[torch.Tensor], torch.Tensor]):
+    def step(self, act: TensorMap, observe: TensorMap = torch.clone):
         """One agent step of every world; see the module docstring."""
-        action = torch.as_tensor(act(self.obs), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+        if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
+            self._observed = observe(self.obs)
+        action = torch.as_tensor(act(self._observed), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
         resetting = self._resetting
         live = ~resetting
         reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
@@ -97,7 +104,8 @@ class WarpVectorEnv:
         self.task.after_reset(self.sim, resetting)
         self._observe(resetting)
         self._resetting = terminated | truncated
-        return action, self.obs.clone(), reward, terminated, truncated
+        self._observed = observe(self.obs)
+        return action, self._observed, reward, terminated, truncated
 
     def _over_agent_limit(self) -> torch.Tensor:
         if self.max_episode_steps is None:
