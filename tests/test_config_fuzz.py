@@ -1,13 +1,19 @@
 """Bad config values, files and `--set` arguments, as a careful user would try them (issue 25): each is a one-line
-error with exit status 2 and no traceback from the real command line, before anything is built or written; and a
-property-based test over every key of the config dataclasses, valid and invalid values alike."""
+error with exit status 2 and no traceback from the real command line, before anything is built or written. Every
+case runs against a folder that holds a good checkpoint of the same run (its folder, name and config), typed as a
+user would (`--resume auto` to continue it, or a fresh start); afterwards the run's files are byte for byte what they
+were and its checkpoints load. And a property-based test over every key of the config dataclasses, valid and invalid
+values alike."""
 
 import dataclasses
+import hashlib
 import math
 import os
+import shutil
 import subprocess
 import sys
 import typing
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,13 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from errors import UserError
-from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli
-from trainer import config
+from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli, sets
+from tests.test_loop import run_args
+from trainer import checkpoint, config
 from trainer.config import Config, load_config
 
 HUGE = str(10**12)
 
-# (case id, --set arguments, what the one-line error says); the config file is configs/default.yaml
+# (case id, --set arguments, what the one-line error says); the config file is configs/default.yaml.
+# Only refused values belong here: each case meets the good run's checkpoint (good_run below).
 SET_CASES = [
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be")
       for key in ("sac.lr", "encoder.lr", "sac.alpha_lr") for value in ("-1", ".nan", ".inf", "1e300", "0")],
@@ -99,33 +107,96 @@ def assert_one_line_error(result, expected: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("sets, expected", [case[1:] for case in SET_CASES], ids=[case[0] for case in SET_CASES])
-def test_a_bad_set_value_is_a_one_line_error_before_any_work(tmp_path, sets, expected):
-    args = [arg for item in sets for arg in ("--set", item)]
-    result = run_cli("--config", DEFAULT_CONFIG, "--set", f"checkpoint.local_dir={tmp_path / 'ckpt'}",
-                     "--set", f"logging.tensorboard_dir={tmp_path / 'runs'}", *args, timeout=60)
+def good_run_args(folder: Path) -> list[str]:
+    """test_loop's tiny run (a later --set wins) cut to one episode of one agent step: the least that saves."""
+    return run_args(folder, 1) + sets(env__max_episode_steps=1)
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@dataclasses.dataclass(frozen=True)
+class GoodRun:
+    folder: Path  # checkpoints in ckpt/, TensorBoard files in runs/
+    args: list[str]  # its --set arguments: every case repeats them, so it is the same run
+    files: dict[str, str]  # sha256 of every file, as the run left them
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory) -> GoodRun:
+    """One real run of configs/default.yaml (the cases' config and run name, sac_video), made once for the module."""
+    folder = tmp_path_factory.mktemp("good_run")
+    result = run_cli("--config", DEFAULT_CONFIG, *good_run_args(folder))
+    assert result.returncode == 0, result.stderr
+    return GoodRun(folder, good_run_args(folder), digests(folder))
+
+
+def assert_intact(run: GoodRun) -> None:
+    assert digests(run.folder) == run.files, "a refused command wrote, changed or removed a file of the run"
+    for name in checkpoint.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
+        if not name.endswith(".replay.pt"):
+            payload, replay = checkpoint.load(run.folder / "ckpt" / name)
+            assert payload["progress"] == {"episode": 1, "env_step": 1} and replay["num_transitions"] == 1, name
+
+
+# Keys a resumed run may not change (check_compatible refuses them) and the run's name are what a user types to start
+# a run, so those cases start without --resume, over the run's checkpoints; all others continue the run.
+FRESH_START_KEYS = {*checkpoint.STRUCTURAL_KEYS, *checkpoint.PIXEL_KEYS, "checkpoint.name"}
+
+
+def as_typed(items: list[str]) -> list[str]:
+    """A case's --set arguments, with --resume auto where a user continuing the run would type them."""
+    fresh = {item.partition("=")[0] for item in items} & FRESH_START_KEYS
+    return [arg for item in items for arg in ("--set", item)] + ([] if fresh else ["--resume", "auto"])
+
+
+def test_the_cases_meet_the_good_run_both_ways_it_is_typed(good_run, tmp_path):
+    """Controls for the tests below: without --resume the cases' arguments name this run's folder and name (the
+    start is refused over its checkpoints), and with --resume auto they continue its checkpoint (on a copy)."""
+    refused = run_cli("--config", DEFAULT_CONFIG, *good_run.args, timeout=120)
+    assert_one_line_error(refused, f"run 'sac_video' already has checkpoints in {good_run.folder / 'ckpt'}")
+    assert_intact(good_run)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(good_run.folder, copy)
+    resumed = run_cli("--config", DEFAULT_CONFIG, *good_run_args(copy), "--set", "training.episodes=2",
+                      "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {copy / 'ckpt' / 'sac_video_latest.pt'}: episode 1, step 1" in resumed.stdout
+
+
+@pytest.mark.parametrize("items, expected", [case[1:] for case in SET_CASES], ids=[case[0] for case in SET_CASES])
+def test_a_bad_set_value_is_a_one_line_error_that_leaves_the_run_intact(good_run, items, expected):
+    result = run_cli("--config", DEFAULT_CONFIG, *good_run.args, *as_typed(items), timeout=60)
     assert_one_line_error(result, expected)
-    assert list(tmp_path.iterdir()) == [], "nothing is written for a config error"
+    assert_intact(good_run)
 
 
 @pytest.mark.parametrize("name, data, expected", [case[1:] for case in FILE_CASES],
                          ids=[case[0] for case in FILE_CASES])
-def test_a_bad_config_file_is_a_one_line_error(tmp_path, name, data, expected):
+def test_a_bad_config_file_is_a_one_line_error_that_leaves_the_run_intact(good_run, tmp_path, name, data, expected):
+    """The run's config file edited badly, then the run continued."""
     (tmp_path / name).write_bytes(data)
-    assert_one_line_error(run_cli("--config", str(tmp_path / name), timeout=60), expected)
+    result = run_cli("--config", str(tmp_path / name), *good_run.args, "--resume", "auto", timeout=60)
+    assert_one_line_error(result, expected)
+    assert_intact(good_run)
 
 
-@pytest.mark.parametrize("missing, sets, expected", [
+@pytest.mark.parametrize("missing, items, expected", [
     ("wandb", ["logging.wandb=true"], "logging.wandb is true but wandb is not installed"),
     ("s3fs", ["checkpoint.dir=s3://bucket/runs"], "checkpoint.dir s3://bucket/runs needs a filesystem package"),
 ])
-def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(tmp_path, missing, sets, expected):
+def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(good_run, tmp_path, missing, items,
+                                                                              expected):
     """A machine without the package: sitecustomize makes its import fail in the real command line's process."""
     (tmp_path / "sitecustomize.py").write_text(f"import sys\nsys.modules[{missing!r}] = None\n")
-    args = [arg for item in sets for arg in ("--set", item)]
-    result = subprocess.run([sys.executable, str(ROOT / "train_sac.py"), "--config", DEFAULT_CONFIG, *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    result = subprocess.run([sys.executable, str(ROOT / "train_sac.py"), "--config", DEFAULT_CONFIG, *good_run.args,
+                             *as_typed(items)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert_one_line_error(result, expected)
+    assert_intact(good_run)
 
 
 @pytest.mark.parametrize("path, expected", [
@@ -133,8 +204,9 @@ def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(tm
     ("configs", "is a folder, not a config file"),
     ("/proc/self/mem", "cannot read /proc/self/mem"),  # a file that exists and fails to read, even for root
 ])
-def test_a_config_path_that_cannot_be_read_is_a_one_line_error(path, expected):
-    assert_one_line_error(run_cli("--config", path, timeout=60), expected)
+def test_a_config_path_that_cannot_be_read_is_a_one_line_error(good_run, path, expected):
+    assert_one_line_error(run_cli("--config", path, *good_run.args, "--resume", "auto", timeout=60), expected)
+    assert_intact(good_run)
 
 
 def leaf_keys(node=Config(), prefix=""):
