@@ -1,7 +1,8 @@
 """Demonstrations: a recording loads back exactly as the env produced it (frames, states, actions, rewards), batches
-hold the configured share of them with frame stacks rebuilt as the env stacks them, a dataset that does not fit the
-run is a one-line error naming both sides, and a run resumed with demonstrations re-reads them (saying so, and saying
-when the file changed), continuing bit for bit as if it never stopped."""
+hold the configured share of them with frame stacks rebuilt as the env stacks them, a frozen trunk's run stores them
+as the trunk's features of exactly those stacks, a dataset that does not fit the run is a one-line error naming both
+sides, and a run resumed with demonstrations (from state, or on a frozen trunk's features) re-reads them (saying so,
+and saying when the file changed), continuing bit for bit as if it never stopped."""
 
 import re
 import shutil
@@ -13,14 +14,17 @@ import numpy as np
 import pytest
 import torch
 
+from encoders.frozen import FEATURE_DTYPE
 from envs import demos, make_env
+from envs.pixels import stack_indices
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, run_cli, sets
 from trainer import checkpoint
 from trainer.config import load_config
-from trainer.demos import check_fits
+from trainer.demos import Demos, check_fits
+from trainer.encoders import build_encoders
 from trainer.record import record, recording_settings
 
 VIDEO, STATE = str(ROOT / "configs" / "dishwashing_video.yaml"), str(ROOT / "configs" / "dishwashing_state.yaml")
@@ -77,13 +81,16 @@ def test_recording_loads_back_exactly_as_the_env_returned_it(dataset):
     episode = loaded.episodes[1]
     pixel_env = make_env(load_config(VIDEO, [f"env.image_size={SIZE}"]).env, pixels=True)
     state_env = make_env(load_config(STATE).env, pixels=False)
-    frames, states = [pixel_env.reset(seed=1)[0][-1]], [state_env.reset(seed=1)[0]]
+    stacks, states = [pixel_env.reset(seed=1)[0]], [state_env.reset(seed=1)[0]]
     for action in episode.actions:
-        frames.append(pixel_env.step(action)[0][-1])
+        stacks.append(pixel_env.step(action)[0])
         states.append(state_env.step(action)[0])
     pixel_env.close()
-    assert np.array_equal(np.array(frames), episode.observations[demos.PIXELS])
+    frames = episode.observations[demos.PIXELS]
+    assert np.array_equal(np.array(stacks)[:, -1], frames)
     assert np.array_equal(np.array(states), episode.observations[demos.STATE])
+    # the stacks a frozen trunk encodes, rebuilt from the stored frames, are the env's own
+    assert np.array_equal(frames[stack_indices(len(frames), len(stacks[0]))], np.array(stacks))
 
 
 def test_recording_never_overwrites_a_dataset(dataset):
@@ -145,6 +152,58 @@ def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
     expect = lambda last: 10 + np.maximum(last[:, None] + np.array([-2, -1, 0]), 0)  # noqa: E731  reset frame repeated
     assert np.array_equal(obs, expect(step - 1)) and np.array_equal(next_obs, expect(step))
     assert (batch["discount"][step == 7] == 0).all() and (batch["discount"][step < 7] > 0).all()
+
+
+FROZEN = ["encoder.video.freeze=true", "profile=cpu"]  # float32 trunk: float16 storage is the only rounding
+
+
+@pytest.fixture(scope="module")
+def frozen_demos(dataset):
+    """The dataset loaded as a frozen trunk's run loads it: (config, trunk, Demos)."""
+    cfg = load_config(VIDEO, [f"env.image_size={SIZE}", f"demos.path={dataset[0]}", *FROZEN])
+    obs_space = gym.spaces.Box(0, 255, (cfg.env.frame_stack, 3, SIZE, SIZE), np.uint8)
+    torch.manual_seed(0)
+    _, trunk = build_encoders(cfg, obs_space.shape, torch.device("cpu"))
+    return cfg, trunk, Demos(cfg, obs_space, len(dataset[1][0].actions[0]), None, trunk)
+
+
+def test_a_frozen_trunks_demonstrations_are_its_features_of_the_stacks_the_env_returned(frozen_demos):
+    """Each demonstration frame's stored vector is what the trunk gives, one stack at a time as when acting, for the
+    stack the env returned there (the reset frame repeated at the start: an explicit rebuild from the frames)."""
+    cfg, trunk, loaded = frozen_demos
+    expected = []
+    for episode in demos.read(cfg.demos.path).episodes:
+        frames = episode.observations[demos.PIXELS]
+        for t in range(len(frames)):
+            stack = np.stack([frames[max(t - back, 0)] for back in range(cfg.env.frame_stack - 1, -1, -1)])
+            expected.append(trunk(stack[None])[0])
+    stored = loaded.store.frames[: len(expected), 0]
+    assert stored.dtype == FEATURE_DTYPE and stored.shape == (len(expected), trunk.repr_dim)
+    assert loaded.store.count == len(expected) == loaded.steps + loaded.episodes
+    assert loaded.store.frame_stack is None, "a feature vector holds its stack"
+    # the store encoded up to sac.batch_size stacks per pass, here one: float16 rounding apart at most
+    np.testing.assert_allclose(stored.astype(np.float32), np.array(expected, np.float32), rtol=2e-3, atol=1e-3)
+    assert "stored as the frozen trunk's features (encoded in" in loaded.describe()
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5])
+def test_a_frozen_trunks_batches_hold_the_configured_share_of_demonstration_features(frozen_demos, share):
+    """A live feature replay (actions all 5, outside the action box) mixed with the demonstration features."""
+    cfg, trunk, loaded = frozen_demos
+    rng = np.random.default_rng(0)
+    stacks = rng.integers(0, 256, (30, cfg.env.frame_stack, 3, SIZE, SIZE), dtype=np.uint8)
+    own = fill_store([(trunk(stacks), np.full((29, 4), 5.0, np.float32), np.ones(29), np.zeros(29, bool))],
+                     frame_stack=None, seed=0, discount=cfg.sac.discount, nstep=cfg.sac.nstep, frames_on=None)
+    demo_features = torch.from_numpy(loaded.store.frames[: loaded.store.count, 0])
+    for _ in range(3):
+        batch = mixed_sample(own, loaded.store, 64, share)
+        assert batch["obs"].dtype == torch.float16 and batch["obs"].shape == (64, trunk.repr_dim)
+        from_demos = (batch["action"].abs() <= 1).all(1).numpy()
+        assert from_demos.sum() == demo_count(64, share) == round(64 * share)
+        assert from_demos[64 - demo_count(64, share) :].all(), "the demonstrations fill the end of the batch"
+        for key in ("obs", "next_obs"):  # every demonstration row is one of the stored demonstration vectors
+            rows = batch[key][from_demos]
+            assert (rows[:, None] == demo_features[None]).all(-1).any(-1).all(), key
 
 
 def fake(obs_spaces: dict, action_dim: int = 4, **recording) -> demos.Demonstrations:
@@ -213,10 +272,17 @@ def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
     )
 
 
-def state_run(tmp_path, run, demos_path, episodes: int) -> list[str]:
+# a state run, and a pixel run on a frozen trunk's features (whose demonstrations are encoded at every start)
+RUNS = {"state": (STATE, [], "sac_dishwashing_state"),
+        "frozen": (VIDEO, [f"env.image_size={SIZE}", *FROZEN, "sac.buffer_size=1000"], "sac_video")}
+
+
+def demos_run(tmp_path, mode, run, demos_path, episodes: int) -> list[str]:
+    config, settings, _ = RUNS[mode]
     return [
         "--config",
-        STATE,
+        config,
+        *[arg for setting in settings for arg in ("--set", setting)],
         *sets(
             demos__path=demos_path,
             training__episodes=episodes,
@@ -234,32 +300,39 @@ def state_run(tmp_path, run, demos_path, episodes: int) -> list[str]:
     ]
 
 
-def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_path, dataset):
+@pytest.mark.parametrize("mode", RUNS)
+def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_path, dataset, mode):
     demos_path = tmp_path / "demos"
     shutil.copytree(dataset[0], demos_path)
-    straight = run_cli(*state_run(tmp_path, "straight", demos_path, 4))
+    straight = run_cli(*demos_run(tmp_path, mode, "straight", demos_path, 4))
     assert straight.returncode == 0, straight.stderr
     steps = demos.read(demos_path).steps
-    said = f"training with 2 demonstration episodes ({steps} steps) from {demos_path}: 50% of every batch"
-    assert said in straight.stdout
+    said = f"training with 2 demonstration episodes ({steps} steps) from {demos_path}"
+    encoded = ", stored as the frozen trunk's features (encoded in "
+    assert f"{said}{encoded if mode == 'frozen' else ': 50% of every batch'}" in straight.stdout
 
-    first = run_cli(*state_run(tmp_path, "resumed", demos_path, 2))
+    first = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 2))
     assert first.returncode == 0, first.stderr
-    payload, _ = checkpoint.load(tmp_path / "resumed" / "sac_dishwashing_state_latest.pt")
+    latest = f"{RUNS[mode][2]}_latest.pt"
+    payload, _ = checkpoint.load(tmp_path / "resumed" / latest)
     assert set(payload["demos"]) == {"path", "fingerprint", "rng"}, "the checkpoint holds no demonstrations"
-    resumed = run_cli(*state_run(tmp_path, "resumed", demos_path, 4), "--resume", "auto")
+    resumed = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 4), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
-    assert "re-read 2 demonstration episodes" in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
+    reread = "re-read and re-encoded 2 demonstration episodes" if mode == "frozen" else "re-read 2 demonstration"
+    assert reread in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
     assert "differs" not in resumed.stdout
 
-    a, _ = checkpoint.load(tmp_path / "straight" / "sac_dishwashing_state_latest.pt")
-    b, _ = checkpoint.load(tmp_path / "resumed" / "sac_dishwashing_state_latest.pt")
+    a, replay_a = checkpoint.load(tmp_path / "straight" / latest)
+    b, replay_b = checkpoint.load(tmp_path / "resumed" / latest)
     assert a["progress"] == b["progress"] and a["agent"]["updates"] == b["agent"]["updates"] > 50
-    for name, tensor in a["agent"]["critic"].items():
-        assert torch.equal(tensor, b["agent"]["critic"][name]), f"critic.{name} differs after resume"
+    assert a["trunk"] == b["trunk"] and (a["trunk"] is None) == (mode == "state")
+    for net in ("actor", "critic"):
+        for name, tensor in a["agent"][net].items():
+            assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"
+    assert torch.equal(replay_a["frames"], replay_b["frames"])
 
     shutil.rmtree(demos_path)
     record_dataset(demos_path, seed=7)
-    again = run_cli(*state_run(tmp_path, "resumed", demos_path, 6), "--resume", "auto")
+    again = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 6), "--resume", "auto")
     assert again.returncode == 0, again.stderr
     assert "the file differs from the one the checkpoint trained with" in again.stdout

@@ -211,9 +211,7 @@ def test_shifted_copies_with_a_frozen_trunk_are_a_config_error():
         load_config(DEFAULT_CONFIG, overrides)
 
 
-def test_demonstrations_with_a_frozen_trunk_are_a_config_error(tmp_path):
-    """Not supported yet: the demonstration store holds frames, a frozen run's replay features."""
-    overrides = ["encoder.video.freeze=true", f"demos.path={tmp_path / 'demos'}"]
-    with pytest.raises(UserError, match="demos.path with encoder.video.freeze=true is not supported yet"):
-        load_config(DEFAULT_CONFIG, overrides)
-    load_config(DEFAULT_CONFIG, overrides[1:])  # either alone passes the cross-key rules
+def test_demonstrations_with_a_frozen_trunk_pass_the_config_rules(tmp_path):
+    """The demonstrations are encoded by the trunk as they load (tests/test_demos.py): the config takes both."""
+    cfg = load_config(DEFAULT_CONFIG, ["encoder.video.freeze=true", f"demos.path={tmp_path / 'demos'}"])
+    assert cfg.encoder.video.freeze and cfg.demos.path == str(tmp_path / "demos")

@@ -515,10 +515,6 @@ def _check_cross_keys(cfg: Config) -> None:
             "encoder.video.freeze=true with env.backend=mujoco_warp is not supported yet (the frozen trunk "
             "observes the workers' frames on the host); set env.backend=mujoco or encoder.video.freeze=false"
         )
-    if cfg.demos.path and pixels and video.freeze:
-        raise UserError("demos.path with encoder.video.freeze=true is not supported yet (the demonstrations hold "
-                        "frames, the replay the frozen trunk's features); set encoder.video.freeze=false or "
-                        "demos.path=null")
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat

@@ -1,12 +1,22 @@
 """The run's demonstrations (`demos.path`): read the Minari dataset (envs/demos.py), check it against the config,
 fill their store (sac/demos.py). Checkpoints hold only the file's fingerprint and the store's sampling RNG, never the
-demonstrations themselves: resume re-reads the file and says so, and says when it changed since the checkpoint."""
+demonstrations themselves: resume re-reads the file and says so, and says when it changed since the checkpoint.
+
+With a frozen trunk (`encoder.video.freeze: true`) the live replay holds the trunk's features, so the store does
+too: every frame stack of every demonstration is encoded once, here, as they are loaded, by the same FrozenTrunk
+that encodes the agent's steps (on the training device, under inference mode, stored as float16), from stacks
+built as the pixel env builds them. Resume re-encodes them; the trunk's fingerprint in the checkpoint (checked before
+this runs) makes the features the same ones."""
+
+import time
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from encoders.frozen import FrozenTrunk
 from envs import demos as demo_files
+from envs.pixels import stack_indices
 from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
@@ -16,17 +26,27 @@ RECORD_HINT = "record matching ones with python3 -m trainer.record --config <thi
 
 
 class Demos:
-    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from."""
+    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from. With `trunk`
+    (the run's frozen trunk) it holds the trunk's features of the demonstrations' frame stacks instead of frames."""
 
-    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None):
+    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None,
+                 trunk: FrozenTrunk | None = None):
         self.path = cfg.demos.path
         data = demo_files.read(self.path)
         key = check_fits(cfg, data, obs_space, action_dim)
         self.fingerprint, self.episodes, self.steps = data.fingerprint, len(data.episodes), data.steps
         sac = cfg.sac
+        observations = [e.observations[key] for e in data.episodes]
+        frame_stack = cfg.env.frame_stack if key == demo_files.PIXELS else None
+        self.encode_s: float | None = None  # seconds the trunk took to encode them; None: the store holds frames
+        if trunk:
+            start = time.perf_counter()
+            observations = [encode(trunk, frames, frame_stack=frame_stack, batch_size=sac.batch_size)
+                            for frames in observations]
+            self.encode_s, frame_stack = time.perf_counter() - start, None  # a feature vector holds its stack
         self.store: ReplayBuffer = fill_store(
-            [(e.observations[key], e.actions, e.rewards, e.terminations) for e in data.episodes],
-            frame_stack=cfg.env.frame_stack if key == demo_files.PIXELS else None,
+            [(obs, e.actions, e.rewards, e.terminations) for obs, e in zip(observations, data.episodes)],
+            frame_stack=frame_stack,
             seed=cfg.training.seed,
             discount=sac.discount,
             nstep=sac.nstep,
@@ -34,14 +54,18 @@ class Demos:
         )
 
     def describe(self) -> str:
-        return f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}"
+        text = f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}"
+        if self.encode_s is None:
+            return text
+        return f"{text}, stored as the frozen trunk's features (encoded in {self.encode_s:.1f} s)"
 
     def state_dict(self) -> dict:
         return {"path": str(self.path), "fingerprint": self.fingerprint, "rng": self.store.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict | None) -> str:
         """Continue the saved sampling; returns what to tell the user (the file is re-read, or it changed)."""
-        message = f"re-read {self.describe()} (checkpoints do not copy them)"
+        verb = "re-read" if self.encode_s is None else "re-read and re-encoded"
+        message = f"{verb} {self.describe()}; checkpoints do not copy them"
         if state is None:
             return f"{message}; the checkpoint trained without demonstrations"
         self.store.rng.bit_generator.state = state["rng"]
@@ -51,6 +75,14 @@ class Demos:
                 "training goes on with the demonstrations as they are now"
             )
         return message
+
+
+def encode(trunk: FrozenTrunk, frames: np.ndarray, *, frame_stack: int, batch_size: int) -> np.ndarray:
+    """The trunk's features FEATURE_DTYPE (L + 1, repr_dim) of the stacks the pixel env returns along one episode of
+    frames uint8 (L + 1, C, H, W), the reset frame first. `batch_size` stacks per forward pass: the run's
+    `sac.batch_size`, already sized for its device, so no new setting; stacks are gathered per batch, never kept."""
+    stacks = stack_indices(len(frames), frame_stack)
+    return np.concatenate([trunk(frames[stacks[i : i + batch_size]]) for i in range(0, len(stacks), batch_size)])
 
 
 def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int) -> str:

@@ -143,7 +143,7 @@ class Trainer:
             action_dim=self.action_dim, frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
-        self.demos = Demos(cfg, obs_space, self.action_dim, frames_on) if cfg.demos.path else None
+        self.demos = Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk) if cfg.demos.path else None
         # the logger last: bad input above fails before a run folder or a progress bar exists
         self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
         self.logger.message(
