@@ -40,7 +40,9 @@ ENCODERS = {  # row name -> encoder settings
     "simple2dcnn": {"encoder.video.arch": "simple2dcnn"},
     "simple3dcnn": {"encoder.video.arch": "simple3dcnn"},
     "r3d18": {"encoder.video.arch": "r3d18"},
-    "r3d18_frozen_112": {"encoder.video.arch": "r3d18", "encoder.video.freeze": True, "encoder.video.input_size": 112},
+    # stored features cannot be shifted: one augmentation sample (the DMC gpu profile's DrQ setting is two)
+    "r3d18_frozen_112": {"encoder.video.arch": "r3d18", "encoder.video.freeze": True, "encoder.video.input_size": 112,
+                         "sac.augment_samples": 1},
     "timesformer_small": {"encoder.video.arch": "timesformer", "encoder.video.preset": "small"},
 }
 VARIANTS = {  # row name -> the setting flipped

@@ -5,7 +5,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+from bench.gpu_check import DMC, ENCODERS, VARIANTS
 from tests.conftest import ROOT
+from trainer.config import load_config
 
 
 def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
@@ -34,3 +38,10 @@ def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
         return
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: --device cuda but no CUDA device is available; run with --device cpu --quick")
+
+
+@pytest.mark.parametrize("name", [*ENCODERS, *VARIANTS])
+def test_every_row_is_a_valid_config_at_the_gpu_profile(name):
+    """The tiny check runs a subset of the encoder rows; a row the config refuses would cost a GPU lease to learn."""
+    settings = {**ENCODERS, **VARIANTS}[name]
+    load_config(ROOT / DMC, ["profile=gpu", *(f"{key}={value}" for key, value in settings.items())])
