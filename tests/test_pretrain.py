@@ -137,3 +137,23 @@ def test_the_stacks_and_labels_are_the_envs_and_the_replays(dataset):
     firsts = np.cumsum([0] + [len(e.actions) + 1 for e in episodes[:-1]])  # reset stacks end no transition
     later = {stack.tobytes() for n, stack in enumerate(stacks) if n not in firsts}
     assert {stack.tobytes() for stack in sampled["next_obs"].numpy()} == later
+
+
+def test_a_missing_dataset_is_a_one_line_error(tmp_path):
+    done = pretrain_cli("--data", str(tmp_path / "absent"), "--out", str(tmp_path / "encoder.pt"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: no Minari dataset at {tmp_path / 'absent'}")
+    assert not (tmp_path / "encoder.pt").exists()
+
+
+def test_the_frozen_config_uses_the_pretrained_file_with_the_state_configs_sac_settings():
+    """Refused with its own demonstrations only until demonstrations work with a frozen trunk."""
+    frozen = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", ["demos.path=null", "profile=cpu_bf16"])
+    state = load_config(ROOT / "configs" / "dishwashing_state.yaml", ["profile=cpu"])
+    video = frozen.encoder.video
+    assert (video.arch, video.freeze, video.pretrained, video.weights) == (
+        "simple2dcnn", True, True, "pretrained/dishwashing_simple2dcnn.pt")
+    for key in ("batch_size", "lr", "alpha_lr", "critic_tau", "actor_update_every", "target_update_every",
+                "init_temperature", "critic_layer_norm"):
+        assert getattr(frozen.sac, key) == getattr(state.sac, key), key
+    assert frozen.training.max_env_steps == state.training.max_env_steps and frozen.sac.augment_samples == 1
