@@ -38,8 +38,16 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from encoders import build_encoder
 from errors import UserError
+from sac.augment import random_shift
+from sac.demos import fill_store
+from sac.replay import ReplayBuffer
 from trainer.config import Config, explain, load_config
+from trainer.device import resolve_device
+from trainer.encoders import save_encoder_weights
+
+# the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed rack's slot) is not learnt
@@ -47,10 +55,10 @@ CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed r
 
 @dataclasses.dataclass
 class Split:
-    """Frame stacks and state labels of some episodes: `stacks` a demonstration store whose frame number n is step
+    """Frame stacks and state labels of some episodes: `store` a demonstration store whose frame number n is step
     n of the episodes laid end to end (reset frames included), `labels` float32 (n, S) the state at each."""
 
-    store: object  # sac.replay.ReplayBuffer
+    store: ReplayBuffer
     labels: np.ndarray
 
     def __len__(self) -> int:
@@ -64,7 +72,6 @@ class Split:
 def split_of(episodes: list, cfg: Config) -> Split:
     """`episodes` (envs/demos.Episode, with pixels and state) as a Split, stacked `env.frame_stack` at a time."""
     from envs.demos import PIXELS, STATE
-    from sac.demos import fill_store
 
     store = fill_store(
         [(e.observations[PIXELS], e.actions, e.rewards, e.terminations) for e in episodes],
@@ -131,8 +138,6 @@ class StateRegressor(nn.Module):
 def build_regressor(cfg: Config, obs_shape: tuple[int, ...], outputs: int, hidden: int) -> StateRegressor:
     """A fresh encoder from the config's `encoder` section (trainable, whatever its freeze and weights settings say)
     under a head with `outputs` outputs."""
-    from encoders import build_encoder
-
     video = dataclasses.replace(cfg.encoder.video, pretrained=False, weights=None, freeze=False)
     return StateRegressor(build_encoder(dataclasses.replace(cfg.encoder, video=video), obs_shape), outputs, hidden)
 
@@ -169,8 +174,6 @@ class Standardiser:
 def train(model: StateRegressor, data: Split, scaler: Standardiser, cfg: Config, *, epochs: float, batch_size: int,
           lr: float, device: torch.device, progress: bool = True) -> list[float]:
     """Adam on the mean squared error of the standardised labels, random-shifted stacks; the loss of every step."""
-    from sac.augment import random_shift
-
     labels = torch.from_numpy(scaler.targets(data.labels))
     rng = np.random.default_rng(cfg.training.seed)
     optimiser = torch.optim.Adam(model.parameters(), lr=lr)
@@ -224,9 +227,6 @@ def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str,
 def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_size: int, lr: float,
              holdout: float, hidden: int, progress: bool = True) -> dict:
     """Train, evaluate on the held-out episodes, write the weights file and its report; the report."""
-    from trainer.device import resolve_device
-    from trainer.encoders import save_encoder_weights
-
     started = time.monotonic()
     torch.manual_seed(cfg.training.seed)
     train_episodes, held_episodes, obs_shape = read_datasets(paths, cfg, holdout)
