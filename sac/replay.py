@@ -134,9 +134,7 @@ class ReplayBuffer:
         slots = ends % self.capacity
         lasts, reward, discount = self._returns(ends, slots, envs)
         stack = self.frame_stack or 1
-        obs_back = np.minimum(np.arange(stack, 0, -1)[None, :], self.pos[slots, envs][:, None])
-        next_back = np.minimum(np.arange(stack - 1, -1, -1)[None, :], self.pos[lasts % self.capacity, envs][:, None])
-        frames = np.concatenate([ends[:, None] - obs_back, lasts[:, None] - next_back], axis=1)
+        frames = np.concatenate([self._stack_frames(ends - 1, envs), self._stack_frames(lasts, envs)], axis=1)
         device = torch.device(device)
         window = self._gather_frames(frames % self.capacity, envs[:, None], device)  # (B, 2T, *frame)
         obs, next_obs = window[:, :stack], window[:, stack:]
@@ -148,6 +146,21 @@ class ReplayBuffer:
             "discount": torch.from_numpy(discount)[:, None],
         }
         return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
+
+    def stacks(self, ends: np.ndarray, envs: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The observations ending at frame numbers `ends` (B,) of `envs` (B,), built as `sample` builds obs and
+        next_obs: (B, T, *frame_shape) stacks (padded at episode starts as the env pads at reset), or (B,
+        *frame_shape) without `frame_stack`. The frames must still be in the ring (frame number > count -
+        capacity)."""
+        frames = self._stack_frames(ends, envs) % self.capacity
+        window = self._gather_frames(frames, envs[:, None], torch.device(device))
+        return window if self.frame_stack else window[:, 0]
+
+    def _stack_frames(self, ends: np.ndarray, envs: np.ndarray) -> np.ndarray:
+        """(B, T) frame numbers of the stacks ending at frames `ends` (B,), oldest first: frames ends-T+1..ends,
+        each clamped to its episode's first frame (the same padding the env's frame stack uses at reset)."""
+        back = np.arange((self.frame_stack or 1) - 1, -1, -1)[None, :]
+        return ends[:, None] - np.minimum(back, self.pos[ends % self.capacity, envs][:, None])
 
     def _returns(
         self, ends: np.ndarray, slots: np.ndarray, envs: np.ndarray

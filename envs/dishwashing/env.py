@@ -78,6 +78,12 @@ GRASP_DEPTH = 0.004  # plate centre below the gripper point when grasped from a 
 OBS_GRIP, OBS_OPENING, OBS_HELD, OBS_PLATE, OBS_AXIS = slice(0, 3), 3, 4, slice(5, 8), slice(8, 11)
 OBS_PLATE_TO_GRIP, OBS_SLOT_FROM_PLATE, OBS_SLOT, OBS_PLATE_VEL, OBS_GRIP_VEL = (
     slice(11, 14), slice(14, 17), slice(17, 20), slice(20, 23), slice(23, 26))
+OBS_GROUPS = {  # the layout's parts by name, for reports on how well something predicts the state
+    "gripper position": OBS_GRIP, "finger opening": slice(OBS_OPENING, OBS_OPENING + 1),
+    "plate grasped": slice(OBS_HELD, OBS_HELD + 1), "plate position": OBS_PLATE, "plate axis": OBS_AXIS,
+    "plate - gripper": OBS_PLATE_TO_GRIP, "slot - plate": OBS_SLOT_FROM_PLATE, "slot position": OBS_SLOT,
+    "plate velocity": OBS_PLATE_VEL, "gripper velocity": OBS_GRIP_VEL,
+}
 OBS_SIZE = 26
 
 # names this module needs in the scene; actuators in action order

@@ -1,0 +1,309 @@
+"""Pretrain a run's video encoder on recorded episodes, for a frozen trunk (`encoder.video.weights`, `freeze: true`):
+
+    python3 -m trainer.pretrain --config configs/dishwashing_video.yaml \\
+        --data datasets/dishwashing_scripted datasets/dishwashing_noisy --out pretrained/dishwashing_simple2dcnn.pt
+
+This is supervised pretraining with PRIVILEGED labels: the encoder (the config's `encoder` section, built by the
+project's registry for the env's frame stacks) and a small MLP head learn to regress the simulator's state vector,
+which the recording stored beside every camera frame (trainer/record.py), from the frame stack ending at that frame.
+The state is standardised per dimension. The simulator state is used here only, to shape the encoder: a policy
+trained on the frozen encoder later (configs/dishwashing_video_frozen.yaml) acts from camera frames alone, and the
+head is thrown away. Datasets without state observations (a real camera) cannot be used.
+
+The stacks are the replay's own: the episodes fill a demonstration store (sac/demos.py) and `ReplayBuffer.stacks`
+builds each step's stack exactly as training batches are built (padded at episode starts as the env pads at reset).
+Every training batch is random-shifted (sac/augment.py, `sac.augment_pad` pixels) so the features do not hinge on
+exact pixel positions; held-out stacks are not. Encoder and head run in bfloat16 autocast when
+`training.autocast` is on (the cpu_bf16 and gpu profiles), on `training.device`.
+
+The last `--holdout` share of each dataset's episodes (at least one) is never trained on. At the end the held-out
+R^2 and RMSE (in the state's own units) of each part of the state vector (for the dishwashing task the groups of
+envs/dishwashing/env.py's layout) are printed and written beside the weights (PATH with the suffix .json). The
+weights file is written at the end only (atomically: an interrupted pretraining leaves the previous file).
+
+Hand-written because no library trains this project's encoders on its replay's stacks: it is a plain supervised
+loop (Adam on a mean squared error) around the project's own builder, store and augmentation.
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from encoders import build_encoder
+from errors import UserError
+from sac.augment import random_shift
+from sac.demos import fill_store
+from sac.replay import ReplayBuffer
+from trainer.config import Config, explain, load_config
+from trainer.device import resolve_device
+from trainer.encoders import save_encoder_weights
+
+# the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
+
+DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
+CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed rack's slot) is not learnt
+
+
+@dataclasses.dataclass
+class Split:
+    """Frame stacks and state labels of some episodes: `store` a demonstration store whose frame number n is step
+    n of the episodes laid end to end (reset frames included), `labels` float32 (n, S) the state at each."""
+
+    store: ReplayBuffer
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def stacks(self, frames: np.ndarray, device: torch.device) -> torch.Tensor:
+        """uint8 (B, T, C, H, W): the stacks ending at frame numbers `frames`."""
+        return self.store.stacks(frames, np.zeros_like(frames), device)
+
+
+def split_of(episodes: list, cfg: Config) -> Split:
+    """`episodes` (envs/demos.Episode, with pixels and state) as a Split, stacked `env.frame_stack` at a time."""
+    from envs.demos import PIXELS, STATE
+
+    store = fill_store(
+        [(e.observations[PIXELS], e.actions, e.rewards, e.terminations) for e in episodes],
+        frame_stack=cfg.env.frame_stack,
+        seed=cfg.training.seed,
+        discount=cfg.sac.discount,
+        nstep=1,
+        frames_on=None,
+    )
+    labels = np.concatenate([e.observations[STATE] for e in episodes]).astype(np.float32)
+    assert store.count == len(labels), "the store holds one frame per labelled step"
+    return Split(store, labels)
+
+
+def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, list, tuple[int, ...]]:
+    """(training episodes, held-out episodes, the env's frame-stack shape (T, C, H, W)). Every dataset must fit the
+    config as demonstrations must (trainer/demos.check_fits) and hold state labels."""
+    from envs import demos as demo_files
+    from envs import make_env
+    from trainer.demos import check_fits
+
+    env = make_env(cfg.env, pixels=True)
+    obs_space, action_dim = env.observation_space, env.action_space.shape[0]
+    env.close()
+    train, held = [], []
+    for path in paths:
+        data = demo_files.read(path)
+        check_fits(cfg, data, obs_space, action_dim)
+        if demo_files.STATE not in data.observation_space.spaces:
+            raise UserError(f"dataset {path} holds no state observations to learn from; pretrain on recordings of "
+                            "python3 -m trainer.record, which store the state beside every frame")
+        if len(data.episodes) < 2:
+            raise UserError(f"dataset {path} holds {len(data.episodes)} episode; pretraining holds out at least one "
+                            "episode of each dataset: record at least 2")
+        kept = len(data.episodes) - max(1, round(holdout * len(data.episodes)))
+        train += data.episodes[:kept]
+        held += data.episodes[kept:]
+    return train, held, tuple(obs_space.shape)
+
+
+def state_groups(cfg: Config, state_dim: int) -> dict[str, slice]:
+    """Named parts of the state vector for the report: the dishwashing layout, else the vector as one part."""
+    if cfg.env.id.startswith("Dishwashing"):
+        from envs.dishwashing.env import OBS_GROUPS
+
+        if max(part.stop for part in OBS_GROUPS.values()) == state_dim:
+            return OBS_GROUPS
+    return {"state": slice(0, state_dim)}
+
+
+class StateRegressor(nn.Module):
+    """The encoder and an MLP head: uint8 (B, T, C, H, W) in, the standardised varying state dimensions (B,
+    outputs) out."""
+
+    def __init__(self, encoder: nn.Module, outputs: int, hidden: int):
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Sequential(nn.Linear(encoder.repr_dim, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+
+    def forward(self, stacks: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(stacks)).float()
+
+
+def build_regressor(cfg: Config, obs_shape: tuple[int, ...], outputs: int, hidden: int) -> StateRegressor:
+    """A fresh encoder from the config's `encoder` section (trainable, whatever its freeze and weights settings say)
+    under a head with `outputs` outputs."""
+    video = dataclasses.replace(cfg.encoder.video, pretrained=False, weights=None, freeze=False)
+    return StateRegressor(build_encoder(dataclasses.replace(cfg.encoder, video=video), obs_shape), outputs, hidden)
+
+
+@dataclasses.dataclass
+class Standardiser:
+    """Per-dimension mean and spread of the training labels. A dimension that never varies there (the fixed rack's
+    slot) is not learnt: the head predicts the others, standardised, and it is predicted as its constant."""
+
+    mean: np.ndarray  # float32 (S,)
+    std: np.ndarray  # float32 (S,)
+    varies: np.ndarray  # bool (S,)
+
+    @classmethod
+    def fit(cls, labels: np.ndarray) -> "Standardiser":
+        std = labels.std(0)
+        return cls(labels.mean(0), std, std >= CONSTANT_STD)
+
+    @property
+    def outputs(self) -> int:
+        return int(self.varies.sum())
+
+    def targets(self, labels: np.ndarray) -> np.ndarray:
+        """float32 (n, S) states -> (n, outputs) standardised targets."""
+        return ((labels - self.mean)[:, self.varies] / self.std[self.varies]).astype(np.float32)
+
+    def states(self, outputs: np.ndarray) -> np.ndarray:
+        """(n, outputs) predictions -> float32 (n, S) states."""
+        states = np.repeat(self.mean[None], len(outputs), axis=0)
+        states[:, self.varies] = outputs * self.std[self.varies] + self.mean[self.varies]
+        return states
+
+
+def train(model: StateRegressor, data: Split, scaler: Standardiser, cfg: Config, *, epochs: float, batch_size: int,
+          lr: float, device: torch.device, progress: bool = True) -> list[float]:
+    """Adam on the mean squared error of the standardised labels, random-shifted stacks; the loss of every step."""
+    labels = torch.from_numpy(scaler.targets(data.labels))
+    rng = np.random.default_rng(cfg.training.seed)
+    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+    steps = max(1, math.ceil(epochs * len(data) / batch_size))
+    order = np.empty(0, dtype=np.int64)
+    losses = []
+    model.train()
+    for _ in tqdm(range(steps), unit="step", disable=not progress, desc="pretraining"):
+        if len(order) < batch_size:  # epochs: every stack once before any twice
+            order = np.concatenate([order, rng.permutation(len(data))])
+        frames, order = order[:batch_size], order[batch_size:]
+        stacks = random_shift(data.stacks(frames, device), cfg.sac.augment_pad)
+        with torch.autocast(device.type, torch.bfloat16, enabled=cfg.training.autocast):
+            predicted = model(stacks)
+        loss = nn.functional.mse_loss(predicted, labels[frames].to(device))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def predict(model: StateRegressor, data: Split, cfg: Config, *, batch_size: int, device: torch.device,
+            scaler: Standardiser) -> np.ndarray:
+    """float32 (n, S): the state predicted for every stack of `data`, in the state's own units."""
+    model.eval()
+    out = []
+    for start in range(0, len(data), batch_size):
+        frames = np.arange(start, min(start + batch_size, len(data)))
+        with torch.autocast(device.type, torch.bfloat16, enabled=cfg.training.autocast):
+            out.append(model(data.stacks(frames, device)).cpu().numpy())
+    return scaler.states(np.concatenate(out))
+
+
+def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str, slice]) -> dict[str, dict]:
+    """Per group: R^2 (1 - squared error / spread about the labels' own mean, over the group's dimensions that vary;
+    None for a group that does not) and RMSE in the state's units over all its dimensions."""
+    report = {}
+    for name, part in groups.items():
+        error, truth = predicted[:, part] - labels[:, part], labels[:, part]
+        varies = truth.std(0) >= CONSTANT_STD
+        spread = float(((truth - truth.mean(0))[:, varies] ** 2).sum())
+        report[name] = {
+            "r2": 1 - float((error[:, varies] ** 2).sum()) / spread if varies.any() else None,
+            "rmse": float(np.sqrt((error**2).mean())),
+        }
+    return report
+
+
+def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_size: int, lr: float,
+             holdout: float, hidden: int, progress: bool = True) -> dict:
+    """Train, evaluate on the held-out episodes, write the weights file and its report; the report."""
+    started = time.monotonic()
+    torch.manual_seed(cfg.training.seed)
+    train_episodes, held_episodes, obs_shape = read_datasets(paths, cfg, holdout)
+    training, held = split_of(train_episodes, cfg), split_of(held_episodes, cfg)
+    device = resolve_device(cfg.training.device)
+    scaler = Standardiser.fit(training.labels)
+    model = build_regressor(cfg, obs_shape, scaler.outputs, hidden).to(device)
+    losses = train(model, training, scaler, cfg, epochs=epochs, batch_size=batch_size, lr=lr, device=device,
+                   progress=progress)
+    predicted = predict(model, held, cfg, batch_size=batch_size, device=device, scaler=scaler)
+    per_epoch = max(1, math.ceil(len(training) / batch_size))
+    report = {
+        "weights": str(out),
+        "supervision": "privileged: the simulator state recorded beside each frame (the policy acts from frames)",
+        "data": [str(p) for p in paths],
+        "encoder": dataclasses.asdict(cfg.encoder.video) | {"obs_shape": list(obs_shape)},
+        "episodes": {"train": len(train_episodes), "held_out": len(held_episodes)},
+        "stacks": {"train": len(training), "held_out": len(held)},
+        "epochs": epochs, "steps": len(losses), "batch_size": batch_size, "lr": lr, "head_hidden": hidden,
+        "augment_pad": cfg.sac.augment_pad, "autocast": cfg.training.autocast, "device": str(device),
+        "train_loss": {"first_epoch": float(np.mean(losses[:per_epoch])),
+                       "last_epoch": float(np.mean(losses[-per_epoch:]))},
+        "held_out_loss": float(np.mean((scaler.targets(predicted) - scaler.targets(held.labels)) ** 2)),
+        "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1])),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder)
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def describe(report: dict) -> str:
+    rows = [f"{'held-out':<18} {'R^2':>7} {'RMSE':>9}"]
+    for name, row in report["held_out"].items():
+        r2 = "-" if row["r2"] is None else f"{row['r2']:.3f}"
+        rows.append(f"{name:<18} {r2:>7} {row['rmse']:>9.4f}")
+    loss = report["train_loss"]
+    return "\n".join([
+        f"wrote {report['weights']} ({report['steps']} steps, {report['wall_s']} s): training loss "
+        f"{loss['first_epoch']:.3f} in the first epoch, {loss['last_epoch']:.3f} in the last; held-out loss "
+        f"{report['held_out_loss']:.3f} (standardised state, mean squared error)",
+        *rows,
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m trainer.pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose encoder and frames are used")
+    parser.add_argument("--data", nargs="+", required=True, metavar="DATASET", help="Minari datasets (trainer.record)")
+    parser.add_argument("--out", required=True, help="encoder weights file to write (and its report, .json)")
+    parser.add_argument("--epochs", type=float, default=10, help="passes over the training stacks (fractions allowed)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    parser.add_argument("--holdout", type=float, default=0.1, help="share of each dataset's episodes held out")
+    parser.add_argument("--head-hidden", type=int, default=256, help="units of the regression head's hidden layer")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+    from trainer.headless import configure
+
+    try:
+        configure()  # before the env layer loads mujoco
+        if not (args.epochs > 0 and args.batch_size >= 1 and args.lr > 0 and 0 < args.holdout < 1
+                and args.head_hidden >= 1):
+            raise UserError("--epochs and --lr must be > 0, --batch-size and --head-hidden >= 1, --holdout in (0, 1); "
+                            f"got {args.epochs}, {args.lr}, {args.batch_size}, {args.head_hidden}, {args.holdout}")
+        cfg = load_config(args.config, [*args.set, "encoder.type=video"])
+        report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                          holdout=args.holdout, hidden=args.head_hidden)
+    except UserError as err:
+        print(f"error: {explain(err)}", file=sys.stderr)
+        return 2
+    print(describe(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
