@@ -35,6 +35,28 @@ def fingerprint(encoder: nn.Module, arch: str) -> str:
     return f"{arch} on {'x'.join(map(str, encoder.obs_shape))} at {size} px, sha256 {digest.hexdigest()[:16]}"
 
 
+class ProjectedEncoder(nn.Module):
+    """A frozen video encoder under the first layer of the head it was pretrained with (`projection`: Linear then
+    ReLU), so a frozen trunk stores that layer's few hundred features rather than the arch's tens of thousands
+    (trainer/pretrain.py writes both). uint8 (B, T, C, H, W) in, float32 (B, repr_dim = projection.out_features)
+    out; `input_size` and `obs_shape` are the encoder's (what `fingerprint` names)."""
+
+    def __init__(self, encoder: nn.Module, projection: nn.Linear):
+        super().__init__()
+        assert projection.in_features == encoder.repr_dim, "the projection reads the encoder's features"
+        self.encoder, self.projection = encoder, projection.requires_grad_(False)
+        self.repr_dim = projection.out_features
+        self.input_size, self.obs_shape = encoder.input_size, encoder.obs_shape
+        self.train(False)
+
+    def train(self, mode: bool = True) -> "ProjectedEncoder":
+        """Frozen: always in eval mode."""
+        return super().train(False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.projection(self.encoder(obs))).float()
+
+
 class FrozenTrunk:
     """`encoder` (a frozen video encoder) on `device`, computing features under inference mode, in bfloat16
     autocast when `autocast` is on."""

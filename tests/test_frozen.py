@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoders.frozen import FEATURE_DTYPE, FrozenTrunk, fingerprint
+from encoders.frozen import FEATURE_DTYPE, FrozenTrunk, ProjectedEncoder, fingerprint
 from encoders.state import StateEncoder
 from errors import UserError
 from sac.agent import SAC
@@ -144,6 +144,23 @@ def test_the_fingerprint_follows_weights_arch_and_frame_size_not_memory_layout()
     assert base != fingerprint(frozen_encoder(input_size=48), "simple2dcnn")
     assert base == fingerprint(frozen_encoder(channels_last=True), "simple2dcnn")
     assert fingerprint(frozen_encoder("simple3dcnn"), "simple3dcnn") != base
+
+
+def test_a_projected_trunk_stores_the_projections_width_and_its_fingerprint_follows_the_projection():
+    """A pretrained projection on the frozen encoder (trainer/pretrain.py's head layer): features of its width,
+    and stored features of another projection are told apart as those of another encoder are."""
+    def projected(seed: int) -> ProjectedEncoder:  # the same encoder, projections drawn with `seed`
+        encoder = frozen_encoder()
+        torch.manual_seed(seed)
+        return ProjectedEncoder(encoder, torch.nn.Linear(encoder.repr_dim, 24))
+
+    encode = FrozenTrunk(projected(0), "simple2dcnn", torch.device("cpu"), autocast=False)
+    stacks = np.random.default_rng(0).integers(0, 256, (5, *OBS), dtype=np.uint8)
+    assert encode.repr_dim == 24 and encode(stacks).shape == (5, 24)
+    assert not any(p.requires_grad for p in encode.encoder.parameters()) and not encode.encoder.train().training
+    base = fingerprint(projected(0), "simple2dcnn")
+    assert base.startswith("simple2dcnn on 3x3x32x32") and base == encode.fingerprint
+    assert base != fingerprint(projected(1), "simple2dcnn") != fingerprint(frozen_encoder(), "simple2dcnn")
 
 
 def test_a_frozen_video_config_builds_a_trunk_and_a_vector_encoder_for_the_agent():

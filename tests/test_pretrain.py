@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from encoders import build_encoder
+from encoders.frozen import FrozenTrunk
 from envs import demos, make_env
 from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
@@ -18,6 +19,7 @@ from sac.replay import ReplayBuffer
 from tests.conftest import ROOT
 from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_video_encoder, save_encoder_weights
+from trainer.loop import Trainer
 from trainer.pretrain import Standardiser, build_regressor, read_datasets, split_of, train
 from trainer.record import record, recording_settings
 
@@ -27,6 +29,7 @@ VIDEO = str(ROOT / "configs" / "dishwashing_video.yaml")
 SETS = ["env.image_size=32", "sac.augment_pad=2", "env.max_episode_steps=30", "encoder.video.num_filters=8",
         "profile=cpu", "training.device=cpu", "demos.path=null"]
 EPISODES, SEED = 3, 0
+HIDDEN = 16  # the head's hidden layer: the frozen trunk's projection
 
 
 @pytest.fixture(scope="module")
@@ -50,27 +53,83 @@ def frozen_config(weights, *overrides: str):
                                "encoder.video.freeze=true", *overrides])
 
 
-def test_the_command_writes_weights_that_the_trainer_loads_with_the_same_parameters(dataset, tmp_path):
-    out = tmp_path / "pretrained" / "encoder.pt"
+@pytest.fixture(scope="module")
+def pretrained(dataset, tmp_path_factory):
+    """The command's weights file (head width HIDDEN) and its output."""
+    out = tmp_path_factory.mktemp("weights") / "pretrained" / "encoder.pt"
     done = pretrain_cli("--data", str(dataset), "--out", str(out), "--epochs", "1", "--batch-size", "8",
-                        "--head-hidden", "16")
+                        "--head-hidden", str(HIDDEN))
     assert done.returncode == 0, done.stderr
-    assert f"wrote {out}" in done.stdout and all(name in done.stdout for name in OBS_GROUPS)
+    return out, done.stdout
+
+
+def test_the_command_writes_weights_that_the_trainer_loads_with_the_same_parameters(pretrained):
+    out, stdout = pretrained
+    assert f"wrote {out}" in stdout and all(name in stdout for name in OBS_GROUPS)
     report = json.loads(out.with_suffix(".json").read_text())
     assert report["episodes"] == {"train": EPISODES - 1, "held_out": 1}
     assert set(report["held_out"]) == set(OBS_GROUPS) and report["supervision"].startswith("privileged")
     saved = torch.load(out, weights_only=True)
     assert saved["format"] == ENCODER_WEIGHTS_FORMAT and saved["encoder"]["video"]["arch"] == "simple2dcnn"
 
-    cfg = frozen_config(out)
     obs_shape = tuple(saved["obs_shape"])
-    loaded = build_video_encoder(cfg.encoder, obs_shape)
     fresh = build_encoder(load_config(VIDEO, SETS).encoder, obs_shape)
-    assert loaded.state_dict().keys() == saved["state_dict"].keys()
-    for key, value in loaded.state_dict().items():
-        assert torch.equal(value, saved["state_dict"][key]), key
-    assert not all(torch.equal(value, fresh.state_dict()[key]) for key, value in loaded.state_dict().items())
-    assert not any(p.requires_grad for p in loaded.parameters())  # freeze: true still applies
+    frozen = build_video_encoder(frozen_config(out).encoder, obs_shape)
+    tuned = build_video_encoder(frozen_config(out, "encoder.video.freeze=false").encoder, obs_shape)
+    for loaded in (frozen.encoder, tuned):  # fine-tuning takes the encoder alone
+        assert loaded.state_dict().keys() == saved["state_dict"].keys()
+        for key, value in loaded.state_dict().items():
+            assert torch.equal(value, saved["state_dict"][key]), key
+    assert not all(torch.equal(value, fresh.state_dict()[key]) for key, value in tuned.state_dict().items())
+    assert not any(p.requires_grad for p in frozen.parameters())  # freeze: true still applies
+    assert any(p.requires_grad for p in tuned.parameters()) and tuned.repr_dim == fresh.repr_dim
+
+
+def test_the_frozen_encoder_is_the_pretrained_encoder_under_the_heads_first_layer(dataset, pretrained):
+    """On real recorded stacks: ReLU(W conv(x) + b) with the saved conv weights and the saved head layer."""
+    out, _ = pretrained
+    saved = torch.load(out, weights_only=True)
+    cfg = frozen_config(out)
+    stacks = split_of(demos.read(dataset).episodes, cfg).stacks(np.arange(0, 40, 7), torch.device("cpu"))
+    conv = build_encoder(load_config(VIDEO, SETS).encoder, tuple(saved["obs_shape"]))
+    conv.load_state_dict(saved["state_dict"])
+    with torch.no_grad():
+        expected = torch.relu(conv(stacks) @ saved["projection"]["weight"].T + saved["projection"]["bias"])
+    loaded = build_video_encoder(cfg.encoder, tuple(saved["obs_shape"]))
+    assert loaded.repr_dim == HIDDEN and expected.shape == (len(stacks), HIDDEN) and expected.abs().sum() > 0
+    torch.testing.assert_close(loaded(stacks), expected, rtol=1e-5, atol=1e-5)
+    trunk = FrozenTrunk(loaded, "simple2dcnn", torch.device("cpu"), autocast=False)
+    assert trunk.repr_dim == HIDDEN
+    np.testing.assert_array_equal(trunk(stacks.numpy()), expected.half().numpy())
+
+
+def test_a_trainer_on_the_frozen_config_stores_the_projections_features(pretrained, tmp_path):
+    out, _ = pretrained
+    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [
+        *SETS, f"encoder.video.weights={out}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
+        "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
+        "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
+        f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    run = Trainer(cfg)
+    try:
+        run.run(8)
+        assert run.trunk.repr_dim == HIDDEN and run.agent.critic.trunk[0].in_features == HIDDEN
+        stored = np.asarray(run.replay.frames[:8, 0])
+        assert stored.shape == (8, HIDDEN) and stored.dtype == np.float16
+        assert np.isfinite(stored).all() and (stored >= 0).all() and stored.any()  # ReLU outputs of real frames
+        assert run.replay.bytes_per_slot < HIDDEN * 2 + 64
+    finally:
+        run.close()
+
+
+def test_weights_of_an_older_format_are_a_one_line_error(pretrained, tmp_path):
+    out, _ = pretrained
+    old = torch.load(out, weights_only=True) | {"format": "pixel-sac encoder weights 1"}
+    torch.save(old, tmp_path / "old.pt")
+    with pytest.raises(UserError, match=r'in the format "pixel-sac encoder weights 1" where this version reads '
+                       r'"pixel-sac encoder weights 2"; pretrain it again') as err:
+        build_video_encoder(frozen_config(tmp_path / "old.pt").encoder, tuple(old["obs_shape"]))
+    assert "\n" not in str(err.value)
 
 
 def test_a_few_steps_lower_the_training_loss(dataset):
@@ -153,7 +212,7 @@ def test_the_frozen_config_uses_the_pretrained_file_with_the_state_configs_sac_s
     video = frozen.encoder.video
     assert (video.arch, video.freeze, video.pretrained, video.weights) == (
         "simple2dcnn", True, True, "pretrained/dishwashing_simple2dcnn.pt")
-    for key in ("batch_size", "lr", "alpha_lr", "critic_tau", "actor_update_every", "target_update_every",
-                "init_temperature", "critic_layer_norm"):
+    for key in ("batch_size", "buffer_size", "hidden_dim", "lr", "alpha_lr", "critic_tau", "actor_update_every",
+                "target_update_every", "init_temperature", "critic_layer_norm"):
         assert getattr(frozen.sac, key) == getattr(state.sac, key), key
     assert frozen.training.max_env_steps == state.training.max_env_steps and frozen.sac.augment_samples == 1

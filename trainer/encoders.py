@@ -6,7 +6,12 @@
   stored features);
 - an encoder weights file (`save_encoder_weights`; `python3 -m trainer.pretrain` writes them): a torch file
   {"format": ENCODER_WEIGHTS_FORMAT, "encoder": the `encoder` config section it was built from, "obs_shape": [T, C,
-  H, W], "state_dict": the encoder's}, read weights-only;
+  H, W], "state_dict": the encoder's, "projection": the state dict of a Linear(repr_dim, P) read through a ReLU, or
+  None}, read weights-only. With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's
+  ProjectedEncoder), so the replay stores P features a step instead of the arch's repr_dim (simple2dcnn at 84 px:
+  256 against 39,200) and the SAC heads read P; pretraining learnt it with the encoder, so the frozen pair is what
+  it shaped. With `freeze: false` only the encoder is loaded: fine-tuning trains the SAC trunk's own projection
+  of the arch's features alongside it (DrQ), and a checkpoint of such a run holds the bare arch as any other;
 - any other file or folder: the arch's own pretrained weights (encoders/r3d18.py, encoders/timesformer.py), read by
   the arch.
 
@@ -21,29 +26,39 @@ import torch
 from torch import nn
 
 from encoders import arch_class, build_encoder
-from encoders.frozen import FrozenTrunk
+from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
 from errors import UserError
 from trainer.checkpoint import atomic_save
 
 CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
-ENCODER_WEIGHTS_FORMAT = "pixel-sac encoder weights 1"
+ENCODER_WEIGHTS = "pixel-sac encoder weights"
+ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder
 # the encoder.video keys that shape the network and what it sees; the others say how a run uses it
 ARCH_KEYS = ("arch", "num_filters", "num_layers", "input_size", "preset")
 
 
-def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module) -> None:
+def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {key: value.detach().cpu().contiguous() for key, value in module.state_dict().items()}
+
+
+def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module,
+                         projection: nn.Linear | None = None) -> None:
     """An encoder weights file for `encoder.video.weights`, written atomically; `cfg` is the `encoder` block the
-    encoder was built from, `obs_shape` (T, C, H, W) its input."""
+    encoder was built from, `obs_shape` (T, C, H, W) its input, `projection` a Linear(encoder.repr_dim, P) that
+    a frozen trunk applies (through a ReLU) to the encoder's features."""
     untrained = dataclasses.replace(cfg.video, pretrained=False, weights=None, freeze=False)
     section = dataclasses.asdict(dataclasses.replace(cfg, video=untrained))
-    state = {key: value.detach().cpu().contiguous() for key, value in encoder.state_dict().items()}
+    head = None if projection is None else cpu_state(projection)
     atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
-                 "state_dict": state}, Path(path))
+                 "state_dict": cpu_state(encoder), "projection": head}, Path(path))
 
 
-def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """The state dict of an encoder weights file, or a one-line UserError when it was built for another network
+Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (encoder's state, projection's or None)
+
+
+def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...]) -> Loaded:
+    """The state dicts of an encoder weights file, or a one-line UserError when it was built for another network
     (arch and the keys that shape it) or for other frame stacks than `obs_shape`."""
     saved = payload["encoder"].get("video", {})
     if saved.get("arch") != video.arch:
@@ -56,13 +71,14 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
     if differ:
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
-    return payload["state_dict"]
+    return payload["state_dict"], payload["projection"]
 
 
-def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> dict[str, torch.Tensor] | None:
-    """The encoder weights in `weights` when it is a checkpoint of this trainer (its critic's encoder) or an encoder
-    weights file; None for any other file (the arch's own weights). UserError when it holds no encoder that fits
-    `video` (the `encoder.video` block)."""
+def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loaded | None:
+    """(the encoder's weights, the projection's or None) in `weights` when it is a checkpoint of this trainer (its
+    critic's encoder, no projection) or an encoder weights file; None for any other file (the arch's own weights).
+    UserError when it holds no encoder that fits `video` (the `encoder.video` block), or is a weights file of
+    another format version."""
     arch, path = video.arch, Path(weights)
     if not path.is_file():
         return None
@@ -72,6 +88,9 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> dict[
         return None
     if isinstance(payload, dict) and payload.get("format") == ENCODER_WEIGHTS_FORMAT:
         return weights_file_encoder(weights, payload, video, obs_shape)
+    if isinstance(payload, dict) and str(payload.get("format")).startswith(ENCODER_WEIGHTS):
+        raise UserError(f"encoder.video.weights={weights} is in the format \"{payload['format']}\" where this "
+                        f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again (python3 -m trainer.pretrain)")
     if not (isinstance(payload, dict) and {"agent", "config", "format"} <= payload.keys()):
         return None
     encoder = payload["config"].get("encoder", {})
@@ -85,15 +104,16 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> dict[
     if not state:
         raise UserError(f"encoder.video.weights={weights} holds no encoder weights (that run learnt on a frozen "
                         "trunk's stored features); pass the weights it was started from")
-    return state
+    return state, None
 
 
 def build_video_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
     """`cfg` is the `encoder` block. A checkpoint or an encoder weights file in `encoder.video.weights` initialises
-    the arch's network."""
+    the arch's network; with `freeze: true` a weights file's projection goes on top (a ProjectedEncoder, whose
+    repr_dim is the projection's width)."""
     video = cfg.video
-    state = checkpoint_encoder(video.weights, video, obs_shape) if video.pretrained and video.weights else None
-    if state is None:
+    loaded = checkpoint_encoder(video.weights, video, obs_shape) if video.pretrained and video.weights else None
+    if loaded is None:
         if video.weights and not arch_class(video.arch).PRETRAINED:
             where = "not found" if not Path(video.weights).is_file() else "not a checkpoint of this trainer"
             raise UserError(f"encoder.video.weights={video.weights} is {where}; {video.arch} loads weights only from "
@@ -102,13 +122,19 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
         return build_encoder(cfg, obs_shape)
     untrained = dataclasses.replace(cfg, video=dataclasses.replace(video, pretrained=False, weights=None))
     encoder = build_encoder(untrained, obs_shape)
+    state, projection = loaded
     try:
         encoder.load_state_dict(state)
     except RuntimeError as err:
         raise UserError(f"the encoder in {video.weights} does not fit this config's {video.arch} "
                         f"({str(err).splitlines()[0]}); use the encoder.video and env.image_size settings it was "
                         "trained with") from None
-    return encoder
+    if projection is None or not video.freeze:
+        return encoder
+    out_features, in_features = projection["weight"].shape
+    linear = nn.Linear(in_features, out_features)
+    linear.load_state_dict(projection)
+    return ProjectedEncoder(encoder, linear)
 
 
 def build_encoders(cfg, obs_shape: tuple[int, ...], device: torch.device) -> tuple[nn.Module, FrozenTrunk | None]:

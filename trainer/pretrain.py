@@ -7,8 +7,12 @@ This is supervised pretraining with PRIVILEGED labels: the encoder (the config's
 project's registry for the env's frame stacks) and a small MLP head learn to regress the simulator's state vector,
 which the recording stored beside every camera frame (trainer/record.py), from the frame stack ending at that frame.
 The state is standardised per dimension. The simulator state is used here only, to shape the encoder: a policy
-trained on the frozen encoder later (configs/dishwashing_video_frozen.yaml) acts from camera frames alone, and the
-head is thrown away. Datasets without state observations (a real camera) cannot be used.
+trained on the frozen encoder later (configs/dishwashing_video_frozen.yaml) acts from camera frames alone. The
+weights file keeps the head's first layer (Linear(repr_dim, --head-hidden), read through its ReLU) as the
+encoder's projection: a frozen trunk stores those --head-hidden features a step instead of the encoder's own
+(39,200 for simple2dcnn at 84 px), so the replay is small and the SAC heads read a state-sized vector
+(trainer/encoders.py; fine-tuning with `freeze: false` loads the encoder alone). The output layer is thrown away.
+Datasets without state observations (a real camera) cannot be used.
 
 The stacks are the replay's own: the episodes fill a demonstration store (sac/demos.py) and `ReplayBuffer.stacks`
 builds each step's stack exactly as training batches are built (padded at episode starts as the env pads at reset).
@@ -129,6 +133,7 @@ class StateRegressor(nn.Module):
     def __init__(self, encoder: nn.Module, outputs: int, hidden: int):
         super().__init__()
         self.encoder = encoder
+        # the first layer and its ReLU become the frozen trunk's projection (encoders/frozen.ProjectedEncoder)
         self.head = nn.Sequential(nn.Linear(encoder.repr_dim, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
 
     def forward(self, stacks: torch.Tensor) -> torch.Tensor:
@@ -253,7 +258,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1])),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder)
+    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0])
     report["wall_s"] = round(time.monotonic() - started, 1)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
