@@ -62,7 +62,7 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
               "smoke_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 1,
                                   "env.max_episode_steps": 25, "training.eval_every_episodes": 1,
                                   "training.eval_episodes": 2}},
-    "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn",),
+    "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn", "r3d18_frozen_112"),
              "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
                                                                  "sac.hidden_dim": 32},
              "smoke_s": 45.0, "smoke_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
@@ -90,10 +90,14 @@ def update_row(config: str, device: str, batch: int, seconds: float, settings: d
     trainer = Trainer(cfg)
     replay, agent, rng = trainer.replay, trainer.agent, np.random.default_rng(0)
     shape = trainer.eval_env.observation_space.shape
-    replay.add_first(rng.integers(0, 256, shape, dtype=np.uint8))
+
+    def stored() -> np.ndarray:  # what the replay keeps of a random stack: its frame, or a frozen trunk's features
+        return trainer.observe(rng.integers(0, 256, (1, *shape), dtype=np.uint8))[0]
+
+    replay.add_first(stored())
     for _ in range(4 * batch):
         action = rng.uniform(-1, 1, trainer.action_dim).astype(np.float32)
-        replay.add(action, float(rng.normal()), False, rng.integers(0, 256, shape, dtype=np.uint8))
+        replay.add(action, float(rng.normal()), False, stored())
     cuda = trainer.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(3):  # allocations, cuDNN autotuning, compilation
