@@ -73,13 +73,6 @@ class Camera:
         self.renderer.close()
 
 
-def stack_indices(length: int, frame_stack: int) -> np.ndarray:
-    """int (length, frame_stack): which of an episode's `length` frames (the reset frame first) make up the stack
-    PixelObservation returns at each step, oldest first; the reset frame fills the stack until there are enough.
-    For stacks rebuilt from stored single frames (a frozen trunk encoding demonstrations)."""
-    return np.maximum(np.arange(length)[:, None] + np.arange(1 - frame_stack, 1)[None, :], 0)
-
-
 class PixelObservation(gym.Wrapper):
     def __init__(self, env: gym.Env, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
         super().__init__(env)

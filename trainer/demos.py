@@ -16,7 +16,6 @@ import torch
 
 from encoders.frozen import FrozenTrunk
 from envs import demos as demo_files
-from envs.pixels import stack_indices
 from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
@@ -39,19 +38,22 @@ class Demos:
         observations = [e.observations[key] for e in data.episodes]
         frame_stack = cfg.env.frame_stack if key == demo_files.PIXELS else None
         self.encode_s: float | None = None  # seconds the trunk took to encode them; None: the store holds frames
-        if trunk:
+        def store(observations, frame_stack: int | None, frames_on: torch.device | None) -> ReplayBuffer:
+            return fill_store(
+                [(obs, e.actions, e.rewards, e.terminations) for obs, e in zip(observations, data.episodes)],
+                frame_stack=frame_stack,
+                seed=cfg.training.seed,
+                discount=sac.discount,
+                nstep=sac.nstep,
+                frames_on=frames_on,
+            )
+
+        if trunk:  # the frames' store builds the stacks, as the replay does; a feature vector holds its stack
             start = time.perf_counter()
-            observations = [encode(trunk, frames, frame_stack=frame_stack, batch_size=sac.batch_size)
-                            for frames in observations]
-            self.encode_s, frame_stack = time.perf_counter() - start, None  # a feature vector holds its stack
-        self.store: ReplayBuffer = fill_store(
-            [(obs, e.actions, e.rewards, e.terminations) for obs, e in zip(observations, data.episodes)],
-            frame_stack=frame_stack,
-            seed=cfg.training.seed,
-            discount=sac.discount,
-            nstep=sac.nstep,
-            frames_on=frames_on,
-        )
+            features = encode(trunk, store(observations, frame_stack, None), batch_size=sac.batch_size)
+            observations = np.split(features, np.cumsum([len(obs) for obs in observations])[:-1])
+            self.encode_s, frame_stack = time.perf_counter() - start, None
+        self.store: ReplayBuffer = store(observations, frame_stack, frames_on)
 
     def describe(self) -> str:
         text = f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}"
@@ -77,12 +79,14 @@ class Demos:
         return message
 
 
-def encode(trunk: FrozenTrunk, frames: np.ndarray, *, frame_stack: int, batch_size: int) -> np.ndarray:
-    """The trunk's features FEATURE_DTYPE (L + 1, repr_dim) of the stacks the pixel env returns along one episode of
-    frames uint8 (L + 1, C, H, W), the reset frame first. `batch_size` stacks per forward pass: the run's
-    `sac.batch_size`, already sized for its device, so no new setting; stacks are gathered per batch, never kept."""
-    stacks = stack_indices(len(frames), frame_stack)
-    return np.concatenate([trunk(frames[stacks[i : i + batch_size]]) for i in range(0, len(stacks), batch_size)])
+def encode(trunk: FrozenTrunk, frames: ReplayBuffer, *, batch_size: int) -> np.ndarray:
+    """The trunk's features FEATURE_DTYPE (count, repr_dim) of the stack ending at every frame of `frames` (a store
+    of single frames, stacked as the replay stacks them: the pixel env's stacks). `batch_size` stacks per forward
+    pass: the run's `sac.batch_size`, already sized for its device, so no new setting; stacks are gathered per
+    batch, never kept."""
+    numbers = np.arange(frames.count)
+    batches = (numbers[i : i + batch_size] for i in range(0, frames.count, batch_size))
+    return np.concatenate([trunk(frames.stacks(ends, np.zeros_like(ends)).numpy()) for ends in batches])
 
 
 def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int) -> str:
