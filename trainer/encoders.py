@@ -42,13 +42,17 @@ def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {key: value.detach().cpu().contiguous() for key, value in module.state_dict().items()}
 
 
+def untrained(cfg, **video):
+    """The `encoder` block `cfg` for a freshly initialised network: no pretrained weights, plus the `video` changes."""
+    return dataclasses.replace(cfg, video=dataclasses.replace(cfg.video, pretrained=False, weights=None, **video))
+
+
 def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module,
                          projection: nn.Linear | None = None) -> None:
     """An encoder weights file for `encoder.video.weights`, written atomically; `cfg` is the `encoder` block the
     encoder was built from, `obs_shape` (T, C, H, W) its input, `projection` a Linear(encoder.repr_dim, P) that
     a frozen trunk applies (through a ReLU) to the encoder's features."""
-    untrained = dataclasses.replace(cfg.video, pretrained=False, weights=None, freeze=False)
-    section = dataclasses.asdict(dataclasses.replace(cfg, video=untrained))
+    section = dataclasses.asdict(untrained(cfg, freeze=False))
     head = None if projection is None else cpu_state(projection)
     atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
                  "state_dict": cpu_state(encoder), "projection": head}, Path(path))
@@ -120,8 +124,7 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
                             "a checkpoint of this trainer (<run>_latest.pt or <run>_ep<N>.pt) or an encoder "
                             "weights file (python3 -m trainer.pretrain)")
         return build_encoder(cfg, obs_shape)
-    untrained = dataclasses.replace(cfg, video=dataclasses.replace(video, pretrained=False, weights=None))
-    encoder = build_encoder(untrained, obs_shape)
+    encoder = build_encoder(untrained(cfg), obs_shape)
     state, projection = loaded
     try:
         encoder.load_state_dict(state)

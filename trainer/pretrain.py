@@ -49,7 +49,7 @@ from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer.config import Config, explain, load_config
 from trainer.device import resolve_device
-from trainer.encoders import save_encoder_weights
+from trainer.encoders import save_encoder_weights, untrained
 
 # the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
 
@@ -143,8 +143,7 @@ class StateRegressor(nn.Module):
 def build_regressor(cfg: Config, obs_shape: tuple[int, ...], outputs: int, hidden: int) -> StateRegressor:
     """A fresh encoder from the config's `encoder` section (trainable, whatever its freeze and weights settings say)
     under a head with `outputs` outputs."""
-    video = dataclasses.replace(cfg.encoder.video, pretrained=False, weights=None, freeze=False)
-    return StateRegressor(build_encoder(dataclasses.replace(cfg.encoder, video=video), obs_shape), outputs, hidden)
+    return StateRegressor(build_encoder(untrained(cfg.encoder, freeze=False), obs_shape), outputs, hidden)
 
 
 @dataclasses.dataclass
