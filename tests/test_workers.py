@@ -110,12 +110,18 @@ def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_wha
     workers.close()
 
 
-def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
-    cfg = pendulum()
+def in_flight(cfg: Config):
+    """(workers of `cfg` reset from SEED and stepped once, so every worker's next step is running; their policy)."""
     workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     workers.reset(seed=SEED)
     workers.step(policy)
+    return workers, policy
+
+
+def test_reset_with_steps_in_flight_finishes_them_and_starts_from_the_seeds():
+    cfg = pendulum()
+    workers, _ = in_flight(cfg)
     assert all(workers.in_flight), "every worker has its next step running"
     again = workers.reset(seed=SEED)
     assert not any(workers.in_flight)
@@ -153,11 +159,7 @@ def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choo
 
 
 def test_a_killed_worker_is_a_worker_died_error_and_close_still_ends_every_process():
-    cfg = pendulum()
-    workers = make_vector_env(cfg.env, cfg.pixels)
-    policy = Recorder(workers.single_action_space.shape[0])
-    workers.reset(seed=SEED)
-    workers.step(policy)
+    workers, policy = in_flight(pendulum())
     victim = workers.workers[1].processes[0]
     os.kill(victim.pid, signal.SIGKILL)
     with pytest.raises(WorkerDied, match=rf"env worker 1 \(pid {victim.pid}\) died \(killed by signal 9"):
