@@ -6,10 +6,11 @@ next_obs) is pure waste; users of pretrained visual representations encode once 
 embeddings (TorchRL's R3M/VIP transforms, the R3M and VC-1 evaluation protocols). TorchRL's transforms run inside
 its own collectors and replay; this trainer has its own, so the few lines below do the same here.
 
-In: uint8 (N, T, C, H, W) frame stacks (numpy, as the envs return them). Out: FEATURE_DTYPE (N, repr_dim) numpy
-features, which the actor reads and the replay stores. float16 halves the bytes of float32 with a 10-bit mantissa
-(bfloat16 has 7 and no numpy dtype); post-ReLU trunk features sit far inside its range, and a feature beyond it is
-an error rather than a silent inf in the replay.
+In: uint8 (N, T, C, H, W) frame stacks, numpy as the OpenGL envs return them or a torch tensor on the training device
+as MuJoCo Warp returns them (encoded where they are). Out: FEATURE_DTYPE (N, repr_dim) numpy features, which the actor
+reads and the replay stores: N x repr_dim x 2 bytes a step cross to the host, never the frames. float16 halves the
+bytes of float32 with a 10-bit mantissa (bfloat16 has 7 and no numpy dtype); post-ReLU trunk features sit far inside
+its range, and a feature beyond it is an error rather than a silent inf in the replay.
 """
 
 import hashlib
@@ -68,7 +69,7 @@ class FrozenTrunk:
         self.repr_dim = encoder.repr_dim
         self.fingerprint = fingerprint(encoder, arch)
 
-    def __call__(self, stacks: np.ndarray) -> np.ndarray:
+    def __call__(self, stacks: np.ndarray | torch.Tensor) -> np.ndarray:
         """uint8 (N, T, C, H, W) in, FEATURE_DTYPE (N, repr_dim) out."""
         with torch.inference_mode(), torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
             features = self.encoder(torch.as_tensor(stacks, device=self.device))

@@ -322,14 +322,16 @@ def updates_due(env_steps: int) -> int:
     return math.floor(RATIO * (env_steps - (SEED_STEPS - WORLDS)))
 
 
-@pytest.mark.parametrize("config, name", [("dmc/cartpole_swingup_state.yaml", "cartpole_swingup_state"),
-                                          ("dmc/cartpole_swingup.yaml", "cartpole_swingup")])
-def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_path, config, name):
+@pytest.mark.parametrize("config, name, frozen", [("dmc/cartpole_swingup_state.yaml", "cartpole_swingup_state", False),
+                                                  ("dmc/cartpole_swingup.yaml", "cartpole_swingup", False),
+                                                  ("dmc/cartpole_swingup.yaml", "cartpole_swingup", True)])
+def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_path, config, name, frozen):
     """train_sac.py with env.backend=mujoco_warp, 4 worlds of 10-step episodes: every agent step of every world is
-    one stored transition, updates follow the fractional ratio, evaluations run at their episodes (state: the
-    ordinary env; pixels: 2 warp worlds, whose frames make the GIF), and a resume appends to the replay from fresh
-    episodes in every world."""
-    first = run_cli(*warp_run_args(tmp_path, config, 8))
+    one stored transition (frames, or a frozen trunk's features), updates follow the fractional ratio, evaluations
+    run at their episodes (state: the ordinary env; pixels: 2 warp worlds, whose frames make the GIF), and a resume
+    appends to the replay from fresh episodes in every world."""
+    freeze = {"encoder__video__freeze": "true"} if frozen else {}
+    first = run_cli(*warp_run_args(tmp_path, config, 8, **freeze))
     assert first.returncode == 0, first.stderr
     latest = tmp_path / "ckpt" / f"{name}_latest.pt"
     saved, saved_replay = checkpoint.load(latest)
@@ -338,8 +340,9 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     assert saved_replay["num_transitions"] == 8 * EPISODE
     frames = saved_replay["frames"]
     assert frames.shape[1] == WORLDS and (frames[-1, 0] != frames[-1, 1]).any(), "worlds differ"
+    assert (frames.dtype == torch.float16) == frozen, "a frozen trunk's features, else frames or states"
 
-    resumed = run_cli(*warp_run_args(tmp_path, config, 12), "--resume", "auto")
+    resumed = run_cli(*warp_run_args(tmp_path, config, 12, **freeze), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     data, replay = checkpoint.load(latest)
     assert data["progress"] == {"episode": 12, "env_step": 12 * EPISODE}
@@ -376,3 +379,28 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
     run.agent.act = lambda obs, sample: np.tile(np.array([[-1, 0, 0, 1]], np.float32), (len(obs), 1))
     assert run.evaluate()[1] == 0.0
     run.close()
+
+
+def test_a_frozen_trunk_stores_the_features_of_the_frames_the_warp_worlds_show(tmp_path):
+    """encoder.video.freeze with MuJoCo Warp: the trunk encodes the worlds' frame stacks where they are, once per
+    step, and the replay holds its features of exactly the stacks an unfrozen run of the same seed stores (the seed
+    phase's random actions are the same in both)."""
+    def trainer(name: str, *extra: str) -> Trainer:
+        return Trainer(load_config(ROOT / "configs" / "dmc" / "cartpole_swingup.yaml", [
+            "env.backend=mujoco_warp", "env.num_envs=2", "env.image_size=32", "env.action_repeat=2",
+            "env.max_episode_steps=6", "training.seed_steps=1000", "sac.hidden_dim=32", "sac.feature_dim=16",
+            "logging.progress=false", "logging.tensorboard=false", f"logging.tensorboard_dir={tmp_path / name}",
+            f"checkpoint.dir={tmp_path / name}", *extra]))
+
+    frozen, plain = trainer("frozen", "encoder.video.freeze=true"), trainer("plain")
+    for run in (frozen, plain):
+        run.run(steps=16)  # 8 steps a world: a 6-step episode and 2 of the next, stacks padded at both resets
+    assert frozen.replay.count == plain.replay.count == 10, "per world: reset frame, 6 steps, reset frame, 2 steps"
+    worlds = np.arange(2)
+    for end in range(frozen.replay.count):
+        ends = np.full(2, end)
+        expected = frozen.trunk(plain.replay.stacks(ends, worlds))  # a batch of 2, as acting encodes them
+        stored = frozen.replay.stacks(ends, worlds).numpy()
+        assert stored.dtype == np.float16 and np.array_equal(stored, expected), f"frame {end}"
+    for run in (frozen, plain):
+        run.close()

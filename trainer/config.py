@@ -510,11 +510,6 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.augment_samples > 1 and pixels and video.freeze:
         raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
                         "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
-    if pixels and video.freeze and env.backend == "mujoco_warp":
-        raise UserError(
-            "encoder.video.freeze=true with env.backend=mujoco_warp is not supported yet (the frozen trunk "
-            "observes the workers' frames on the host); set env.backend=mujoco or encoder.video.freeze=false"
-        )
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat

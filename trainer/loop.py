@@ -334,15 +334,15 @@ class Trainer:
         reset after the episode is ignored); success is termination where the task terminates only on success; the
         clip is world 0's observed frames. None when a stop signal cuts it short."""
         n, max_frames = self.eval_env.num_envs, self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
-        obs = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET)
+        self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET)
         returns, done, success, clip = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), []
         while not done.all():
             if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
                 return None
-            if not done[0] and len(clip) < max_frames:
-                clip.append(to_host(obs[0, -1].permute(1, 2, 0)))
-            step = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False))
-            _, obs, reward, terminated, truncated = step
+            if not done[0] and len(clip) < max_frames:  # the worlds' frames, whatever a frozen trunk made of them
+                clip.append(to_host(self.eval_env.obs[0, -1].permute(1, 2, 0).clone()))  # obs changes in place
+            step = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False), self.observe)
+            _, _, reward, terminated, truncated = step
             reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
             returns += np.where(done, 0.0, reward)
             success |= ~done & terminated

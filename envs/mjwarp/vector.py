@@ -2,7 +2,8 @@
 
 Interface (as EnvWorkers, so the trainer can take either): `reset(seed)` -> obs; `step(act, observe)` -> (actions,
 obs, reward, terminated, truncated), where `observe` maps the worlds' observations to what `act` reads and the step
-returns (a copy by default), once per step, and `act` maps that to actions. Everything is a torch tensor on `device`:
+returns (a copy by default), once per step, and `act` maps that to actions; `obs` holds the worlds' current
+observations themselves (the next step overwrites it). Everything is a torch tensor on `device`:
     obs         uint8 (N, T, 3, H, W) frame stacks (oldest first; at reset the first frame fills the stack), or
                 float32 (N, D) state vectors
     actions     float32 (N, A) in [-1, 1], the ones this step took
