@@ -15,6 +15,10 @@ report). Sections, each at the `gpu` profile's settings of the config it names u
   envs      env steps/s of real training runs (train_sac.py, the gpu profile) on dishwashing_video and DMC
             cartpole/swingup with 1 and 4 env workers, and the episodes/hour they give
   smoke     cartpole/swingup from pixels for a fixed wall time: eval return at the first and the last evaluation
+  warp      MuJoCo Warp frames/s (physics and ray-traced camera of N worlds, random actions, into a replay on the
+            device: bench/mjwarp.py's contender) for cartpole/swingup and dishwashing at N worlds and 64/84 px
+  warp_learn  cartpole/swingup from pixels in MuJoCo Warp worlds (env.backend mujoco_warp) until its eval return
+            reaches 700 or the wall time passes: the training seconds to 700 (docs/warp.md's GPU target)
 The report ends with the guide's claims (../shared/seeds/002_4b762c50bd7e946a.txt) beside the measured values.
 Each row runs in its own subprocess, so one that runs out of memory or crashes is reported and the rest go on.
 """
@@ -33,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("updates", "variants", "envs", "smoke")
+SECTIONS = ("updates", "variants", "envs", "smoke", "warp", "warp_learn")
 DMC = "configs/dmc/cartpole_swingup.yaml"
 DISHWASHING = "configs/dishwashing_video.yaml"
 ENCODERS = {  # row name -> encoder settings
@@ -45,6 +49,8 @@ ENCODERS = {  # row name -> encoder settings
                          "sac.augment_samples": 1},
     "timesformer_small": {"encoder.video.arch": "timesformer", "encoder.video.preset": "small"},
 }
+WARP_TASKS = {"cartpole": "dm_control/cartpole-swingup-v0", "dishwashing": "Dishwashing-v0"}
+WARP_TARGET = 700  # the eval return warp_learn runs to
 VARIANTS = {  # row name -> the setting flipped
     "replay_host_pinned": {"replay.device": "cpu"},
     "compile": {"training.compile": True},
@@ -55,13 +61,20 @@ VARIANTS = {  # row name -> the setting flipped
 
 SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a few minutes on a CPU, tiny the tests
     "full": {"batches": (128, 256, 512), "row_s": 8.0, "image_size": 84, "encoders": tuple(ENCODERS),
-             "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {}},
+             "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {},
+             "warp_tasks": tuple(WARP_TASKS), "warp_worlds": (256, 1024, 4096), "warp_sizes": (64, 84),
+             # 16 worlds, one update per agent step: DrQ's updates per frame, 16 of them per batched step
+             "warp_learn_s": 540.0, "warp_learn_overrides": {"env.num_envs": 16, "training.eval_every_episodes": 16}},
     "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
               "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
               "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
               "smoke_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 1,
                                   "env.max_episode_steps": 25, "training.eval_every_episodes": 1,
-                                  "training.eval_episodes": 2}},
+                                  "training.eval_episodes": 2},
+              "warp_tasks": tuple(WARP_TASKS), "warp_worlds": (16, 64), "warp_sizes": (64,), "warp_learn_s": 120.0,
+              "warp_learn_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 4,
+                                       "env.max_episode_steps": 25, "training.eval_every_episodes": 4,
+                                       "training.eval_episodes": 2}},
     "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn", "r3d18_frozen_112"),
              "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
                                                                  "sac.hidden_dim": 32},
@@ -69,7 +82,11 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
              "smoke_s": 600.0, "smoke_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
                                                    "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
                                                    "training.eval_episodes": 1, "sac.hidden_dim": 32,
-                                                   "training.episodes": 2}},
+                                                   "training.episodes": 2},
+             "warp_tasks": ("cartpole",), "warp_worlds": (2,), "warp_sizes": (32,), "warp_learn_s": 600.0,
+             "warp_learn_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 2,
+                                      "env.max_episode_steps": 8, "training.eval_every_episodes": 2,
+                                      "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 4}},
 }
 
 
@@ -171,26 +188,30 @@ def run_row(kind: str, params: dict, timeout: float) -> dict:
 
 
 # ---- training runs, through the command line ---------------------------------------------------------------------
-def training_run(config: str, device: str, settings: dict, wall_s: float, workdir: Path) -> dict:
-    """train_sac.py on `config` (gpu profile + `settings`) until it ends or `wall_s` passes (then SIGTERM, as a
-    spot reclaim would); what it logged to TensorBoard and eval.csv."""
+def training_run(config: str, device: str, settings: dict, wall_s: float, workdir: Path,
+                 stop_at_return: float | None = None) -> dict:
+    """train_sac.py on `config` (gpu profile + `settings`) until it ends, `wall_s` passes or an evaluation reaches
+    `stop_at_return` (then SIGTERM, as a spot reclaim would); what it logged to TensorBoard and eval.csv."""
     sets = {"profile": "gpu", "training.device": device, "checkpoint.dir": str(workdir / "ckpt"),
             "logging.tensorboard_dir": str(workdir / "runs"), "logging.eval_video": False, "logging.progress": False,
             "checkpoint.name": "check", **settings}
     args = [sys.executable, str(ROOT / "train_sac.py"), "--config", str(ROOT / config)]
     args += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    run, log = workdir / "runs" / "check", workdir / "train.log"
     start = time.perf_counter()
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        output, _ = process.communicate(timeout=wall_s)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate()
-    run = workdir / "runs" / "check"
+    with open(log, "w") as output:  # a file, not a pipe: nobody reads a pipe while the run goes
+        process = subprocess.Popen(args, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+        while process.poll() is None and time.perf_counter() - start < wall_s:
+            time.sleep(1.0)
+            if stop_at_return is not None and any(e["return"] >= stop_at_return for e in evals(run / "eval.csv")):
+                break
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait()
     result = {"exit": process.returncode, "wall_s": round(time.perf_counter() - start, 1),
               "scalars": scalars(run), "evals": evals(run / "eval.csv")}
     if process.returncode not in (0, 128 + signal.SIGTERM):
-        result["error"] = (output.strip().splitlines() or [f"exit {process.returncode}"])[-1][:300]
+        result["error"] = (log.read_text().strip().splitlines() or [f"exit {process.returncode}"])[-1][:300]
     return result
 
 
@@ -211,7 +232,8 @@ def evals(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     with open(path) as f:
-        return [{"frames": int(row["frames"]), "return": float(row["return"])} for row in csv.DictReader(f)]
+        return [{"frames": int(row["frames"]), "return": float(row["return"]), "train_s": float(row["wall_s"])}
+                for row in csv.DictReader(f)]
 
 
 def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict) -> dict:
@@ -249,6 +271,47 @@ def smoke_row(device: str, wall_s: float, overrides: dict) -> dict:
                   "last_frames": run["evals"][-1]["frames"]}
 
 
+def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: float) -> dict:
+    """Frames/s of `worlds` MuJoCo Warp worlds of `env_id` (bench/mjwarp.py's contender: random actions, physics and
+    render, frames into a replay on `device`), timed after its warm-up steps; build_s includes loading (or, the first
+    time on a machine, compiling) the kernels."""
+    import torch
+
+    from bench.mjwarp import WARMUP_STEPS, Warp, config
+
+    start = time.perf_counter()
+    contender = Warp(config(env_id, worlds, image_size, "mujoco_warp"), torch.device(device))
+    for _ in range(WARMUP_STEPS):
+        contender.step()
+    built = time.perf_counter()
+    frames = 0
+    while time.perf_counter() - built < seconds:
+        frames += contender.step()  # reads the step's flags to the host: synchronised every step
+    elapsed = time.perf_counter() - built
+    cuda = torch.device(device).type == "cuda"
+    row = {"worlds": worlds, "image_size": image_size, "frames_per_s": round(frames / elapsed, 1), "frames": frames,
+           "seconds": round(elapsed, 1), "build_s": round(built - start, 1),
+           "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+    contender.close()
+    return row
+
+
+def warp_learn_row(device: str, wall_s: float, overrides: dict) -> dict:
+    """Cartpole/swingup from pixels in MuJoCo Warp worlds until an evaluation reaches WARP_TARGET or `wall_s` passes:
+    the training seconds (eval.csv's wall_s) of the first evaluation at the target."""
+    settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, "checkpoint.every_episodes": 10**6,
+                **overrides}
+    with tempfile.TemporaryDirectory() as workdir:
+        run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir), stop_at_return=WARP_TARGET)
+    row = {"wall_s": run["wall_s"], "evals": run["evals"], "target": WARP_TARGET}
+    if run.get("error") or not run["evals"]:
+        return row | {"error": run.get("error", "no evaluation finished")}
+    reached = [e for e in run["evals"] if e["return"] >= WARP_TARGET]
+    return row | {"best_return": max(e["return"] for e in run["evals"]), "last_frames": run["evals"][-1]["frames"],
+                  "train_s_to_target": reached[0]["train_s"] if reached else None,
+                  "frames_to_target": reached[0]["frames"] if reached else None}
+
+
 # ---- the check ---------------------------------------------------------------------------------------------------
 def device_name(device: str) -> str:
     if device == "cuda":
@@ -270,48 +333,51 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_sections(sections: list[str], device: str, size: dict, report) -> dict:
-    rows = {}
+def run_sections(sections: list[str], device: str, size: dict, record) -> None:
+    """The rows of `sections`, each passed to `record(section, name, row)` as it ends (name None: the section's one
+    row), so a check cut short keeps the rows it finished."""
     small = size["image_size"] != SIZES["full"]["image_size"]
     if "updates" in sections:
-        rows["updates"] = {}
         for name in size["encoders"]:
             for batch in size["batches"]:
                 settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
-                row = run_row("update_row", {"config": DMC, "device": device, "batch": batch,
-                                             "seconds": size["row_s"], "settings": settings}, timeout=600)
-                rows["updates"][f"{name}@{batch}"] = row
-                report(f"updates {name} batch {batch}: {row}")
+                record("updates", f"{name}@{batch}", run_row("update_row", {
+                    "config": DMC, "device": device, "batch": batch, "seconds": size["row_s"], "settings": settings},
+                    timeout=600))
     if "updates" in sections and device == "cuda":  # the same update on this machine's CPU, for the speed-up
-        rows["updates"]["cpu_reference_simple2dcnn@128"] = run_row("update_row", {
-            "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}}, timeout=600)
+        record("updates", "cpu_reference_simple2dcnn@128", run_row("update_row", {
+            "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}}, timeout=600))
     if "variants" in sections:
-        rows["variants"] = {}
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
         base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
             row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
                                          "settings": base | flipped}, timeout=900)
-            rows["variants"][name] = row | {"batch": batch}
-            report(f"variants {name}: {row}")
+            record("variants", name, row | {"batch": batch})
     if "envs" in sections:
-        rows["envs"] = {}
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
                 overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
-                row = env_row(config, device, workers, size["env_steps"], overrides)
-                rows["envs"][f"{Path(config).stem}@{workers}"] = row
-                report(f"envs {config} workers {workers}: {row}")
+                record("envs", f"{Path(config).stem}@{workers}",
+                       env_row(config, device, workers, size["env_steps"], overrides))
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
-        rows["smoke"] = smoke_row(device, size["smoke_s"], overrides)
-        report(f"smoke: {rows['smoke']}")
-    return rows
+        record("smoke", None, smoke_row(device, size["smoke_s"], overrides))
+    if "warp" in sections:
+        for task in size["warp_tasks"]:
+            for image_size in size["warp_sizes"]:
+                for worlds in size["warp_worlds"]:
+                    record("warp", f"{task}@{worlds}x{image_size}", run_row("warp_row", {
+                        "env_id": WARP_TASKS[task], "device": device, "worlds": worlds, "image_size": image_size,
+                        "seconds": size["row_s"]}, timeout=900))
+    if "warp_learn" in sections:
+        overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
+        record("warp_learn", None, warp_learn_row(device, size["warp_learn_s"], overrides))
 
 
 def claims(rows: dict) -> list[tuple[str, str, str]]:
     """(claim, the guide's value, measured) for each claim the rows can answer."""
-    updates, envs = rows.get("updates", {}), rows.get("envs", {})
+    updates, envs, warp = rows.get("updates", {}), rows.get("envs", {}), rows.get("warp", {})
 
     def measured(key: str, field: str) -> str:
         value = updates.get(key, {}).get(field)
@@ -331,6 +397,20 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         cpu = updates.get("cpu_reference_simple2dcnn@128", {}).get("updates_per_s")
         return f"{gpu / cpu:.1f}x" if gpu and cpu else "n/a"
 
+    def warp_best(image_size: int) -> str:
+        rates = {name: row["frames_per_s"] for name, row in warp.items()
+                 if name.startswith("cartpole@") and row.get("image_size") == image_size and "frames_per_s" in row}
+        best = max(rates, key=rates.get, default=None)
+        return f"{rates[best]} ({best})" if best else "n/a"
+
+    def warp_learned() -> str:
+        row = rows.get("warp_learn", {})
+        if row.get("train_s_to_target") is not None:
+            return f"{row['train_s_to_target'] / 60:.1f} min of training ({row['frames_to_target']} frames)"
+        if "best_return" in row:
+            return f"not reached: best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min"
+        return "n/a"
+
     batch = max((int(name.split("@")[1]) for name in updates), default=0)
     return [
         ("R3D18 GPU utilisation (%)", "40-60", measured(f"r3d18@{batch}", "gpu_util_pct")),
@@ -342,17 +422,21 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
          or "n/a"),
         ("dishwashing episodes/hour, R3D18", "~150", "not measured (envs rows train simple2dcnn)"),
         ("faster than this machine's CPU (simple2dcnn updates/s at batch 128)", "10-50x", speedup()),
+        ("MuJoCo Warp frames/s, cartpole at 64 px (issue 23's target, on an H100)", ">= 100,000", warp_best(64)),
+        (f"MuJoCo Warp pixel cartpole to return {WARP_TARGET} (issue 23's target, on an H100)", "< 15 min",
+         warp_learned()),
     ]
 
 
-def markdown(name: str, command: str, rows: dict) -> str:
-    lines = [f"# GPU check: {name}", "", f"Command: `{command}`", ""]
+def markdown(name: str, commands: dict, rows: dict) -> str:
+    """The report: each section's rows under the command that measured them, then the claims."""
+    lines = [f"# GPU check: {name}", ""]
     for section in SECTIONS:
         if section not in rows:
             continue
-        lines += [f"## {section}", ""]
-        if section == "smoke":
-            row = rows["smoke"]
+        lines += [f"## {section}", "", f"Command: `{commands.get(section, 'not recorded')}`", ""]
+        if section in ("smoke", "warp_learn"):
+            row = rows[section]
             lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
             lines += ["- evaluations (frames: return): "
                       + ", ".join(f"{e['frames']}: {e['return']:.0f}" for e in row.get("evals", []))]
@@ -389,12 +473,24 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / f"{slug(name)}.json"
-    rows = json.loads(json_path.read_text())["rows"] if json_path.is_file() else {}
-    rows |= run_sections(args.only, device, size, report=lambda line: print(line, flush=True))
+    saved = json.loads(json_path.read_text()) if json_path.is_file() else {}
+    rows, commands = saved.get("rows", {}), saved.get("commands", {})
     command = "python3 -m bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv)
-    json_path.write_text(json.dumps({"device": name, "torch": torch.__version__, "command": command,
-                                     "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
-    (out / f"{slug(name)}.md").write_text(markdown(name, command, rows))
+    for section in args.only:  # a section run again replaces its rows, and the command that measured them
+        rows.pop(section, None)
+        commands[section] = command
+
+    def record(section: str, row_name: str | None, row: dict) -> None:
+        if row_name is None:
+            rows[section] = row
+        else:
+            rows.setdefault(section, {})[row_name] = row
+        print(f"{section} {row_name or ''}: {row}", flush=True)
+        json_path.write_text(json.dumps({"device": name, "torch": torch.__version__, "commands": commands,
+                                         "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
+        (out / f"{slug(name)}.md").write_text(markdown(name, commands, rows))
+
+    run_sections(args.only, device, size, record)
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
     return 0
 

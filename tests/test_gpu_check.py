@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.gpu_check import DMC, ENCODERS, VARIANTS
+from bench.gpu_check import DMC, ENCODERS, SIZES, VARIANTS
 from tests.conftest import ROOT
 from trainer.config import load_config
 
@@ -18,17 +18,30 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     [report] = tmp_path.glob("*.json")
     rows = json.loads(report.read_text())["rows"]
-    assert set(rows) == {"updates", "variants", "envs", "smoke"}
-    for section in ("updates", "variants", "envs"):
+    assert set(rows) == {"updates", "variants", "envs", "smoke", "warp", "warp_learn"}
+    for section in ("updates", "variants", "envs", "warp"):
         for name, row in rows[section].items():
             assert "error" not in row, f"{section} {name}: {row['error']}"
     assert all(row["updates_per_s"] > 0 for row in [*rows["updates"].values(), *rows["variants"].values()])
     assert set(rows["variants"]) == {"profile", "replay_host_pinned", "compile", "autocast_bf16", "channels_last"}
     assert all(row["env_steps_per_s"] > 0 and row["episodes"] >= 1 for row in rows["envs"].values())
     assert "error" not in rows["smoke"] and len(rows["smoke"]["evals"]) >= 2, rows["smoke"]
+    assert set(rows["warp"]) == {"cartpole@2x32"} and rows["warp"]["cartpole@2x32"]["frames_per_s"] > 0
+    learned = rows["warp_learn"]
+    assert "error" not in learned and [e["frames"] for e in learned["evals"]] == [2 * 8 * 8, 4 * 8 * 8], learned
+    assert learned["train_s_to_target"] is None and learned["best_return"] < 700  # 8-step episodes cannot reach it
     markdown = report.with_suffix(".md").read_text()
     assert "## The guide's claims beside the measured values" in markdown
     assert "| R3D18 GPU utilisation (%) | 40-60 |" in markdown
+    assert "| MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100) | < 15 min | not reached" \
+        in markdown
+
+    again = subprocess.run([*command, "--only", "warp"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    merged = json.loads(report.read_text())
+    assert merged["rows"]["smoke"] == rows["smoke"] and set(merged["rows"]["warp"]) == {"cartpole@2x32"}
+    assert merged["commands"]["warp"].endswith("--only warp") and not merged["commands"]["smoke"].endswith("warp")
+    assert f"Command: `{merged['commands']['warp']}`" in report.with_suffix(".md").read_text()
 
 
 def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
@@ -45,3 +58,10 @@ def test_every_row_is_a_valid_config_at_the_gpu_profile(name):
     """The tiny check runs a subset of the encoder rows; a row the config refuses would cost a GPU lease to learn."""
     settings = {**ENCODERS, **VARIANTS}[name]
     load_config(ROOT / DMC, ["profile=gpu", *(f"{key}={value}" for key, value in settings.items())])
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_warp_learning_run_is_a_valid_config_at_the_gpu_profile(size):
+    settings = {"env.backend": "mujoco_warp", **SIZES[size]["warp_learn_overrides"]}
+    cfg = load_config(ROOT / DMC, ["profile=gpu", *(f"{key}={value}" for key, value in settings.items())])
+    assert cfg.env.backend == "mujoco_warp" and cfg.training.eval_every_episodes % cfg.env.num_envs == 0
