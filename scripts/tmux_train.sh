@@ -34,13 +34,20 @@ fi
 
 # The run name and log directory come from the resolved config, so --set overrides of them count, and a config error
 # is reported here, in one line, before any session starts.
+# Overrides are `--set KEY=VALUE`, `--set=KEY=VALUE` or a bare KEY=VALUE, as train_sac.py takes them; the value of an
+# option that takes one (--set, --resume) is never read as a bare override.
 sets=()
 args=("$@")
-for i in "${!args[@]}"; do
+i=0
+while [ "$i" -lt "${#args[@]}" ]; do
     case ${args[i]} in
-        --set) sets+=(--set "${args[i + 1]:-}") ;;
+        --set) sets+=(--set "${args[i + 1]:-}"); i=$((i + 1)) ;;
+        --resume) i=$((i + 1)) ;;
         --set=*) sets+=("${args[i]}") ;;
+        -*) ;;
+        *=*) sets+=(--set "${args[i]}") ;;
     esac
+    i=$((i + 1))
 done
 resolved=$("$PYTHON" -m trainer.config "$config" "${sets[@]}" --print run_name --print logging.tensorboard_dir)
 { read -r run_name; read -r runs_dir; } <<<"$resolved"

@@ -143,8 +143,10 @@ def test_the_same_call_after_the_session_ended_resumes_and_tmux_kill_session_sav
     assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"] > stopped_at
 
 
-def test_a_config_error_is_one_line_and_starts_no_session(server, tmp_path):
-    result = server.launch(*tiny_run(tmp_path, episodes=1), "--set", "sac.nope=1")
+@pytest.mark.parametrize("override", [["--set", "sac.nope=1"], ["--set=sac.nope=1"], ["sac.nope=1"]])
+def test_a_config_error_is_one_line_and_starts_no_session(server, tmp_path, override):
+    """However the override is written (train_sac.py takes all three), the script resolves the config with it."""
+    result = server.launch(*tiny_run(tmp_path, episodes=1), *override)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "unknown config key 'sac.nope'" in result.stderr
     assert not server.running()
