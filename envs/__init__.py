@@ -11,7 +11,7 @@ import os
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.wrappers import DtypeObservation, FlattenObservation, RescaleAction, TimeLimit
+from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, TransformObservation
 
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
@@ -22,7 +22,8 @@ from errors import UserError
 
 def make_env(cfg, pixels: bool) -> gym.Env:
     env = make_task(cfg.id)
-    env = RescaleAction(env, -1.0, 1.0)
+    bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
+    env = RescaleAction(env, bound(-1.0), bound(1.0))
     if cfg.action_repeat > 1:
         env = ActionRepeat(env, cfg.action_repeat)
     if cfg.max_episode_steps:
@@ -38,7 +39,10 @@ def make_env(cfg, pixels: bool) -> gym.Env:
         )
     if isinstance(env.observation_space, gym.spaces.Dict):
         env = FlattenObservation(env)
-    return DtypeObservation(env, np.float32)
+    # DtypeObservation's float32 space, with its bounds cast here: gymnasium warns on every run when it casts them
+    bounds = env.observation_space
+    space = gym.spaces.Box(bounds.low.astype(np.float32), bounds.high.astype(np.float32), dtype=np.float32)
+    return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
 
 
 def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
