@@ -21,7 +21,7 @@ import numpy as np
 
 from errors import UserError
 
-RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat"}
+RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
 STATE, PIXELS = "state", "pixels"  # observation keys of a recording that serves both modes
 DATA_DIR = "data"
 

@@ -111,6 +111,16 @@ def test_recording_never_overwrites_a_dataset(dataset):
     assert len(demos.read(path).episodes) == 2
 
 
+def test_recording_with_the_warp_backend_is_a_one_line_error_and_writes_nothing(tmp_path):
+    out = tmp_path / "warp"
+    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(out),
+                           "--set", "env.backend=mujoco_warp"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: trainer.record drives the OpenGL env (env.backend=mujoco), not env.backend=mujoco_warp; drop that "
+        "setting (a warp pixel run cannot use OpenGL frames)"]
+    assert not out.exists()
+
+
 def synthetic_store(marker: float, frame_stack: int | None, episodes: int = 3, length: int = 7) -> ReplayBuffer:
     """Episodes whose frame values count up from `marker` and whose actions are all `marker`."""
     data = []
@@ -260,6 +270,20 @@ def test_a_dataset_that_does_not_fit_the_run_names_both_sides(config, data, mess
         UserError, match=re.escape(f"demonstrations data/x do not fit this run: {message}; record matching ones with")
     ):
         check_fits(cfg, data, obs_space, env.action_space.shape[0])
+
+
+@pytest.mark.parametrize("recording", [{}, {"backend": "mujoco"}])
+def test_opengl_frames_do_not_fit_a_pixel_run_in_warp_worlds_but_states_do(recording):
+    """Frames ray-traced by MuJoCo Warp look different from OpenGL's: pixel demonstrations must come from the run's
+    renderer (a recording that does not name one is OpenGL's); state vectors mean the same on both backends."""
+    action_dim = gym.make("Dishwashing-v0").action_space.shape[0]
+    data = fake({"pixels": FRAME, "state": STATE_BOX}, **recording)
+    video, stacks = load_config(VIDEO, ["env.backend=mujoco_warp"]), gym.spaces.Box(0, 255, (3, 3, 84, 84), np.uint8)
+    with pytest.raises(UserError, match=re.escape("do not fit this run: backend mujoco there, mujoco_warp here "
+                                                  "(env.backend)")):
+        check_fits(video, data, stacks, action_dim)
+    assert check_fits(load_config(VIDEO), data, stacks, action_dim) == "pixels"
+    assert check_fits(load_config(STATE, ["env.backend=mujoco_warp"]), data, STATE_BOX, action_dim) == "state"
 
 
 def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):

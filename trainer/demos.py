@@ -123,8 +123,11 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         )
     if data.action_space.shape != (action_dim,):
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
-    for setting in ("camera", "action_repeat") if pixels else ("action_repeat",):
-        recorded, configured = data.recording.get(setting, getattr(cfg.env, setting)), getattr(cfg.env, setting)
+    # frames another renderer made look different (docs/warp.md): a dataset that does not say is an OpenGL one
+    recorded_defaults = {"backend": "mujoco"}
+    for setting in ("camera", "action_repeat", "backend") if pixels else ("action_repeat",):
+        configured = getattr(cfg.env, setting)
+        recorded = data.recording.get(setting, recorded_defaults.get(setting, configured))
         if recorded != configured:
             raise fail(setting, recorded, configured, f"env.{setting}")
     return key

@@ -80,6 +80,7 @@ def recording_settings(cfg: Config) -> dict:
         "camera": cfg.env.camera,
         "image_size": cfg.env.image_size,
         "action_repeat": cfg.env.action_repeat,
+        "backend": cfg.env.backend,  # whose renderer made the frames: main() records with the OpenGL env only
     }
 
 
@@ -106,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--episodes must be >= 1 and --noise >= 0, got {args.episodes} and {args.noise}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
+        if cfg.env.backend != "mujoco":
+            raise UserError(f"trainer.record drives the OpenGL env (env.backend=mujoco), not env.backend="
+                            f"{cfg.env.backend}; drop that setting (a warp pixel run cannot use OpenGL frames)")
         if not cfg.env.id.startswith("Dishwashing"):
             raise UserError(
                 f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
