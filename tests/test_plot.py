@@ -2,6 +2,7 @@
 
 import csv
 
+import matplotlib.axes
 import pytest
 from PIL import Image
 
@@ -28,8 +29,13 @@ def test_plot_writes_one_png_for_several_runs(tmp_path, capsys):
 def test_runs_in_folders_of_the_same_name_each_get_a_curve(tmp_path, monkeypatch):
     write_eval(tmp_path / "a" / "seed1", [1, 5])
     write_eval(tmp_path / "b" / "seed1", [2, 3])
-    labels = []
-    monkeypatch.setattr("matplotlib.axes.Axes.plot", lambda ax, x, y, **kw: labels.append(kw["label"]))
+    labels, plot = [], matplotlib.axes.Axes.plot
+
+    def spy(ax, x, y, **kw):  # records each curve's label and still draws it (the legend needs the artists)
+        labels.append(kw["label"])
+        return plot(ax, x, y, **kw)
+
+    monkeypatch.setattr("matplotlib.axes.Axes.plot", spy)
     main([str(tmp_path / "a" / "seed1"), str(tmp_path / "b" / "seed1"), "--out", str(tmp_path / "curves.png")])
     assert labels == [str(tmp_path / "a" / "seed1" / "eval.csv"), str(tmp_path / "b" / "seed1" / "eval.csv")]
 
