@@ -258,17 +258,24 @@ def env_row(config: str, device: str, workers: int, env_steps: int, overrides: d
                   "episodes_per_hour": round(3600 * steps_per_s / length, 1)}
 
 
-def smoke_row(device: str, wall_s: float, overrides: dict) -> dict:
-    """Cartpole/swingup from pixels for `wall_s`: eval return at the first and the last evaluation."""
-    settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, "checkpoint.every_episodes": 10**6,
-                **overrides}
+def learning_row(device: str, wall_s: float, settings: dict, target: float | None = None) -> dict:
+    """Cartpole/swingup from pixels (gpu profile + `settings`) until `wall_s` passes or, with a `target`, an
+    evaluation reaches it: eval return at the first and the last evaluation; with a target, the best return and the
+    training seconds (eval.csv's wall_s) and frames of the first evaluation at it."""
+    settings = {"checkpoint.every_episodes": 10**6, **settings}
     with tempfile.TemporaryDirectory() as workdir:
-        run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir))
-    row = {"wall_s": run["wall_s"], "evals": run["evals"]}
-    if run.get("error") or not run["evals"]:
+        run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir), stop_at_return=target)
+    evals = run["evals"]
+    row = {"wall_s": run["wall_s"], "evals": evals} | ({} if target is None else {"target": target})
+    if run.get("error") or not evals:
         return row | {"error": run.get("error", "no evaluation finished")}
-    return row | {"first_return": run["evals"][0]["return"], "last_return": run["evals"][-1]["return"],
-                  "last_frames": run["evals"][-1]["frames"]}
+    row |= {"first_return": evals[0]["return"], "last_return": evals[-1]["return"], "last_frames": evals[-1]["frames"]}
+    if target is None:
+        return row
+    reached = [e for e in evals if e["return"] >= target]
+    return row | {"best_return": max(e["return"] for e in evals),
+                  "train_s_to_target": reached[0]["train_s"] if reached else None,
+                  "frames_to_target": reached[0]["frames"] if reached else None}
 
 
 def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: float) -> dict:
@@ -277,39 +284,20 @@ def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: fl
     time on a machine, compiling) the kernels."""
     import torch
 
-    from bench.mjwarp import WARMUP_STEPS, Warp, config
+    from bench.mjwarp import WARMUP_STEPS, Warp, config, timed_frames
 
     start = time.perf_counter()
     contender = Warp(config(env_id, worlds, image_size, "mujoco_warp"), torch.device(device))
     for _ in range(WARMUP_STEPS):
         contender.step()
     built = time.perf_counter()
-    frames = 0
-    while time.perf_counter() - built < seconds:
-        frames += contender.step()  # reads the step's flags to the host: synchronised every step
-    elapsed = time.perf_counter() - built
+    frames, elapsed = timed_frames(contender, seconds)  # each step reads its flags to the host: synchronised
     cuda = torch.device(device).type == "cuda"
     row = {"worlds": worlds, "image_size": image_size, "frames_per_s": round(frames / elapsed, 1), "frames": frames,
            "seconds": round(elapsed, 1), "build_s": round(built - start, 1),
            "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
     contender.close()
     return row
-
-
-def warp_learn_row(device: str, wall_s: float, overrides: dict) -> dict:
-    """Cartpole/swingup from pixels in MuJoCo Warp worlds until an evaluation reaches WARP_TARGET or `wall_s` passes:
-    the training seconds (eval.csv's wall_s) of the first evaluation at the target."""
-    settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, "checkpoint.every_episodes": 10**6,
-                **overrides}
-    with tempfile.TemporaryDirectory() as workdir:
-        run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir), stop_at_return=WARP_TARGET)
-    row = {"wall_s": run["wall_s"], "evals": run["evals"], "target": WARP_TARGET}
-    if run.get("error") or not run["evals"]:
-        return row | {"error": run.get("error", "no evaluation finished")}
-    reached = [e for e in run["evals"] if e["return"] >= WARP_TARGET]
-    return row | {"best_return": max(e["return"] for e in run["evals"]), "last_frames": run["evals"][-1]["frames"],
-                  "train_s_to_target": reached[0]["train_s"] if reached else None,
-                  "frames_to_target": reached[0]["frames"] if reached else None}
 
 
 # ---- the check ---------------------------------------------------------------------------------------------------
@@ -362,7 +350,8 @@ def run_sections(sections: list[str], device: str, size: dict, record) -> None:
                        env_row(config, device, workers, size["env_steps"], overrides))
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
-        record("smoke", None, smoke_row(device, size["smoke_s"], overrides))
+        settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
+        record("smoke", None, learning_row(device, size["smoke_s"], settings))
     if "warp" in sections:
         for task in size["warp_tasks"]:
             for image_size in size["warp_sizes"]:
@@ -372,7 +361,8 @@ def run_sections(sections: list[str], device: str, size: dict, record) -> None:
                         "seconds": size["row_s"]}, timeout=900))
     if "warp_learn" in sections:
         overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
-        record("warp_learn", None, warp_learn_row(device, size["warp_learn_s"], overrides))
+        settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
+        record("warp_learn", None, learning_row(device, size["warp_learn_s"], settings, target=WARP_TARGET))
 
 
 def claims(rows: dict) -> list[tuple[str, str, str]]:

@@ -106,6 +106,14 @@ class Warp:
         self.env.close()
 
 
+def timed_frames(contender, seconds: float) -> tuple[int, float]:
+    """Frames a contender (Workers or Warp) collects stepping for `seconds` of wall time, and the seconds taken."""
+    frames, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        frames += contender.step()
+    return frames, time.perf_counter() - start
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -128,10 +136,9 @@ def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
     totals = {name: [0, 0.0] for name in contenders}
     for _ in range(args.rounds):
         for name, contender in contenders.items():
-            start = time.perf_counter()
-            while time.perf_counter() - start < args.seconds:
-                totals[name][0] += contender.step()
-            totals[name][1] += time.perf_counter() - start
+            frames, seconds = timed_frames(contender, args.seconds)
+            totals[name][0] += frames
+            totals[name][1] += seconds
     for contender in contenders.values():
         contender.close()
     rows = [{"task": env_id, "contender": name, "frames": frames, "seconds": round(seconds, 1),
