@@ -138,7 +138,8 @@ def assert_intact(run: GoodRun) -> None:
     for name in checkpoint.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
         if not name.endswith(".replay.pt"):
             payload, replay = checkpoint.load(run.folder / "ckpt" / name)
-            assert payload["progress"] == {"episode": 1, "env_step": 1} and replay["num_transitions"] == 1, name
+            assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False}, name
+            assert replay["num_transitions"] == 1, name
 
 
 # Keys a resumed run may not change (check_compatible refuses them) and the run's name are what a user types to start

@@ -4,6 +4,7 @@ parallel env workers store exactly the transitions of sequential envs, and stop 
 whole process group (a killed worker is one line). Evaluation reports the deterministic policy's
 mean return, and the success rate of tasks that put `success` in info (judged on each episode's last step)."""
 
+import csv
 import os
 import random
 import signal
@@ -12,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs import make_env
 from envs.dishwashing.scripted import scripted_action
@@ -60,7 +63,7 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
     b, replay_b = checkpoint.load(interrupted / "ckpt" / "sac_video_latest.pt")
-    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120}
+    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120, "evaluation_due": False}
     assert a["agent"]["updates"] == b["agent"]["updates"] > 50
     for net in ("actor", "critic", "critic_target"):
         for name, tensor in a["agent"][net].items():
@@ -259,6 +262,53 @@ def test_a_stop_request_cuts_a_long_evaluation_short(tmp_path):
     assert time.time() - start < 30, "the stop waited for the loop to finish"
     assert f"stopped by signal {signal.SIGTERM.value}; saved {latest}" in out
     checkpoint.load(latest)
+
+
+class SignalAtReset(gymnasium.Wrapper):
+    """An env that sends this process SIGTERM at its `at`-th reset: a spot reclaim at a chosen moment."""
+
+    def __init__(self, env: gymnasium.Env, *, at: int):
+        super().__init__(env)
+        self.at, self.resets = at, 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.resets == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.env.reset(**kwargs)
+
+
+def curves(run_dir: Path) -> tuple[list[tuple], dict[str, list[tuple]]]:
+    """eval.csv's (step, episode, return) rows and TensorBoard's (step, value) events of the eval and episode
+    returns of a run."""
+    with open(run_dir / "eval.csv", newline="") as f:
+        rows = [(int(row["env_step"]), int(row["episode"]), row["return"]) for row in csv.DictReader(f)]
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return rows, {tag: [(event.step, event.value) for event in events.Scalars(tag)]
+                  for tag in ("eval/return", "train/episode_return")}
+
+
+def test_a_stop_during_an_evaluation_leaves_it_due_and_the_resume_runs_it_first(tmp_path):
+    """SIGTERM inside the second evaluation (episode 4): the checkpoint records that evaluation as due and the
+    resume runs it before acting, so eval.csv and TensorBoard end with every scheduled evaluation, with the returns
+    of a run that never stopped. (The episode used to be saved as done and its evaluation lost for good; and a resume
+    hid from TensorBoard what was logged at the checkpoint's own step.)"""
+    settings = dict(seed_steps=10, episodes=8, eval_every_episodes=2, eval_episodes=2)
+    straight = trainer(tmp_path / "straight", "inverted_pendulum_state.yaml", **settings)
+    assert straight.train() == 0
+
+    run = trainer(tmp_path / "stopped", "inverted_pendulum_state.yaml", **settings)
+    run.eval_env = SignalAtReset(run.eval_env, at=3)  # the first episode of the second evaluation
+    assert run.train() == 128 + signal.SIGTERM
+    saved = checkpoint.load(tmp_path / "stopped" / "ckpt" / "inverted_pendulum_state_latest.pt")[0]["progress"]
+    assert saved["episode"] == 4 and saved["evaluation_due"]
+    resumed = Trainer(run.cfg, resume="auto")
+    assert resumed.train() == 0
+
+    stopped = curves(tmp_path / "stopped" / "runs" / run.cfg.run_name)
+    assert [episode for _, episode, _ in stopped[0]] == [2, 4, 6, 8]
+    assert stopped == curves(tmp_path / "straight" / "runs" / run.cfg.run_name)
 
 
 def test_a_killed_env_worker_is_one_line(tmp_path):

@@ -3,7 +3,8 @@ each evaluation) and videos/eval_ep<N>.gif (the first eval episode, also as stil
 optionally Weights & Biases (`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
-from the checkpoint without a doubled tail from the interrupted run.
+from the checkpoint without a doubled tail from the interrupted run. What was logged at that step stays: a checkpoint
+is saved after its step's episodes and evaluation are logged (trainer/loop.py).
 """
 
 import csv
@@ -34,7 +35,8 @@ class Logger:
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.dir), purge_step=start_step)
+            # TensorBoard hides events at or past purge_step; a fresh run (step 0) hides an earlier run's whole curve
+            self.writer = SummaryWriter(str(self.dir), purge_step=start_step + 1 if start_step else 0)
         self.wandb = None
         if cfg.logging.wandb:
             try:

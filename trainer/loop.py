@@ -70,6 +70,8 @@ EVAL_SEED_OFFSET = 1_000_000  # eval episodes never share a start state with tra
 class Progress:
     episode: int = 0  # completed training episodes
     env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
+    # the evaluation at `episode` that a stop signal cut short: saved with the run, so the resume runs it first
+    evaluation_due: bool = False
 
 
 def every(n: int, i: int) -> bool:
@@ -107,6 +109,7 @@ class Trainer:
         found = self.find_checkpoint(resume) if resume else None
         self.progress = Progress(**found[1]["progress"]) if found else Progress()
         self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
+        self.saved_step = self.progress.env_step  # and the agent step of the last checkpoint
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
 
         compiled = cfg.training.compile and can_compile(self.device)
@@ -204,6 +207,7 @@ class Trainer:
         }
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
+        self.saved_step = self.progress.env_step
         if final_of_episode:
             self.saved_episode = self.progress.episode
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
@@ -381,6 +385,7 @@ class Trainer:
         step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
         last = None if steps is None else progress.env_step + steps
+        self.evaluate_if_due()
         if self.complete():
             return
         while until(last, progress.env_step) and not self.stop.requested:
@@ -394,10 +399,12 @@ class Trainer:
             self.returns += np.where(stepped, reward, 0.0)
             self.lengths += stepped
             self.learn(int(stepped.sum()))
-            if crossed(cfg.checkpoint.every_steps, before, progress.env_step):
-                self.save(final_of_episode=False)
             self.first = stepped & (terminated | truncated)
-            if self.first.any() and self.end_episodes(np.flatnonzero(self.first)):
+            complete = self.first.any() and self.end_episodes(np.flatnonzero(self.first))
+            # after the episodes' bookkeeping: a checkpoint at a step holds everything logged at that step
+            if crossed(cfg.checkpoint.every_steps, before, progress.env_step) and self.saved_step != progress.env_step:
+                self.save(final_of_episode=False)
+            if complete:
                 return
 
     def complete(self) -> bool:
@@ -436,14 +443,23 @@ class Trainer:
                 break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
-        evaluation = self.evaluate() if crossed(cfg.training.eval_every_episodes, before, progress.episode) else None
-        if evaluation is not None:
-            frames = progress.env_step * cfg.env.action_repeat
-            self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
-                                   wall_s=self.wall_seconds(), clip=evaluation[2])
+        progress.evaluation_due |= crossed(cfg.training.eval_every_episodes, before, progress.episode)
+        self.evaluate_if_due()
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
         return self.complete()
+
+    def evaluate_if_due(self) -> None:
+        """Evaluate and log, if an evaluation is due. A stop signal leaves it due: the checkpoint saved on the way out
+        records it, and the resume runs it before acting, so no scheduled evaluation is ever lost."""
+        progress = self.progress
+        evaluation = self.evaluate() if progress.evaluation_due else None
+        if evaluation is None:
+            return
+        progress.evaluation_due = False
+        frames = progress.env_step * self.cfg.env.action_repeat
+        self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
+                               wall_s=self.wall_seconds(), clip=evaluation[2])
 
     def close(self) -> None:
         """Flush logs and pending uploads, release the renderers."""
