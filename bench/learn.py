@@ -4,8 +4,9 @@ it, success rate) against agent steps.
     python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
     python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
-Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, one torch thread each), so
-the same command run again continues every seed from its newest checkpoint (runs longer than a session). Writes
+Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
+each), so the same command run again continues every seed from its newest checkpoint (runs longer than a session).
+Writes
 <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training seconds;
 success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
@@ -37,6 +38,8 @@ def main() -> None:
     parser.add_argument("--target-success", type=float,
                         help="report the first agent step whose eval success rate reaches this")
     parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int,
+                        help="torch threads per seed (default: the cores shared out among --parallel)")
     parser.add_argument("--out", default="runs/bench_learn")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--report", action="store_true",
@@ -46,7 +49,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pending, running, results = ([] if args.report else list(args.seeds)), {}, []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    threads = str(args.threads or max(1, (os.cpu_count() or 1) // args.parallel))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     while pending or running:
         while pending and len(running) < args.parallel:
             seed = pending.pop(0)
