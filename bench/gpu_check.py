@@ -278,6 +278,14 @@ def learning_row(device: str, wall_s: float, settings: dict, target: float | Non
                   "frames_to_target": reached[0]["frames"] if reached else None}
 
 
+def device_memory_used() -> int:
+    """Bytes in use on the current GPU, whoever allocated them: torch's own counters miss MuJoCo Warp's pool."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
 def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: float) -> dict:
     """Frames/s of `worlds` MuJoCo Warp worlds of `env_id` (bench/mjwarp.py's contender: random actions, physics and
     render, frames into a replay on `device`), timed after its warm-up steps; build_s includes loading (or, the first
@@ -295,7 +303,7 @@ def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: fl
     cuda = torch.device(device).type == "cuda"
     row = {"worlds": worlds, "image_size": image_size, "frames_per_s": round(frames / elapsed, 1), "frames": frames,
            "seconds": round(elapsed, 1), "build_s": round(built - start, 1),
-           "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None}
+           "device_memory_gb": round(device_memory_used() / 2**30, 2) if cuda else None}
     contender.close()
     return row
 

@@ -196,6 +196,27 @@ def test_dishwashing_rewards_match_single_env(variant):
     np.testing.assert_allclose(at_grasp.eq_data[:, weld, 3:10].numpy(), [pose for _, pose in grasps], atol=1e-9)
 
 
+def test_a_noisy_grasp_keeps_every_constraint_row():
+    """Grasping worlds with contacts on every finger and a weld need more constraint rows than MuJoCo Warp's guess
+    (64 here): rows that do not fit are dropped, physics silently wrong, flagged only in `overflow`."""
+    env = warp_env(FEASIBLE, 8)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+
+    def noisy_script(obs: torch.Tensor) -> np.ndarray:
+        actions = np.stack([scripted_action(state) for state in obs.numpy()])
+        return actions + rng.normal(0.0, 0.3, actions.shape).astype(np.float32)
+
+    rows = 0  # the most constraint rows a world has had
+    for _ in range(400):
+        env.step(noisy_script)
+        rows = max(rows, int(env.sim.data.nefc.numpy().max()))
+        assert not env.sim.overflow.any(), f"overflow bits {env.sim.overflow.tolist()} at {rows} rows"
+        if rows > 64:
+            break
+    assert 64 < rows <= Dishwashing.max_constraints, "the grasps should need more rows than the default"
+
+
 def _copy(env: DishwashingEnv) -> mujoco.MjData:
     data = mujoco.MjData(env.model)
     mujoco.mj_copyData(data, env.model, env.data)

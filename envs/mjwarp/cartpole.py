@@ -36,6 +36,7 @@ class CartpoleSwingup:
     substeps = 1
     time_limit = TIME_LIMIT
     batched_model_fields = ()
+    max_constraints = None  # MuJoCo Warp's default: cartpole has no contacts
     action_dim, state_dim = 1, 5
     terminates_on_success = False  # the episode runs to its time limit; there is no success to report
 

@@ -32,6 +32,9 @@ def _quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 class Dishwashing:
     batched_model_fields = ("eq_data",)  # the grasp weld's relative pose is set per world
+    # constraint rows per world: a noisy scripted grasp reached 71 (16 worlds, 600 steps); MuJoCo Warp's default, 64,
+    # dropped the rows beyond it (tests/test_mjwarp.py)
+    max_constraints = 128
     action_dim, state_dim = 4, single.OBS_SIZE
     terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
 
@@ -55,6 +58,7 @@ class Dishwashing:
         self._finger_qpos, self._plate_qpos = index(reference._finger_qpos), reference._plate_qpos
         self._hand_low, self._hand_high = as_tensor(reference._hand_range[:, 0]), as_tensor(reference._hand_range[:, 1])
         self._finger_low, self._finger_high = (float(x) for x in reference._finger_range)
+        self._finger_column = int(reference._finger_qpos[0])  # a python int: a 0-d tensor index syncs with the GPU
         self._plate_geom, self._finger_geoms = reference._plate_geom, reference._finger_geoms
         self._grip_offset, self._slot = as_tensor(reference._grip_offset), as_tensor(reference.slot)
         self._hover_point = self._slot + as_tensor([0.0, 0.0, single.HOVER])
@@ -175,7 +179,7 @@ class Dishwashing:
 
     def observation(self, sim) -> torch.Tensor:
         grip, plate = sim.site_xpos[:, self._grip], sim.xpos[:, self._plate]
-        opening = (sim.qpos[:, self._finger_qpos[0]] - self._finger_low) / (self._finger_high - self._finger_low)
+        opening = (sim.qpos[:, self._finger_column] - self._finger_low) / (self._finger_high - self._finger_low)
         held = sim.eq_active[:, self._weld].to(grip.dtype)
         slot = self._slot.expand_as(plate)
         return torch.cat([

@@ -9,6 +9,7 @@ ops and nothing crosses to the host. Views (N = worlds; float32 as MuJoCo Warp c
     eq_data (N, neq, 12): the model's, one row per world (a task that edits it per world asks for the batch)
     contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts, the first
         `num_contacts` rows
+    overflow (N,) int: bits of MuJoCo Warp's OverflowType, set where a world's contacts or constraint rows did not fit
 Derived fields (x*, cvel, subtree_com) describe the positions after `sync` (see `Simulation.sync`).
 """
 
@@ -21,23 +22,26 @@ import warp as wp
 
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
 
-# MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs)
-RGB_BYTES = [2, 1, 0]
+# MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs), so
+# RGB is the first three bytes reversed
 
 
 class Simulation:
     def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: int | None,
-                 image_size: int | None, batched_model_fields: tuple[str, ...] = ()):
-        """`camera` and `image_size` None: no renderer (state observations only)."""
+                 image_size: int | None, batched_model_fields: tuple[str, ...] = (),
+                 max_constraints: int | None = None):
+        """`camera` and `image_size` None: no renderer (state observations only). `max_constraints`: constraint rows
+        per world (None: MuJoCo Warp's guess); rows beyond it are dropped, flagged in `overflow`."""
         self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
         wp.init()  # idempotent; device lookups need the runtime
-        self._wp_device = wp.device_from_torch(self.device)
+        # by name: "cuda" without an index is the current GPU (wp.device_from_torch needs an index)
+        self._wp_device = wp.get_device(str(self.device))
         self.image_size = image_size
         with self.scope():
             self.model = mjw.put_model(mjm, batch_sizes={name: num_worlds for name in batched_model_fields})
             reference = mujoco.MjData(mjm)
             mujoco.mj_forward(mjm, reference)
-            self.data = mjw.put_data(mjm, reference, nworld=num_worlds)
+            self.data = mjw.put_data(mjm, reference, nworld=num_worlds, njmax=max_constraints)
             self.render_context = None
             if image_size is not None:
                 self.render_context = mjw.create_render_context(
@@ -52,6 +56,7 @@ class Simulation:
         self.eq_data = view(self.model.eq_data)
         self.contact_geom, self.contact_worldid, self.num_contacts = (
             view(d.contact.geom), view(d.contact.worldid), view(d.nacon))
+        self.overflow = view(d.overflow)
         self.eq_active0 = torch.as_tensor(mjm.eq_active0, dtype=torch.bool, device=self.device)
         self._pixel_bytes = None  # uint8 (N, H, W, 4) view of the renderer's output
         if image_size is not None:
@@ -98,4 +103,4 @@ class Simulation:
         with self.scope():
             mjw.refit_bvh(self.model, self.data, self.render_context)
             mjw.render(self.model, self.data, self.render_context)
-        return self._pixel_bytes[..., RGB_BYTES].permute(0, 3, 1, 2)
+        return self._pixel_bytes[..., :3].flip(-1).permute(0, 3, 1, 2)  # a slice: no index tensor sent to the GPU

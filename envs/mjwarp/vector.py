@@ -41,7 +41,7 @@ class WarpVectorEnv:
         camera = _camera_index(task.mjm, env_cfg.camera) if pixels else None
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
                               image_size=env_cfg.image_size if pixels else None,
-                              batched_model_fields=task.batched_model_fields)
+                              batched_model_fields=task.batched_model_fields, max_constraints=task.max_constraints)
         if pixels:
             size = env_cfg.image_size
             self.single_observation_space = gym.spaces.Box(0, 255, (env_cfg.frame_stack, 3, size, size), np.uint8)
