@@ -3,6 +3,7 @@
     make gpu-check                                     # on a CUDA machine: the full check, <= 20 minutes
     python3 -m bench.gpu_check --device cpu --quick    # anywhere: the same sections, small, a few minutes
     python3 -m bench.gpu_check --only updates variants # some sections; rows merge into the same report
+    python3 -m bench.gpu_check --only warp --minutes 9  # a machine that stops a command at 10 minutes
 
 Writes docs/gpu/<device-name>.json (all rows so far, merged by section) and docs/gpu/<device-name>.md (the
 report). Sections, each at the `gpu` profile's settings of the config it names unless a row says otherwise:
@@ -170,9 +171,29 @@ class Utilisation:
         return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
 
 
+class Budget:
+    """This command's wall time (`--minutes`; None: no limit). Each row gets at most the time left, less a margin
+    for a stopped training run to save and the report to be written, so on a machine that kills a command at its
+    limit (a lent GPU's 10 minutes) every row that started ends in the report, and the rest say they did not run."""
+
+    MARGIN_S = 45.0
+
+    def __init__(self, minutes: float | None):
+        self.end = None if minutes is None else time.monotonic() + 60 * minutes - self.MARGIN_S
+
+    def left(self, seconds: float) -> float:
+        """`seconds`, or the time left if that is less (<= 0: spent)."""
+        return seconds if self.end is None else min(seconds, self.end - time.monotonic())
+
+
+NOT_RUN = {"error": "not run: the --minutes budget was spent"}
+
+
 def run_row(kind: str, params: dict, timeout: float) -> dict:
     """One row in a fresh Python process (its own CUDA context and peak memory); a crash or an out-of-memory
     becomes the row's `error` instead of ending the check."""
+    if timeout <= 0:
+        return NOT_RUN
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gpu_check import {kind}; "
             f"print('ROW ' + json.dumps({kind}(**json.loads(sys.argv[1]))))")
     try:
@@ -236,7 +257,7 @@ def evals(path: Path) -> list[dict]:
                 for row in csv.DictReader(f)]
 
 
-def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict) -> dict:
+def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
     """Env steps/s while training (one update per step after the seed steps) with `workers` env processes."""
     seed_steps = min(1000, env_steps // 3)
     # demos.path null: the rate of acting and learning, without recording a dataset first (a demo batch costs the same)
@@ -244,8 +265,10 @@ def env_row(config: str, device: str, workers: int, env_steps: int, overrides: d
                 "demos.path": "null",
                 "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
                 "sac.buffer_size": env_steps + 100, **overrides}
+    if wall_s <= 0:
+        return NOT_RUN
     with tempfile.TemporaryDirectory() as workdir:
-        run = training_run(config, device, settings, wall_s=3600, workdir=Path(workdir))
+        run = training_run(config, device, settings, wall_s=wall_s, workdir=Path(workdir))
     rates = run["scalars"].get("train/env_steps_per_s", [])
     lengths = run["scalars"].get("train/episode_length", [])
     row = {"workers": workers, "wall_s": run["wall_s"], "episodes": len(rates)}
@@ -262,6 +285,8 @@ def learning_row(device: str, wall_s: float, settings: dict, target: float | Non
     """Cartpole/swingup from pixels (gpu profile + `settings`) until `wall_s` passes or, with a `target`, an
     evaluation reaches it: eval return at the first and the last evaluation; with a target, the best return and the
     training seconds (eval.csv's wall_s) and frames of the first evaluation at it."""
+    if wall_s <= 0:
+        return NOT_RUN
     settings = {"checkpoint.every_episodes": 10**6, **settings}
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir), stop_at_return=target)
@@ -329,9 +354,9 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_sections(sections: list[str], device: str, size: dict, record) -> None:
+def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget) -> None:
     """The rows of `sections`, each passed to `record(section, name, row)` as it ends (name None: the section's one
-    row), so a check cut short keeps the rows it finished."""
+    row), so a check cut short keeps the rows it finished; each row within the `budget`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
     if "updates" in sections:
         for name in size["encoders"]:
@@ -339,38 +364,40 @@ def run_sections(sections: list[str], device: str, size: dict, record) -> None:
                 settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
                 record("updates", f"{name}@{batch}", run_row("update_row", {
                     "config": DMC, "device": device, "batch": batch, "seconds": size["row_s"], "settings": settings},
-                    timeout=600))
+                    timeout=budget.left(600)))
     if "updates" in sections and device == "cuda":  # the same update on this machine's CPU, for the speed-up
         record("updates", "cpu_reference_simple2dcnn@128", run_row("update_row", {
-            "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}}, timeout=600))
+            "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}},
+            timeout=budget.left(600)))
     if "variants" in sections:
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
         base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
             row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
-                                         "settings": base | flipped}, timeout=900)
+                                         "settings": base | flipped}, timeout=budget.left(900))
             record("variants", name, row | {"batch": batch})
     if "envs" in sections:
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
                 overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
                 record("envs", f"{Path(config).stem}@{workers}",
-                       env_row(config, device, workers, size["env_steps"], overrides))
+                       env_row(config, device, workers, size["env_steps"], overrides, budget.left(3600)))
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
-        record("smoke", None, learning_row(device, size["smoke_s"], settings))
+        record("smoke", None, learning_row(device, budget.left(size["smoke_s"]), settings))
     if "warp" in sections:
         for task in size["warp_tasks"]:
             for image_size in size["warp_sizes"]:
                 for worlds in size["warp_worlds"]:
                     record("warp", f"{task}@{worlds}x{image_size}", run_row("warp_row", {
                         "env_id": WARP_TASKS[task], "device": device, "worlds": worlds, "image_size": image_size,
-                        "seconds": size["row_s"]}, timeout=900))
+                        "seconds": size["row_s"]}, timeout=budget.left(900)))
     if "warp_learn" in sections:
         overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
-        record("warp_learn", None, learning_row(device, size["warp_learn_s"], settings, target=WARP_TARGET))
+        record("warp_learn", None, learning_row(device, budget.left(size["warp_learn_s"]), settings,
+                                                target=WARP_TARGET))
 
 
 def claims(rows: dict) -> list[tuple[str, str, str]]:
@@ -459,6 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke-minutes", type=float, help="the smoke section's wall time (default: the size's)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
+    parser.add_argument("--minutes", type=float,
+                        help="this command's wall time: rows get what is left, those past it are marked not run "
+                             "(for machines that limit a command's time)")
     args = parser.parse_args(argv)
     import torch
 
@@ -488,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
         (out / f"{slug(name)}.md").write_text(markdown(name, commands, rows))
 
-    run_sections(args.only, device, size, record)
+    run_sections(args.only, device, size, record, Budget(args.minutes))
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
     return 0
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.gpu_check import DMC, ENCODERS, SIZES, VARIANTS
+from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS
 from tests.conftest import ROOT
 from trainer.config import load_config
 
@@ -42,6 +42,20 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
     assert merged["rows"]["smoke"] == rows["smoke"] and set(merged["rows"]["warp"]) == {"cartpole@2x32"}
     assert merged["commands"]["warp"].endswith("--only warp") and not merged["commands"]["smoke"].endswith("warp")
     assert f"Command: `{merged['commands']['warp']}`" in report.with_suffix(".md").read_text()
+
+
+def test_a_spent_budget_marks_every_row_not_run_instead_of_overrunning_it(tmp_path):
+    """`--minutes` below the margin a stopped run needs to save: no row starts, each says why, the report is
+    written, and the command ends at once (a lent GPU kills a command at its limit, losing the row in flight)."""
+    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path),
+               "--only", "updates", "smoke", "warp", "--minutes", "0.5"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(next(tmp_path.glob("*.json")).read_text())["rows"]
+    assert rows["smoke"] == NOT_RUN
+    assert rows["updates"] == {
+        f"{name}@4": NOT_RUN for name in SIZES["tiny"]["encoders"]}
+    assert rows["warp"] == {"cartpole@2x32": NOT_RUN}
 
 
 def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
