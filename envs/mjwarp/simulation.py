@@ -22,9 +22,6 @@ import warp as wp
 
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
 
-# MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs), so
-# RGB is the first three bytes reversed
-
 
 class Simulation:
     def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: int | None,
@@ -103,4 +100,6 @@ class Simulation:
         with self.scope():
             mjw.refit_bvh(self.model, self.data, self.render_context)
             mjw.render(self.model, self.data, self.render_context)
-        return self._pixel_bytes[..., :3].flip(-1).permute(0, 3, 1, 2)  # a slice: no index tensor sent to the GPU
+        # MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs),
+        # so RGB is the first three reversed (a slice and a flip: no index tensor sent to the GPU)
+        return self._pixel_bytes[..., :3].flip(-1).permute(0, 3, 1, 2)
