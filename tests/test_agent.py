@@ -153,14 +153,21 @@ def test_act_returns_one_action_per_observation_in_bounds_sampled_or_determinist
 
 
 def test_the_policys_distributions_skip_argument_validation():
-    """torch validates distribution arguments by default, and each check is a host-device sync on CUDA."""
-    with pytest.raises(ValueError):
-        torch.distributions.Normal(torch.zeros(1), -torch.ones(1))  # the default in this process: validation on
-    agent = make_agent()
-    dist = agent.actor(torch.randn(3, agent.critic.encoder.repr_dim))
-    assert not dist._validate_args and not dist.base_dist._validate_args
-    edge = torch.ones(3, 2)  # outside tanh's open interval (-1, 1): a validating log_prob raises
-    assert dist.log_prob(edge).shape == (3, 2)
+    """torch validates distribution arguments by default, and each check is a host-device sync on CUDA. (The first
+    torch.compile in a process turns the default off for the whole process, so the test sets torch's default itself:
+    whether another test compiled first in this worker must not matter.)"""
+    previous = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(True)
+    try:
+        with pytest.raises(ValueError):
+            torch.distributions.Normal(torch.zeros(1), -torch.ones(1))
+        agent = make_agent()
+        dist = agent.actor(torch.randn(3, agent.critic.encoder.repr_dim))
+        assert not dist._validate_args and not dist.base_dist._validate_args
+        edge = torch.ones(3, 2)  # outside tanh's open interval (-1, 1): a validating log_prob raises
+        assert dist.log_prob(edge).shape == (3, 2)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(previous)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host-device syncs exist only with a CUDA device")
