@@ -171,12 +171,15 @@ class Utilisation:
         return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
 
 
+STOP_WAIT_S = 35.0  # what a training run stopped by SIGTERM gets to save and exit (Docker and most schedulers: 30 s)
+
+
 class Budget:
     """This command's wall time (`--minutes`; None: no limit). Each row gets at most the time left, less a margin
     for a stopped training run to save and the report to be written, so on a machine that kills a command at its
     limit (a lent GPU's 10 minutes) every row that started ends in the report, and the rest say they did not run."""
 
-    MARGIN_S = 45.0
+    MARGIN_S = STOP_WAIT_S + 10.0
 
     def __init__(self, minutes: float | None):
         self.end = None if minutes is None else time.monotonic() + 60 * minutes - self.MARGIN_S
@@ -226,12 +229,19 @@ def training_run(config: str, device: str, settings: dict, wall_s: float, workdi
             time.sleep(1.0)
             if stop_at_return is not None and any(e["return"] >= stop_at_return for e in evals(run / "eval.csv")):
                 break
-        if process.poll() is None:
+        stopped = process.poll() is None
+        if stopped:
             process.send_signal(signal.SIGTERM)
-        process.wait()
+        try:
+            process.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:  # the budget's margin is for the save a stop makes, no more
+            process.kill()
+            process.wait()
     result = {"exit": process.returncode, "wall_s": round(time.perf_counter() - start, 1),
               "scalars": scalars(run), "evals": evals(run / "eval.csv")}
-    if process.returncode not in (0, 128 + signal.SIGTERM):
+    if stopped and process.returncode == -signal.SIGKILL:
+        result["error"] = f"not stopped {STOP_WAIT_S:.0f} s after SIGTERM (the save a stop makes); killed"
+    elif process.returncode not in (0, 128 + signal.SIGTERM):
         result["error"] = (log.read_text().strip().splitlines() or [f"exit {process.returncode}"])[-1][:300]
     return result
 

@@ -68,7 +68,7 @@ def pack(bundle: Path = BUNDLE) -> None:
                     str(build), *PLATFORM, *pins(), *DEPENDENCIES], check=True)
     for path in PRUNE:
         target = build / path
-        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     first.mkdir(parents=True)
     second.mkdir()
     library = bundle / "warp.so.xz"
@@ -85,6 +85,8 @@ def pack(bundle: Path = BUNDLE) -> None:
     shutil.rmtree(lists)
     room = CALL_LIMIT - TREE_ALLOWANCE - sum(p.stat().st_size for p in first.rglob("*") if p.is_file())
     data = library.read_bytes()
+    if room <= 0:
+        sys.exit(f"error: the packages alone fill the first call ({(CALL_LIMIT - room) / 2**20:.0f} MiB); prune more")
     (first / "warp.so.xz.0").write_bytes(data[:room])
     (second / "warp.so.xz.1").write_bytes(data[room:])
     if len(data) - room > CALL_LIMIT - TREE_ALLOWANCE:

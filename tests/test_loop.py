@@ -5,6 +5,7 @@ whole process group (a killed worker is one line). Evaluation reports the determ
 mean return, and the success rate of tasks that put `success` in info (judged on each episode's last step)."""
 
 import csv
+import dataclasses
 import os
 import random
 import signal
@@ -309,6 +310,23 @@ def test_a_stop_during_an_evaluation_leaves_it_due_and_the_resume_runs_it_first(
     stopped = curves(tmp_path / "stopped" / "runs" / run.cfg.run_name)
     assert [episode for _, episode, _ in stopped[0]] == [2, 4, 6, 8]
     assert stopped == curves(tmp_path / "straight" / "runs" / run.cfg.run_name)
+
+
+def test_an_evaluation_stopped_at_the_last_episode_runs_once_on_resume_and_is_saved_as_done(tmp_path):
+    """The stop cuts the run's last evaluation short: the resume runs it, the run is complete, and `_latest` records it
+    done, so extending the run later (a resume may raise training.episodes) does not log it a second time."""
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=10, episodes=4, eval_every_episodes=2,
+                  eval_episodes=2)
+    run.eval_env = SignalAtReset(run.eval_env, at=3)  # the second evaluation, after the last episode
+    assert run.train() == 128 + signal.SIGTERM
+    assert Trainer(run.cfg, resume="auto").train() == 0
+    latest = tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt"
+    assert checkpoint.load(latest)[0]["progress"]["evaluation_due"] is False
+
+    longer = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, episodes=6))
+    assert Trainer(longer, resume="auto").train() == 0
+    episodes = [episode for _, episode, _ in curves(tmp_path / "runs" / run.cfg.run_name)[0]]
+    assert episodes == [2, 4, 6]
 
 
 def test_a_killed_env_worker_is_one_line(tmp_path):

@@ -385,7 +385,10 @@ class Trainer:
         step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
         last = None if steps is None else progress.env_step + steps
-        self.evaluate_if_due()
+        if progress.evaluation_due:  # a stop signal cut it short before the checkpoint this run resumed from
+            self.evaluate_if_due()
+            if not progress.evaluation_due:  # saved as done: a finished run would otherwise keep it due for good
+                self.save(final_of_episode=False)
         if self.complete():
             return
         while until(last, progress.env_step) and not self.stop.requested:

@@ -36,7 +36,9 @@ class Simulation:
         self._wp_device = wp.get_device(str(self.device))
         self.image_size = image_size
         self._stream = wp.Stream(self._wp_device) if self.device.type == "cuda" else None
-        self._graphs = {} if graphs else None  # name -> captured graph (`_replay`)
+        # MuJoCo Warp's solver loop needs conditional graph nodes on CUDA (a 12.4+ driver); else direct launches
+        capturable = self.device.type != "cuda" or wp.is_conditional_graph_supported()
+        self._graphs = {} if graphs and capturable else None  # name -> captured graph (`_replay`)
         with self.scope():
             self.model = mjw.put_model(mjm, batch_sizes={name: num_worlds for name in batched_model_fields})
             reference = mujoco.MjData(mjm)
@@ -74,9 +76,11 @@ class Simulation:
                 return
             torch_stream = wp.stream_from_torch(self.device)
             self._stream.wait_stream(torch_stream)
-            with wp.ScopedStream(self._stream, sync_enter=False):
-                yield
-            torch_stream.wait_stream(self._stream)
+            try:
+                with wp.ScopedStream(self._stream, sync_enter=False):
+                    yield
+            finally:
+                torch_stream.wait_stream(self._stream)
 
     def _replay(self, name: str, launches) -> None:
         """Run `launches` (a function of warp launches on this simulation's arrays) as a graph, captured at the
