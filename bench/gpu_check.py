@@ -269,14 +269,14 @@ def evals(path: Path) -> list[dict]:
 
 def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
     """Env steps/s while training (one update per step after the seed steps) with `workers` env processes."""
+    if wall_s <= 0:
+        return NOT_RUN
     seed_steps = min(1000, env_steps // 3)
     # demos.path null: the rate of acting and learning, without recording a dataset first (a demo batch costs the same)
     settings = {"env.num_envs": workers, "training.seed_steps": seed_steps, "training.max_env_steps": env_steps,
                 "demos.path": "null",
                 "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
                 "sac.buffer_size": env_steps + 100, **overrides}
-    if wall_s <= 0:
-        return NOT_RUN
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(config, device, settings, wall_s=wall_s, workdir=Path(workdir))
     rates = run["scalars"].get("train/env_steps_per_s", [])

@@ -6,9 +6,8 @@ it, success rate) against agent steps.
 
 Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
 each), so the same command run again continues every seed from its newest checkpoint (runs longer than a session).
-Writes
-<out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training seconds;
-success empty for tasks without it),
+Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training
+seconds; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
 tasks) and prints one JSON line per seed and a summary. `--report` writes the CSV and PNG of a run in progress.
 """

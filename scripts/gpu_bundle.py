@@ -26,8 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / ".gpu"
-CALL_LIMIT = 64 * 2**20  # bytes one call may carry, the working tree included
-TREE_ALLOWANCE = 6 * 2**20  # the repository's own files, with room to grow
+# bytes one call may carry (64 MiB, the working tree included), less the repository's own files with room to grow
+CALL_ROOM = (64 - 6) * 2**20
 # what the image lacks, pinned where this project pins it
 PINNED = ("mujoco", "dm_control", "gymnasium", "shimmy", "minari", "mujoco-warp", "warp-lang")
 # their dependencies the image lacks (resolved by pip for Python 3.12 beside the image's packages, 2026-11)
@@ -72,7 +72,8 @@ def pack(bundle: Path = BUNDLE) -> None:
     first.mkdir(parents=True)
     second.mkdir()
     library = bundle / "warp.so.xz"
-    subprocess.run(["xz", "-T0", "-9", "-c", str(build / WARP_LIBRARY)], stdout=open(library, "wb"), check=True)
+    with open(library, "wb") as out:
+        subprocess.run(["xz", "-T0", "-9", "-c", str(build / WARP_LIBRARY)], stdout=out, check=True)
     (build / WARP_LIBRARY).unlink()
     subprocess.run(["tar", "-C", str(build), "-cJf", str(first / "site.tar.xz"), "."], check=True,
                    env={"XZ_OPT": "-T0 -9", "PATH": "/usr/bin:/bin"})
@@ -83,19 +84,21 @@ def pack(bundle: Path = BUNDLE) -> None:
     subprocess.run([*apt, "update"], check=True, capture_output=True)
     subprocess.run([*apt, "download", *EGL_PACKAGES], cwd=first / "debs", check=True, capture_output=True)
     shutil.rmtree(lists)
-    room = CALL_LIMIT - TREE_ALLOWANCE - sum(p.stat().st_size for p in first.rglob("*") if p.is_file())
-    data = library.read_bytes()
+    room, data = CALL_ROOM - folder_bytes(first), library.read_bytes()
     if room <= 0:
-        sys.exit(f"error: the packages alone fill the first call ({(CALL_LIMIT - room) / 2**20:.0f} MiB); prune more")
+        sys.exit(f"error: the packages fill the first call ({folder_bytes(first) / 2**20:.0f} MiB); prune more")
+    if len(data) - room > CALL_ROOM:
+        sys.exit(f"error: warp's library needs a third call ({len(data) / 2**20:.0f} MiB compressed)")
     (first / "warp.so.xz.0").write_bytes(data[:room])
     (second / "warp.so.xz.1").write_bytes(data[room:])
-    if len(data) - room > CALL_LIMIT - TREE_ALLOWANCE:
-        sys.exit(f"error: warp's library needs a third call ({len(data) / 2**20:.0f} MiB compressed)")
     library.unlink()
     shutil.rmtree(build)
     for part in (first, second):
-        size = sum(p.stat().st_size for p in part.rglob("*") if p.is_file())
-        print(f"{part}: {size / 2**20:.1f} MiB")
+        print(f"{part}: {folder_bytes(part) / 2**20:.1f} MiB")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def unpack(bundle: Path = BUNDLE) -> str:

@@ -197,20 +197,22 @@ def test_dishwashing_rewards_match_single_env(variant):
     np.testing.assert_allclose(at_grasp.eq_data[:, weld, 3:10].numpy(), [pose for _, pose in grasps], atol=1e-9)
 
 
+def noisy_script(states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The scripted grasp's actions for a batch of dishwashing states, plus N(0, 0.3) noise, in [-1, 1]: grasps that
+    differ from world to world and make and break contacts."""
+    actions = np.stack([scripted_action(state) for state in states])
+    return np.clip(actions + rng.normal(0.0, 0.3, actions.shape), -1.0, 1.0).astype(np.float32)
+
+
 def test_a_noisy_grasp_keeps_every_constraint_row():
     """Grasping worlds with contacts on every finger and a weld need more constraint rows than MuJoCo Warp's guess
     (64 here): rows that do not fit are dropped, physics silently wrong, flagged only in `overflow`."""
     env = warp_env(FEASIBLE, 8)
     rng = np.random.default_rng(0)
     env.reset(seed=0)
-
-    def noisy_script(obs: torch.Tensor) -> np.ndarray:
-        actions = np.stack([scripted_action(state) for state in obs.numpy()])
-        return actions + rng.normal(0.0, 0.3, actions.shape).astype(np.float32)
-
     rows = 0  # the most constraint rows a world has had
     for _ in range(400):
-        env.step(noisy_script)
+        env.step(lambda obs: noisy_script(obs.numpy(), rng))
         rows = max(rows, int(env.sim.data.nefc.numpy().max()))
         assert not env.sim.overflow.any(), f"overflow bits {env.sim.overflow.tolist()} at {rows} rows"
         if rows > 64:
@@ -234,8 +236,7 @@ def test_replayed_graphs_step_and_render_bitwise_as_the_launches_they_captured()
         task.after_reset(sim, everyone)
     rng = np.random.default_rng(0)
     for _ in range(40):
-        script = np.stack([scripted_action(state) for state in task.observation(launched).numpy()])
-        action = torch.as_tensor(script + rng.normal(0.0, 0.3, script.shape), dtype=torch.float32).clamp(-1, 1)
+        action = torch.as_tensor(noisy_script(task.observation(launched).numpy(), rng))
         for sim in (replayed, launched):
             task.apply_action(sim, action)
             sim.step(task.substeps)

@@ -385,10 +385,10 @@ class Trainer:
         step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
         cfg, progress = self.cfg, self.progress
         last = None if steps is None else progress.env_step + steps
-        if progress.evaluation_due:  # a stop signal cut it short before the checkpoint this run resumed from
-            self.evaluate_if_due()
-            if not progress.evaluation_due:  # saved as done: a finished run would otherwise keep it due for good
-                self.save(final_of_episode=False)
+        # one a stop signal cut short before the checkpoint this run resumed from, saved as done once it ran: a
+        # finished run would otherwise keep it due for good
+        if self.evaluate_if_due():
+            self.save(final_of_episode=False)
         if self.complete():
             return
         while until(last, progress.env_step) and not self.stop.requested:
@@ -452,17 +452,19 @@ class Trainer:
             self.save(final_of_episode=True)
         return self.complete()
 
-    def evaluate_if_due(self) -> None:
-        """Evaluate and log, if an evaluation is due. A stop signal leaves it due: the checkpoint saved on the way out
-        records it, and the resume runs it before acting, so no scheduled evaluation is ever lost."""
+    def evaluate_if_due(self) -> bool:
+        """Evaluate and log, if an evaluation is due; returns whether one ran. A stop signal leaves it due: the
+        checkpoint saved on the way out records it, and the resume runs it before acting, so no scheduled evaluation
+        is ever lost."""
         progress = self.progress
         evaluation = self.evaluate() if progress.evaluation_due else None
         if evaluation is None:
-            return
+            return False
         progress.evaluation_due = False
         frames = progress.env_step * self.cfg.env.action_repeat
         self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
                                wall_s=self.wall_seconds(), clip=evaluation[2])
+        return True
 
     def close(self) -> None:
         """Flush logs and pending uploads, release the renderers."""
