@@ -1,14 +1,16 @@
 """Frames/s collected into the replay with random actions: the MuJoCo Warp backend (env.backend: mujoco_warp) at
-N worlds against the OpenGL backend's env in this process (num_envs 1) and its 2 worker processes (num_envs 2).
+N worlds in P processes against the OpenGL backend's env in this process (num_envs 1) and its 2 worker processes
+(num_envs 2).
 
-    nice -n 5 python3 bench/mjwarp.py                          # dishwashing and cartpole swing-up, 84 px, N = 1 16 64
-    nice -n 5 python3 bench/mjwarp.py --tasks dm_control/cartpole-swingup-v0 --worlds 64 256 --seconds 10
+    nice -n 5 python3 bench/mjwarp.py       # dishwashing and cartpole swing-up, 84 px, N = 1 16 64, P = 1 and 2
+    nice -n 5 python3 bench/mjwarp.py --tasks dm_control/cartpole-swingup-v0 --worlds 64 256 --processes 2 --seconds 10
 
 A frame is one observation written to the replay (sac/replay.py, frame stacks of 3), reset frames included; action
 repeat 1, so every frame is a physics step (20 for dishwashing) plus a render. Contenders are built first (the warp
 ones compile their kernels on first use, then load them from ~/.cache/warp), warmed up by a few untimed steps, then
 timed in turn in rounds of --seconds each, so that load from other jobs on a shared machine hits all alike. Prints a
-JSON line per contender and task, then each task's best warp rate over the 2-worker rate (the issue's target: >= 3).
+JSON line per contender (warp_N for N worlds in one process, warp_NxP split over P: env.warp_processes) and task,
+then each task's best warp rate over the 2-worker rate (the issue's target: >= 3).
 The OpenGL side renders as configured by default (env.render_shadow_size 512, env.render_offsamples 0); the warp side
 ray-traces without shadows: docs/warp.md compares the two.
 """
@@ -39,10 +41,10 @@ SLOTS_PER_ENV = 64  # replay slots per env ring: the ring wraps, which costs wha
 WARMUP_STEPS = 3
 
 
-def config(env_id: str, num_envs: int, image_size: int, backend: str) -> Config:
+def config(env_id: str, num_envs: int, image_size: int, backend: str, processes: int = 1) -> Config:
     cfg = Config()
     cfg.env.id, cfg.env.num_envs, cfg.env.image_size, cfg.env.backend = env_id, num_envs, image_size, backend
-    cfg.env.action_repeat = 1
+    cfg.env.action_repeat, cfg.env.warp_processes = 1, processes
     return cfg
 
 
@@ -127,9 +129,10 @@ def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
         "mujoco_2workers": Workers(config(env_id, 2, args.image_size, "mujoco")),
     }
     for n in args.worlds:
-        built = time.perf_counter()
-        contenders[f"warp_{n}"] = Warp(config(env_id, n, args.image_size, "mujoco_warp"), device)
-        print(f"# {env_id} warp_{n} built in {time.perf_counter() - built:.1f} s", file=sys.stderr, flush=True)
+        for processes in sorted({min(p, n) for p in args.processes} if device.type == "cpu" else {1}):
+            name, built = f"warp_{n}" if processes == 1 else f"warp_{n}x{processes}", time.perf_counter()
+            contenders[name] = Warp(config(env_id, n, args.image_size, "mujoco_warp", processes), device)
+            print(f"# {env_id} {name} built in {time.perf_counter() - built:.1f} s", file=sys.stderr, flush=True)
     for contender in contenders.values():
         for _ in range(WARMUP_STEPS):
             contender.step()
@@ -152,6 +155,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--worlds", nargs="+", type=int, default=[1, 16, 64])
+    parser.add_argument("--processes", nargs="+", type=int, default=[1, 2],
+                        help="env.warp_processes to time at each N on the CPU (a GPU runs one)")
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per contender per round")
     parser.add_argument("--rounds", type=int, default=3)

@@ -47,13 +47,39 @@ class WorkerDied(UserError):
     """An env worker process ended without being asked to (killed, out of memory)."""
 
 
+@contextlib.contextmanager
+def stop_signals_blocked():
+    """Around starting worker processes: they inherit the blocked stop signals, so none arrives before they ignore
+    them (`ignore_stop_signals`)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def ignore_stop_signals() -> None:
+    """In a worker process: deaf to the stop signals the trainer handles for it, then unblocked."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def worker_died(index: int, process) -> WorkerDied:
+    """The one-line error for worker `index` (a multiprocessing process) found dead: how it ended, what to do."""
+    process.join(timeout=1.0)
+    code = process.exitcode
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+    return WorkerDied(f"env worker {index} (pid {process.pid}) died ({how}: the out-of-memory killer, or a kill); "
+                      "the last checkpoint is intact: continue with --resume auto, with fewer env.num_envs "
+                      "if memory ran out")
+
+
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
-    """The worker's env, after making the worker deaf to the stop signals the trainer handles for it. Gymnasium also
-    calls the factory once in the trainer's own process (for the spaces), whose handlers stay as they are."""
+    """The worker's env, after making the worker deaf to the stop signals. Gymnasium also calls the factory once in
+    the trainer's own process (for the spaces), whose handlers stay as they are."""
     if multiprocessing.parent_process() is not None:
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        ignore_stop_signals()
     return make_env()
 
 
@@ -73,15 +99,12 @@ def _kill(processes: list) -> None:
 class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
         shielded = functools.partial(_shielded, make_env)
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the spawned workers
-        try:
+        with stop_signals_blocked():
             self.workers = [
                 gym.vector.AsyncVectorEnv([shielded], shared_memory=True, copy=False, context="spawn",
                                           autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
                 for _ in range(num_envs)
             ]
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         # Workers ignore SIGTERM, so multiprocessing's and Gymnasium's own exit clean-up (terminate, then join)
         # would wait forever on a run that ends without close(): kill them first.
         self._finalizer = weakref.finalize(self, _kill, [w.processes[0] for w in self.workers])
@@ -142,13 +165,7 @@ class EnvWorkers:
             yield
         except BROKEN:
             self.dead.add(i)
-            process = self.workers[i].processes[0]
-            process.join(timeout=1.0)
-            code = process.exitcode
-            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-            raise WorkerDied(f"env worker {i} (pid {process.pid}) died ({how}: the out-of-memory killer, or a kill); "
-                             "the last checkpoint is intact: continue with --resume auto, with fewer env.num_envs "
-                             "if memory ran out") from None
+            raise worker_died(i, self.workers[i].processes[0]) from None
 
     def _drain(self) -> None:
         """Read and drop every step in flight (also after a worker's error, which ends only its own step)."""

@@ -175,11 +175,21 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
         ("", ["env.backend=opengl"], "config key 'env.backend' must be one of mujoco, mujoco_warp, got 'opengl'"),
         ("", ["sac.updates_per_step=-0.5"], "config key 'sac.updates_per_step' must be in (0, 100] (fractions allowed"),
+        ("", ["env.num_envs=300"], "env.num_envs must be at most 256 with env.backend=mujoco, a process each; got 300: "
+                                   "lower it, or use env.backend=mujoco_warp for more"),
+        ("", ["env.warp_processes=0"],
+         "config key 'env.warp_processes' must be in [1, 1024] or null (null = one per core"),
     ],
 )
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
     with pytest.raises(UserError, match=expected.replace("(", r"\(").replace("[", r"\[")):
         load_config(write(tmp_path, text), overrides)
+
+
+def test_warp_worlds_may_outnumber_worker_processes(tmp_path):
+    """A GPU steps thousands of MuJoCo Warp worlds; the OpenGL backend's 256 is a limit on processes."""
+    cfg = load_config(write(tmp_path, ""), ["env.backend=mujoco_warp", "env.num_envs=4096", "sac.buffer_size=1000000"])
+    assert cfg.env.num_envs == 4096
 
 
 def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():

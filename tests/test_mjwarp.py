@@ -12,6 +12,8 @@ Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs
 
 import csv
 import math
+import os
+import signal
 from types import SimpleNamespace
 
 import mujoco  # noqa: E402
@@ -24,10 +26,12 @@ from PIL import Image  # noqa: E402
 import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.mjwarp import make_task  # noqa: E402
+from envs.mjwarp import make_task, processes  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
+from envs.mjwarp.shards import WarpShards  # noqa: E402
 from envs.mjwarp.simulation import Simulation  # noqa: E402
 from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
+from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
 from trainer import checkpoint  # noqa: E402
@@ -39,8 +43,9 @@ CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasibl
 
 
 def warp_env(env_id: str, num_envs: int, *, pixels: bool = False, **env_overrides) -> WarpVectorEnv:
+    """The worlds in this process (its task and simulation at hand), unless `warp_processes` says otherwise."""
     cfg = Config()
-    cfg.env.id, cfg.env.num_envs, cfg.env.backend = env_id, num_envs, "mujoco_warp"
+    cfg.env.id, cfg.env.num_envs, cfg.env.backend, cfg.env.warp_processes = env_id, num_envs, "mujoco_warp", 1
     for key, value in env_overrides.items():
         setattr(cfg.env, key, value)
     return envs.make_batched_env(cfg.env, pixels, CPU)
@@ -342,6 +347,63 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
     torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
 
 
+# ---- worlds split over processes (the CPU) ------------------------------------------------------------------------
+@pytest.mark.parametrize("env_id, pixels, steps", [(CARTPOLE, True, 12), (FEASIBLE, False, 60)])
+def test_worlds_split_over_processes_step_exactly_as_in_one(env_id, pixels, steps):
+    """5 worlds in 2 processes (3 + 2) against the same 5 in this process, the same seed and actions: every output
+    of every step is bitwise the same, through autoresets (cartpole's frames, 4-step episodes) and through grasps,
+    drops and placements (dishwashing states, a noisy scripted policy)."""
+    limit = {"max_episode_steps": 4} if pixels else {}
+    one, split = (warp_env(env_id, 5, pixels=pixels, image_size=32, warp_processes=count, **limit) for count in (1, 2))
+    assert isinstance(split, WarpShards)
+    assert torch.equal(one.reset(seed=3), split.reset(seed=3))
+    rng = np.random.default_rng(1)
+    ended, grasped = torch.zeros(5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool)
+    for step in range(steps):
+        actions = torch.as_tensor(rng.uniform(-1.5, 1.5, (5, 1)) if pixels else noisy_script(one.obs.numpy(), rng),
+                                  dtype=torch.float32)
+        expected, got = one.step(lambda _: actions), split.step(lambda _: actions)
+        for name, a, b in zip(("actions", "obs", "reward", "terminated", "truncated"), expected, got):
+            assert torch.equal(a, b), f"step {step}: {name} differ"
+        ended |= expected[3] | expected[4]
+        grasped |= one.sim.eq_active.any(dim=1)
+    assert ended.any(), "episodes should end inside the test"
+    assert pixels or grasped.any(), "a dishwashing world should grasp the plate inside the test"
+    split.close()
+
+
+def test_a_warp_process_ignores_stop_signals_and_a_killed_one_is_a_one_line_error():
+    """The trainer handles SIGTERM for the processes (they ignore it and keep stepping); one killed is WorkerDied,
+    naming it, and close ends the rest."""
+    env = warp_env(CARTPOLE, 4, warp_processes=2)
+    env.reset(seed=0)
+    first, second = env._processes
+    os.kill(first.pid, signal.SIGTERM)
+    env.step(constant(np.zeros((4, 1))))
+    assert first.is_alive(), "a warp process should ignore SIGTERM: the trainer stops it"
+    os.kill(second.pid, signal.SIGKILL)
+    second.join()
+    died = rf"^env worker 1 \(pid {second.pid}\) died \(killed by signal 9.*--resume auto"
+    with pytest.raises(WorkerDied, match=died):
+        env.step(constant(np.zeros((4, 1))))
+    env.close()
+    assert not first.is_alive()
+
+
+def test_warp_processes_are_one_per_core_on_the_cpu_and_one_on_a_gpu():
+    cfg = Config().env
+    cfg.num_envs = 64
+    assert processes(cfg, CPU) == len(os.sched_getaffinity(0))
+    cfg.num_envs = 1
+    assert processes(cfg, CPU) == 1, "at most one per world"
+    cfg.num_envs, cfg.warp_processes = 64, 3
+    assert processes(cfg, CPU) == 3
+    with pytest.raises(UserError, match=r"`warp_processes` splits the worlds over CPU processes.*set it to 1 or null"):
+        processes(cfg, torch.device("cuda"))
+    cfg.warp_processes = None
+    assert processes(cfg, torch.device("cuda")) == 1
+
+
 def test_make_batched_env_rejects_what_it_cannot_run():
     cfg = Config()
     cfg.env.backend = "opengl"
@@ -418,8 +480,9 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
     world's state) places the plate in all of them: success rate 1, returns as the single env's; carrying the plate
     away succeeds in none. The clip is world 0's frames."""
     cfg = load_config(ROOT / "configs" / "dishwashing_feasible.yaml", [
-        "env.backend=mujoco_warp", "env.num_envs=2", "encoder.type=video", "env.image_size=32", "sac.hidden_dim=32",
-        "sac.feature_dim=16", "training.eval_episodes=3", "logging.progress=false", "logging.tensorboard=false",
+        "env.backend=mujoco_warp", "env.num_envs=2", "env.warp_processes=1", "encoder.type=video",
+        "env.image_size=32", "sac.hidden_dim=32", "sac.feature_dim=16", "training.eval_episodes=3",
+        "logging.progress=false", "logging.tensorboard=false",
         f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
     run = Trainer(cfg)
     eval_env = run.eval_env

@@ -31,11 +31,14 @@ from errors import UserError
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
 BACKENDS = ("mujoco", "mujoco_warp")  # envs.BACKENDS: tests/test_config.py holds them equal
+MAX_WORKERS = 256  # env.num_envs with the backend mujoco: a process and a renderer each
+MAX_WORLDS = 65536  # with mujoco_warp: worlds, for a large GPU
 # encoders.ARCHS: tests/test_config.py holds them equal
 VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
 PARAMETER_KEYS = {
     "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs",
+    "warp_processes": "env.warp_processes",
     "capacity": "sac.buffer_size",
     "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
     "preset": "encoder.video.preset", "input_size": "encoder.video.input_size", "freeze": "encoder.video.freeze",
@@ -88,11 +91,14 @@ class EnvConfig:
     max_episode_steps: int | None = setting(None, ge=1, le=MILLION, note="null = the task's own limit")
     render_shadow_size: int = setting(512, ge=1, le=16384)  # MuJoCo's default 4096 costs ~7x in software rendering
     render_offsamples: int = setting(0, ge=0, le=16)  # multisample anti-aliasing samples; 0 is fastest
-    # parallel env worker processes (frames through shared memory); resume is exact only for 1
-    num_envs: int = setting(1, ge=1, le=256)
+    # parallel envs: worker processes (frames through shared memory; resume is exact only for 1), or MuJoCo Warp worlds
+    num_envs: int = setting(1, ge=1, le=MAX_WORLDS)
     # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
     # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
     backend: str = setting("mujoco", choices=BACKENDS)
+    # mujoco_warp on the CPU: the worlds split over this many processes, a core each (Warp runs a CPU kernel on one
+    # thread); null = one per core, at most num_envs. A GPU steps every world in one process (null or 1)
+    warp_processes: int | None = setting(None, ge=1, le=1024, note="null = one per core")
 
 
 @dataclass
@@ -501,6 +507,9 @@ def _check_value(key: str, value, rule) -> None:
 def _check_cross_keys(cfg: Config) -> None:
     env, sac, video = cfg.env, cfg.sac, cfg.encoder.video
     pixels = cfg.encoder.type == "video"
+    if env.backend == "mujoco" and env.num_envs > MAX_WORKERS:
+        raise UserError(f"env.num_envs must be at most {MAX_WORKERS} with env.backend=mujoco, a process each; got "
+                        f"{env.num_envs}: lower it, or use env.backend=mujoco_warp for more")
     if sac.buffer_size // env.num_envs <= env.frame_stack + 1:
         raise UserError("sac.buffer_size must exceed env.num_envs * (env.frame_stack + 1) (a ring per env), "
                         f"got {sac.buffer_size}")

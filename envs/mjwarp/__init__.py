@@ -11,11 +11,14 @@ as dm_control does (the Gymnasium dishwashing env reads them one 2 ms physics st
 policy trained on one backend is not expected to transfer to the other unchanged.
 """
 
+import os
+
 import gymnasium as gym
 import torch
 
 from envs.mjwarp.cartpole import CartpoleSwingup
 from envs.mjwarp.dishwashing import Dishwashing
+from envs.mjwarp.shards import WarpShards
 from envs.mjwarp.vector import WarpVectorEnv
 from errors import UserError
 
@@ -33,8 +36,24 @@ def make_task(env_id: str, device: torch.device):
                     "(or use the `backend` mujoco)")
 
 
-def make_warp_env(cfg, pixels: bool, device: torch.device) -> WarpVectorEnv:
+def make_warp_env(cfg, pixels: bool, device: torch.device) -> WarpVectorEnv | WarpShards:
     """`cfg.num_envs` worlds of the task `cfg.id` (`cfg` the env config section); frame stacks when `pixels`, state
-    vectors otherwise."""
+    vectors otherwise. On the CPU the worlds are split over `processes(cfg, device)` processes
+    (envs/mjwarp/shards.py)."""
     device = torch.device(device)
-    return WarpVectorEnv(make_task(cfg.id, device), cfg, num_envs=cfg.num_envs, pixels=pixels, device=device)
+    task, count = make_task(cfg.id, device), processes(cfg, device)
+    if count > 1:
+        return WarpShards(task, cfg, pixels=pixels, processes=count)
+    return WarpVectorEnv(task, cfg, num_envs=cfg.num_envs, pixels=pixels, device=device)
+
+
+def processes(cfg, device: torch.device) -> int:
+    """`cfg.warp_processes` resolved: on the CPU as set, or one per core the process may use (null); at most one per
+    world. On a GPU one process steps every world."""
+    if device.type != "cpu":
+        if cfg.warp_processes not in (None, 1):
+            raise UserError("`warp_processes` splits the worlds over CPU processes; on a GPU one process steps them "
+                            "all: set it to 1 or null")
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cfg.warp_processes or cores, cfg.num_envs)

@@ -38,16 +38,11 @@ class WarpVectorEnv:
         # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
         self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
-        camera = _camera_index(task.mjm, env_cfg.camera) if pixels else None
+        camera = camera_index(task.mjm, env_cfg.camera) if pixels else None
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
                               image_size=env_cfg.image_size if pixels else None,
                               batched_model_fields=task.batched_model_fields, max_constraints=task.max_constraints)
-        if pixels:
-            size = env_cfg.image_size
-            self.single_observation_space = gym.spaces.Box(0, 255, (env_cfg.frame_stack, 3, size, size), np.uint8)
-        else:
-            self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (task.state_dim,), np.float32)
-        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (task.action_dim,), np.float32)
+        self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
         self.obs = torch.zeros((num_envs, *self.single_observation_space.shape),
                                dtype=torch.uint8 if pixels else torch.float32, device=self.device)
         self._pixels = pixels
@@ -149,7 +144,17 @@ def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.view(-1, *([1] * (like.dim() - 1)))
 
 
-def _camera_index(mjm, camera) -> int:
+def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+    """(one world's observation space, its action space): frame stacks or state vectors; actions in [-1, 1]."""
+    if pixels:
+        size = env_cfg.image_size
+        observation = gym.spaces.Box(0, 255, (env_cfg.frame_stack, 3, size, size), np.uint8)
+    else:
+        observation = gym.spaces.Box(-np.inf, np.inf, (task.state_dim,), np.float32)
+    return observation, gym.spaces.Box(-1.0, 1.0, (task.action_dim,), np.float32)
+
+
+def camera_index(mjm, camera) -> int:
     """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
     when the task sets no free camera)."""
     from envs.pixels import resolve_camera

@@ -1,0 +1,172 @@
+"""MuJoCo Warp worlds on the CPU split over processes, one core each: WarpVectorEnv's interface, torch tensors on the
+CPU in and out (envs/mjwarp/vector.py gives the shapes).
+
+Why processes: Warp runs a CPU kernel as a serial loop on one thread (NVIDIA/warp#1309), so the worlds of one process
+use one core however many there are; and its CPU tile kernels keep their shared storage in static variables
+(warp/native/tile.h), so threads of one process cannot step worlds side by side safely. Each process here runs a
+WarpVectorEnv of a contiguous block of worlds. Observations, actions, rewards and flags live in shared memory (torch
+tensors); a step is one message to every process and one answer from each, so the processes step together.
+
+World i gets the seed `seed + i` whichever process holds it, and a world's physics and frames do not depend on its
+neighbours (tests/test_mjwarp.py), so the split changes the speed, not the episodes: the worlds step exactly as in
+one process. Stop signals are the trainer's, as with the OpenGL workers (envs/workers.py): processes ignore them, a
+dead one is a one-line WorkerDied error, and `close` (or the exit) kills what does not end.
+"""
+
+import traceback
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.multiprocessing
+
+from envs.mjwarp.vector import TensorMap, WarpVectorEnv, camera_index, spaces
+from envs.workers import BROKEN, CLOSE_TIMEOUT_S, ignore_stop_signals, stop_signals_blocked, worker_died
+from errors import UserError
+
+CPU = torch.device("cpu")
+
+
+@dataclass
+class Shared:
+    """The env's tensors in shared memory, N rows each (one per world); a process writes its own rows only."""
+    obs: torch.Tensor  # uint8 (N, T, 3, H, W) or float32 (N, D): the worlds' current observations
+    actions: torch.Tensor  # float32 (N, A): the actions of the step asked for
+    taken: torch.Tensor  # float32 (N, A): those actions as the worlds took them (clamped to [-1, 1])
+    reward: torch.Tensor  # float32 (N,)
+    terminated: torch.Tensor  # bool (N,)
+    truncated: torch.Tensor  # bool (N,)
+
+
+class WarpShards:
+    def __init__(self, task, env_cfg, *, pixels: bool, processes: int):
+        """`task`: the batched task (read here for its spaces and flags; every process makes its own); `env_cfg`:
+        the config's env section, with `num_envs` worlds in all; `processes`: how many, at most `num_envs`."""
+        n = env_cfg.num_envs
+        self.num_envs, self.device, self.action_repeat = n, CPU, env_cfg.action_repeat
+        self.terminates_on_success, self.max_episode_steps = task.terminates_on_success, env_cfg.max_episode_steps
+        if pixels:
+            camera_index(task.mjm, env_cfg.camera)  # a camera the task lacks fails here, in this process
+        self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
+        observation, action = self.single_observation_space, self.single_action_space
+        self._shared = Shared(
+            obs=torch.zeros((n, *observation.shape), dtype=torch.uint8 if pixels else torch.float32),
+            actions=torch.zeros((n, *action.shape)), taken=torch.zeros((n, *action.shape)),
+            reward=torch.zeros(n), terminated=torch.zeros(n, dtype=torch.bool),
+            truncated=torch.zeros(n, dtype=torch.bool))
+        for tensor in vars(self._shared).values():
+            tensor.share_memory_()
+        self.obs = self._shared.obs  # as WarpVectorEnv.obs: the worlds' observations themselves
+        self._observed = None  # what `observe` made of self.obs; None after `reset(seed)`, until a step observes it
+        context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
+        self._processes, self._pipes = [], []
+        with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
+            for rows in np.array_split(np.arange(n), processes):
+                pipe, their_end = context.Pipe()
+                process = context.Process(target=_serve, args=(env_cfg, pixels, int(rows[0]), len(rows),
+                                                               self._shared, their_end), daemon=True)
+                process.start()
+                their_end.close()  # so that a dead process's pipe reads as broken here
+                self._processes.append(process)
+                self._pipes.append(pipe)
+        # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
+        # a run that ends without close(): kill them first
+        self._finalizer = weakref.finalize(self, _kill, self._processes)
+        self._call("ready")
+
+    def reset(self, seed: int) -> torch.Tensor:
+        """World i starts an episode from `seed + i` (its first); returns the observations."""
+        self._call("reset", seed)
+        self._observed = None
+        return self.obs.clone()
+
+    def step(self, act: TensorMap, observe: TensorMap = torch.clone):
+        """One agent step of every world, as WarpVectorEnv.step."""
+        if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
+            self._observed = observe(self.obs)
+        self._shared.actions.copy_(torch.as_tensor(act(self._observed), dtype=torch.float32))
+        self._call("step")
+        self._observed = observe(self.obs)
+        shared = self._shared
+        return (shared.taken.clone(), self._observed, shared.reward.clone(), shared.terminated.clone(),
+                shared.truncated.clone())
+
+    def _call(self, command: str, seed: int | None = None) -> None:
+        """`command` to every process (none for "ready": their first answer), then every answer: all step at once."""
+        for i, pipe in enumerate(self._pipes):
+            if command != "ready":
+                self._guarded(i, pipe.send, (command, seed))
+        for i, pipe in enumerate(self._pipes):
+            kind, text = self._guarded(i, pipe.recv)
+            if kind == "user_error":
+                raise UserError(text)
+            if kind == "error":
+                raise RuntimeError(f"MuJoCo Warp process {i} failed:\n{text}")
+
+    def _guarded(self, i: int, call, *args):
+        try:
+            return call(*args)
+        except BROKEN:
+            raise worker_died(i, self._processes[i]) from None
+
+    def close(self) -> None:
+        """End every process: asked to, or killed when it does not end (or has died)."""
+        for pipe in self._pipes:
+            try:
+                pipe.send(("close", None))
+            except BROKEN:
+                pass
+        for process in self._processes:
+            process.join(timeout=CLOSE_TIMEOUT_S)
+        self._finalizer()
+
+
+def _kill(processes: list) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _serve(env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) -> None:
+    """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
+    ignore_stop_signals()
+    torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
+    from envs.mjwarp import make_task
+
+    rows = slice(first, first + count)
+    try:
+        env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels, device=CPU)
+    except Exception as error:
+        pipe.send(_failure(error))
+        return
+    pipe.send(("ok", None))
+    while True:
+        try:
+            command, seed = pipe.recv()
+        except BROKEN:  # the trainer is gone (killed): nothing left to serve
+            return
+        if command == "close":
+            return
+        try:
+            if command == "reset":
+                env.reset(seed + first)
+            else:
+                taken, _, reward, terminated, truncated = env.step(lambda _: shared.actions[rows],
+                                                                   observe=lambda obs: obs)
+                for out, value in ((shared.taken, taken), (shared.reward, reward),
+                                   (shared.terminated, terminated), (shared.truncated, truncated)):
+                    out[rows] = value
+            shared.obs[rows] = env.obs
+            answer = ("ok", None)
+        except Exception as error:
+            answer = _failure(error)
+        pipe.send(answer)
+
+
+def _failure(error: Exception) -> tuple[str, str]:
+    """What a process answers for an error: a UserError's one line, else the traceback."""
+    if isinstance(error, UserError):
+        return "user_error", str(error)
+    return "error", "".join(traceback.format_exception(error))
