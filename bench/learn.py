@@ -5,7 +5,8 @@ it, success rate) against agent steps.
     python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
 Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
-each), so the same command run again continues every seed from its newest checkpoint (runs longer than a session).
+and MuJoCo Warp processes each), so the same command run again continues every seed from its newest checkpoint
+(runs longer than a session).
 Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training
 seconds; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
@@ -57,7 +58,9 @@ def main() -> None:
                        "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
                        "--set", f"checkpoint.dir={out / 'checkpoints'}",
                        "--set", f"logging.tensorboard_dir={out / 'runs'}",
-                       "--set", "logging.progress=false", *sum((["--set", s] for s in args.set), [])]
+                       "--set", "logging.progress=false",
+                       # MuJoCo Warp on the CPU: the seed's share of the cores, as for torch's threads
+                       "--set", f"env.warp_processes={threads}", *sum((["--set", s] for s in args.set), [])]
             log = open(out / f"seed{seed}.log", "a")
             running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
         for seed, (proc, start, log) in list(running.items()):

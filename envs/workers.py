@@ -65,14 +65,18 @@ def ignore_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def worker_died(index: int, process) -> WorkerDied:
-    """The one-line error for worker `index` (a multiprocessing process) found dead: how it ended, what to do."""
+def how_it_ended(process) -> str:
+    """How a dead worker process (a multiprocessing process) ended: its signal or exit status."""
     process.join(timeout=1.0)
     code = process.exitcode
-    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-    return WorkerDied(f"env worker {index} (pid {process.pid}) died ({how}: the out-of-memory killer, or a kill); "
-                      "the last checkpoint is intact: continue with --resume auto, with fewer env.num_envs "
-                      "if memory ran out")
+    return f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+
+
+def worker_died(index: int, process, *, fewer: str = "num_envs") -> WorkerDied:
+    """The one-line error for worker `index` found dead mid-run; `fewer`: the parameter that lowers its memory."""
+    return WorkerDied(f"env worker {index} (pid {process.pid}) died ({how_it_ended(process)}: the out-of-memory "
+                      f"killer, or a kill); the last checkpoint is intact: continue with --resume auto, with fewer "
+                      f"`{fewer}` if memory ran out")
 
 
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:

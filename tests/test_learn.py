@@ -28,6 +28,8 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
         "eval every 2 episodes of 15 steps x action repeat 8")
     with Image.open(tmp_path / "learn.png") as png:
         assert png.format == "PNG"
+    resolved = (tmp_path / "seed1.log").read_text()
+    assert "warp_processes: 1\n" in resolved, "a seed per core (the default --parallel): one MuJoCo Warp process each"
 
 
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):

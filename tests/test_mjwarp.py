@@ -13,7 +13,10 @@ Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs
 import csv
 import math
 import os
+import re
 import signal
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import mujoco  # noqa: E402
@@ -26,7 +29,7 @@ from PIL import Image  # noqa: E402
 import envs  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.mjwarp import make_task, processes  # noqa: E402
+from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.shards import WarpShards  # noqa: E402
 from envs.mjwarp.simulation import Simulation  # noqa: E402
@@ -350,19 +353,26 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
 # ---- worlds split over processes (the CPU) ------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id, pixels, steps", [(CARTPOLE, True, 12), (FEASIBLE, False, 60)])
 def test_worlds_split_over_processes_step_exactly_as_in_one(env_id, pixels, steps):
-    """5 worlds in 2 processes (3 + 2) against the same 5 in this process, the same seed and actions: every output
-    of every step is bitwise the same, through autoresets (cartpole's frames, 4-step episodes) and through grasps,
-    drops and placements (dishwashing states, a noisy scripted policy)."""
+    """5 worlds in 2 processes (3 + 2) against the same 5 in this process, the same seeds, and actions computed from
+    the observations each env hands `act`: every output of every step is bitwise the same, through autoresets
+    (cartpole's frames, 4-step episodes), grasps, drops and placements (dishwashing states, a noisy scripted policy),
+    and a reset mid-episode with a new seed."""
     limit = {"max_episode_steps": 4} if pixels else {}
     one, split = (warp_env(env_id, 5, pixels=pixels, image_size=32, warp_processes=count, **limit) for count in (1, 2))
     assert isinstance(split, WarpShards)
-    assert torch.equal(one.reset(seed=3), split.reset(seed=3))
     rng = np.random.default_rng(1)
     ended, grasped = torch.zeros(5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool)
     for step in range(steps):
-        actions = torch.as_tensor(rng.uniform(-1.5, 1.5, (5, 1)) if pixels else noisy_script(one.obs.numpy(), rng),
-                                  dtype=torch.float32)
-        expected, got = one.step(lambda _: actions), split.step(lambda _: actions)
+        if step in (0, steps * 2 // 3):
+            assert torch.equal(one.reset(seed=3 + step), split.reset(seed=3 + step)), f"step {step}: reset differs"
+        noise = rng.normal(0.0, 0.3, (5, one.single_action_space.shape[0]))
+
+        def act(observed: torch.Tensor) -> torch.Tensor:  # what the policy sees moves what it does
+            seen = observed.float().mean(dim=(1, 2, 3, 4))[:, None] / 64 - 1 if pixels else np.stack(
+                [scripted_action(state) for state in observed.numpy()])
+            return torch.as_tensor(np.asarray(seen) + noise, dtype=torch.float32)
+
+        expected, got = one.step(act), split.step(act)
         for name, a, b in zip(("actions", "obs", "reward", "terminated", "truncated"), expected, got):
             assert torch.equal(a, b), f"step {step}: {name} differ"
         ended |= expected[3] | expected[4]
@@ -386,14 +396,31 @@ def test_a_warp_process_ignores_stop_signals_and_a_killed_one_is_a_one_line_erro
     died = rf"^env worker 1 \(pid {second.pid}\) died \(killed by signal 9.*--resume auto"
     with pytest.raises(WorkerDied, match=died):
         env.step(constant(np.zeros((4, 1))))
+    with pytest.raises(RuntimeError, match="stopped at an earlier error"):  # not the first process's stale answer
+        env.step(constant(np.zeros((4, 1))))
     env.close()
     assert not first.is_alive()
+
+
+def test_a_process_that_ends_while_starting_is_a_one_line_error_pointing_at_its_own(tmp_path):
+    """A script without a __main__ guard: each spawned process re-runs it and fails before it serves. The script's
+    error names the process, says how it ended and where its own error is, and says what the script lacks."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom trainer.config import Config\n"
+                      "import envs\ncfg = Config().env\ncfg.backend, cfg.num_envs, cfg.warp_processes = "
+                      "'mujoco_warp', 2, 2\nenvs.make_batched_env(cfg, False, 'cpu')\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 1 and re.fullmatch(
+        r"envs\.workers\.WorkerDied: MuJoCo Warp process 0 \(pid \d+\) ended while starting \((exit status 1|killed "
+        r"by signal \d+)\); its error is printed above \(a script that builds the env itself needs an if __name__ == "
+        r"'__main__': guard\)", last), run.stderr[-2000:]
 
 
 def test_warp_processes_are_one_per_core_on_the_cpu_and_one_on_a_gpu():
     cfg = Config().env
     cfg.num_envs = 64
-    assert processes(cfg, CPU) == len(os.sched_getaffinity(0))
+    assert processes(cfg, CPU) == usable_cores()
     cfg.num_envs = 1
     assert processes(cfg, CPU) == 1, "at most one per world"
     cfg.num_envs, cfg.warp_processes = 64, 3
@@ -402,6 +429,19 @@ def test_warp_processes_are_one_per_core_on_the_cpu_and_one_on_a_gpu():
         processes(cfg, torch.device("cuda"))
     cfg.warp_processes = None
     assert processes(cfg, torch.device("cuda")) == 1
+
+
+def test_a_cgroup_cpu_quota_caps_the_cores_counted(tmp_path):
+    """docker --cpus=1.5 writes "150000 100000" to cpu.max: 2 cores, whatever the host shows (a file of the real
+    format; this machine has no quota to read)."""
+    cpu_max, affinity = tmp_path / "cpu.max", len(os.sched_getaffinity(0))
+    cpu_max.write_text("150000 100000\n")
+    assert usable_cores(cpu_max) == min(2, affinity)
+    cpu_max.write_text("50000 100000\n")
+    assert usable_cores(cpu_max) == 1
+    cpu_max.write_text("max 100000\n")
+    assert usable_cores(cpu_max) == affinity
+    assert usable_cores(tmp_path / "absent") == affinity
 
 
 def test_make_batched_env_rejects_what_it_cannot_run():

@@ -180,8 +180,8 @@ class Trainer:
         """(eval env, eval camera or None): the ordinary single env with its own camera for the GIF, or with
         `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
         env, logging = self.cfg.env, self.cfg.logging
-        if self.eval_batched:
-            worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes)
+        if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
+            worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
             return make_batched_env(worlds, True, self.device), None
         eval_env = make_env(env, self.cfg.pixels)
         if not logging.eval_video:

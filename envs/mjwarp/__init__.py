@@ -11,7 +11,9 @@ as dm_control does (the Gymnasium dishwashing env reads them one 2 ms physics st
 policy trained on one backend is not expected to transfer to the other unchanged.
 """
 
+import math
 import os
+from pathlib import Path
 
 import gymnasium as gym
 import torch
@@ -25,6 +27,7 @@ from errors import UserError
 DISHWASHING_VARIANTS = {"Dishwashing-v0": "full", "DishwashingFeasible-v0": "feasible"}
 CARTPOLE_SWINGUP = "dm_control/cartpole-swingup-v0"
 TASKS = (CARTPOLE_SWINGUP, *DISHWASHING_VARIANTS)
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
 def make_task(env_id: str, device: torch.device):
@@ -55,5 +58,16 @@ def processes(cfg, device: torch.device) -> int:
             raise UserError("`warp_processes` splits the worlds over CPU processes; on a GPU one process steps them "
                             "all: set it to 1 or null")
         return 1
+    return min(cfg.warp_processes or usable_cores(), cfg.num_envs)
+
+
+def usable_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (`cpu_max`, "max 100000"
+    or "<quota> <period>" microseconds). A container limited with docker --cpus or a Kubernetes limit still shows
+    all of the host's cores in its affinity, and a process per host core would overrun its memory."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cfg.warp_processes or cores, cfg.num_envs)
+    try:
+        quota, period = cpu_max.read_text().split()
+        return max(1, min(cores, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):  # no cgroup v2 file here, or no quota ("max")
+        return cores

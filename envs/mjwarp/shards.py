@@ -13,6 +13,7 @@ one process. Stop signals are the trainer's, as with the OpenGL workers (envs/wo
 dead one is a one-line WorkerDied error, and `close` (or the exit) kills what does not end.
 """
 
+import time
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -22,7 +23,15 @@ import torch
 import torch.multiprocessing
 
 from envs.mjwarp.vector import TensorMap, WarpVectorEnv, camera_index, spaces
-from envs.workers import BROKEN, CLOSE_TIMEOUT_S, ignore_stop_signals, stop_signals_blocked, worker_died
+from envs.workers import (
+    BROKEN,
+    CLOSE_TIMEOUT_S,
+    WorkerDied,
+    how_it_ended,
+    ignore_stop_signals,
+    stop_signals_blocked,
+    worker_died,
+)
 from errors import UserError
 
 CPU = torch.device("cpu")
@@ -64,8 +73,9 @@ class WarpShards:
         with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
             for rows in np.array_split(np.arange(n), processes):
                 pipe, their_end = context.Pipe()
-                process = context.Process(target=_serve, args=(env_cfg, pixels, int(rows[0]), len(rows),
-                                                               self._shared, their_end), daemon=True)
+                process = context.Process(target=_serve, daemon=True, kwargs={
+                    "env_cfg": env_cfg, "pixels": pixels, "first": int(rows[0]), "count": len(rows),
+                    "shared": self._shared, "pipe": their_end})
                 process.start()
                 their_end.close()  # so that a dead process's pipe reads as broken here
                 self._processes.append(process)
@@ -73,6 +83,7 @@ class WarpShards:
         # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
         # a run that ends without close(): kill them first
         self._finalizer = weakref.finalize(self, _kill, self._processes)
+        self._failed = False  # a call failed: the processes' state and pipes are out of step for good
         self._call("ready")
 
     def reset(self, seed: int) -> torch.Tensor:
@@ -93,22 +104,34 @@ class WarpShards:
                 shared.truncated.clone())
 
     def _call(self, command: str, seed: int | None = None) -> None:
-        """`command` to every process (none for "ready": their first answer), then every answer: all step at once."""
-        for i, pipe in enumerate(self._pipes):
-            if command != "ready":
-                self._guarded(i, pipe.send, (command, seed))
-        for i, pipe in enumerate(self._pipes):
-            kind, text = self._guarded(i, pipe.recv)
+        """`command` to every process (none for "ready": their first answer), then every answer: all step at once.
+        Every answer is read before an error is raised, and a failed call fails every later one: a process left one
+        answer behind would otherwise answer the next call with this one's."""
+        if self._failed:
+            raise RuntimeError("this MuJoCo Warp env stopped at an earlier error; make a new one")
+        self._failed = True
+        if command != "ready":
+            for i, pipe in enumerate(self._pipes):
+                self._guarded(i, pipe.send, (command, seed), starting=False)
+        answers = [self._guarded(i, pipe.recv, starting=command == "ready") for i, pipe in enumerate(self._pipes)]
+        for i, (kind, text) in enumerate(answers):
             if kind == "user_error":
                 raise UserError(text)
             if kind == "error":
                 raise RuntimeError(f"MuJoCo Warp process {i} failed:\n{text}")
+        self._failed = False
 
-    def _guarded(self, i: int, call, *args):
+    def _guarded(self, i: int, call, *args, starting: bool):
+        """`call(*args)` on process i's pipe; a broken pipe is the process's death, as a one-line error."""
         try:
             return call(*args)
         except BROKEN:
-            raise worker_died(i, self._processes[i]) from None
+            process = self._processes[i]
+            if starting:  # not memory: its error (a script without a __main__ guard re-runs itself in the process)
+                raise WorkerDied(f"MuJoCo Warp process {i} (pid {process.pid}) ended while starting "
+                                 f"({how_it_ended(process)}); its error is printed above (a script that builds the "
+                                 "env itself needs an if __name__ == '__main__': guard)") from None
+            raise worker_died(i, process, fewer="warp_processes") from None
 
     def close(self) -> None:
         """End every process: asked to, or killed when it does not end (or has died)."""
@@ -117,8 +140,9 @@ class WarpShards:
                 pipe.send(("close", None))
             except BROKEN:
                 pass
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S  # one for all: P processes that hang cost 30 s, not P x 30 s
         for process in self._processes:
-            process.join(timeout=CLOSE_TIMEOUT_S)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
         self._finalizer()
 
 
@@ -129,7 +153,7 @@ def _kill(processes: list) -> None:
             process.join()
 
 
-def _serve(env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) -> None:
+def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) -> None:
     """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
@@ -162,7 +186,10 @@ def _serve(env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) 
             answer = ("ok", None)
         except Exception as error:
             answer = _failure(error)
-        pipe.send(answer)
+        try:
+            pipe.send(answer)
+        except BROKEN:  # the trainer is gone (killed) mid-step
+            return
 
 
 def _failure(error: Exception) -> tuple[str, str]:
