@@ -266,7 +266,8 @@ def _copy(env: DishwashingEnv) -> mujoco.MjData:
 def test_worlds_depend_only_on_their_seed():
     """Env A's worlds 1 and 2 and env B's worlds 0 and 1 share seeds (seed + i) and actions; A's world 0 and every
     other action differ. Over 5 steps with 2-step episodes (two autoresets), the shared worlds' frames, rewards and
-    flags are identical: neither a neighbour's seed nor its actions move a world. A reset frame fills the stack."""
+    flags are identical: neither a neighbour's seed nor its actions move a world. A reset frame fills the stack;
+    otherwise the stack shifts by one frame."""
     a = warp_env(CARTPOLE, 3, pixels=True, max_episode_steps=2)
     b = warp_env(CARTPOLE, 2, pixels=True, max_episode_steps=2)
     obs_a, obs_b = a.reset(seed=10), b.reset(seed=11)
@@ -275,6 +276,7 @@ def test_worlds_depend_only_on_their_seed():
     for step in range(5):
         shared = rng.uniform(-1, 1, (2, 1))
         own = rng.uniform(-1, 1, (1, 1))  # world 0 of A only
+        before = obs_a
         _, obs_a, reward_a, terminated_a, truncated_a = a.step(constant(np.vstack([own, shared])))
         _, obs_b, reward_b, terminated_b, truncated_b = b.step(constant(shared))
         torch.testing.assert_close(obs_a[1:], obs_b, rtol=0, atol=0)
@@ -283,6 +285,9 @@ def test_worlds_depend_only_on_their_seed():
         assert truncated_a.all() == (step % 3 == 1)  # steps 2 and 4 end episodes; the step after each is a reset
         if step % 3 == 2:  # a reset frame: the first frame fills the stack
             assert (reward_a == 0).all() and (obs_a == obs_a[:, -1:]).all()
+        else:
+            assert torch.equal(obs_a[:, :-1], before[:, 1:]), "the stack drops its oldest frame"
+            assert not torch.equal(obs_a[:, -1], before[:, -1]), "and ends with the new one"
 
 
 def test_frames_show_each_world():

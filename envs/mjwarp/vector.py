@@ -133,8 +133,8 @@ class WarpVectorEnv:
             return
         frame = self.sim.render()
         shifted = torch.cat([self.obs[:, 1:], frame[:, None]], dim=1)
-        filled = frame[:, None].expand_as(self.obs)
-        self.obs.copy_(torch.where(restarted[:, None, None, None, None], filled, shifted))
+        # a restarted world's stack is its first frame throughout; written in place, one pass over the stacks
+        torch.where(restarted[:, None, None, None, None], frame[:, None], shifted, out=self.obs)
 
     def close(self) -> None:
         """Nothing to stop: no processes, and MuJoCo Warp frees its arrays with the objects."""
