@@ -4,6 +4,7 @@ that never overwrite a run, and refusal of structurally incompatible configs."""
 
 import errno
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -223,8 +224,8 @@ def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
 
 def test_auto_never_reports_no_checkpoint_where_the_run_has_only_damaged_ones(tmp_path):
     save(tmp_path, step=10, episode=1)
-    for name in ("run_latest.pt", "run_ep1.pt"):
-        (tmp_path / name).write_bytes(os.urandom(2048))
+    for seed, name in enumerate(("run_latest.pt", "run_ep1.pt")):  # seeded: os.urandom's bytes at times began
+        (tmp_path / name).write_bytes(random.Random(seed).randbytes(2048))  # like a pickle header, and torch warned
     with pytest.raises(CheckpointError, match=r"none of the 2 checkpoints of run 'run' .* loads .*--start-over"):
         checkpoint.load_newest(tmp_path, "run")
 
