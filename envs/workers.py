@@ -88,12 +88,13 @@ def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
 
 
 def _force_close(worker: gym.vector.AsyncVectorEnv) -> None:
-    _kill(worker.processes)
+    kill_processes(worker.processes)
     worker._state = AsyncState.DEFAULT  # a pending call's answer never comes from a killed process
     worker.close(terminate=True)
 
 
-def _kill(processes: list) -> None:
+def kill_processes(processes: list) -> None:
+    """SIGKILL, then reap, every worker process still alive (workers ignore SIGTERM)."""
     for process in processes:
         if process.is_alive():
             process.kill()
@@ -111,7 +112,7 @@ class EnvWorkers:
             ]
         # Workers ignore SIGTERM, so multiprocessing's and Gymnasium's own exit clean-up (terminate, then join)
         # would wait forever on a run that ends without close(): kill them first.
-        self._finalizer = weakref.finalize(self, _kill, [w.processes[0] for w in self.workers])
+        self._finalizer = weakref.finalize(self, kill_processes, [w.processes[0] for w in self.workers])
         self.num_envs = num_envs
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space

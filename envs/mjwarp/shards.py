@@ -29,6 +29,7 @@ from envs.workers import (
     WorkerDied,
     how_it_ended,
     ignore_stop_signals,
+    kill_processes,
     stop_signals_blocked,
     worker_died,
 )
@@ -82,7 +83,7 @@ class WarpShards:
                 self._pipes.append(pipe)
         # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
         # a run that ends without close(): kill them first
-        self._finalizer = weakref.finalize(self, _kill, self._processes)
+        self._finalizer = weakref.finalize(self, kill_processes, self._processes)
         self._failed = False  # a call failed: the processes' state and pipes are out of step for good
         self._call("ready")
 
@@ -144,13 +145,6 @@ class WarpShards:
         for process in self._processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
         self._finalizer()
-
-
-def _kill(processes: list) -> None:
-    for process in processes:
-        if process.is_alive():
-            process.kill()
-            process.join()
 
 
 def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) -> None:
