@@ -302,6 +302,19 @@ def test_frames_show_each_world():
                 assert (frames[i] - frames[j]).abs().mean() > 0.1, f"worlds {i} and {j} rendered the same frame"
 
 
+@pytest.mark.parametrize("config", ["dmc/cartpole_swingup.yaml", "dishwashing_video.yaml"])
+def test_the_backend_picture_shows_each_state_through_both_renderers(config):
+    """scripts/backend_frames.py (docs/warp_frames.png): each ray-traced frame is nearer the OpenGL frame of its own
+    state than that of any other moment (the positions were copied, not some other state's), and the ray-traced sky
+    is black where OpenGL draws its skybox."""
+    from scripts.backend_frames import frame_pairs
+
+    rasterised, traced = frame_pairs(config, moments=3, seed=0)
+    distance = np.array([[np.abs(gl.astype(int) - warp.astype(int)).mean() for warp in traced] for gl in rasterised])
+    assert (distance.argmin(axis=1) == np.arange(3)).all(), distance
+    assert all(warp[0].max() == 0 and gl[0].min() > 0 for gl, warp in zip(rasterised, traced)), "top rows: sky"
+
+
 def test_an_episode_restarts_from_its_world_seed_and_episode_count():
     """NEXT_STEP autoreset on termination: the scripted policy places the plate in both worlds (success terminates
     with reward 0); the next step returns each world's second start (reward 0, no flags), unlike its first (a

@@ -1,0 +1,91 @@
+"""Show what differs between the two backends' frames: the same states rasterised by OpenGL (`env.backend: mujoco`)
+and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`), at the configs' camera and resolution. For each task, an
+episode runs in the ordinary env (dishwashing: the scripted policy; cartpole: a push that flips every
+`PUSH_STEPS` steps, so the pole swings); at evenly spaced moments its positions are copied into one MuJoCo Warp world,
+which renders them too. Rows: per task, OpenGL then MuJoCo Warp; columns: the moments. Pixels are enlarged without
+smoothing.
+
+    python3 scripts/backend_frames.py [--out docs/warp_frames.png]
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from trainer.config import load_config  # noqa: E402
+from trainer.headless import configure  # noqa: E402
+
+configure()  # before mujoco is imported
+
+from envs import make_env  # noqa: E402
+from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from envs.mjwarp import make_task  # noqa: E402
+from envs.mjwarp.simulation import Simulation  # noqa: E402
+from envs.mjwarp.vector import camera_index  # noqa: E402
+from envs.pixels import mujoco_handles  # noqa: E402
+from scripts.frame_grid import join  # noqa: E402
+
+PUSH_STEPS = 12  # agent steps between the cartpole push's flips: about the pole's swing at action repeat 8
+CPU = torch.device("cpu")
+
+
+def push(env, step: int) -> np.ndarray:
+    return np.full(env.action_space.shape, 1.0 if (step // PUSH_STEPS) % 2 == 0 else -1.0, dtype=np.float32)
+
+
+def scripted(env, step: int) -> np.ndarray:
+    return scripted_action(env.unwrapped.observation())
+
+
+POLICIES = {"dmc/cartpole_swingup.yaml": push, "dishwashing_video.yaml": scripted}  # config -> (env, step) -> action
+
+
+def frame_pairs(config: str, *, moments: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(OpenGL frames, MuJoCo Warp frames) of the same `moments` states of one episode, uint8 (H, W, 3) each."""
+    cfg = load_config(ROOT / "configs" / config, [])
+    env = make_env(cfg.env, True)
+    task = make_task(cfg.env.id, CPU)
+    sim = Simulation(task.mjm, num_worlds=1, device=CPU, camera=camera_index(task.mjm, cfg.env.camera),
+                     image_size=cfg.env.image_size, max_constraints=task.max_constraints)
+    _, data, _ = mujoco_handles(env)
+    obs, _ = env.reset(seed=seed)
+    states, frames, done = [data().qpos.copy()], [obs[-1].transpose(1, 2, 0)], False
+    while not done:
+        obs, _, terminated, truncated, _ = env.step(POLICIES[config](env, len(states)))
+        states.append(data().qpos.copy())
+        frames.append(obs[-1].transpose(1, 2, 0))
+        done = terminated or truncated
+    env.close()
+    picks = np.linspace(0, len(states) - 1, moments).round().astype(int)
+    traced = []
+    for i in picks:
+        sim.qpos[0] = torch.as_tensor(states[i], dtype=torch.float32)
+        sim.sync()
+        traced.append(sim.render()[0].permute(1, 2, 0).numpy().copy())
+    return [frames[i] for i in picks], traced
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "warp_frames.png"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--moments", type=int, default=5, help="columns: evenly spaced steps, first and last included")
+    parser.add_argument("--scale", type=int, default=2, help="pixel enlargement for viewing")
+    args = parser.parse_args()
+
+    enlarge = np.ones((args.scale, args.scale, 1), np.uint8)
+    rows = [join([np.kron(frame, enlarge) for frame in frames], axis=1)
+            for config in POLICIES for frames in frame_pairs(config, moments=args.moments, seed=args.seed)]
+    Image.fromarray(join(rows, axis=0)).save(args.out, optimize=True)
+    print(f"wrote {args.out}: rows {', '.join(f'{c} OpenGL, {c} MuJoCo Warp' for c in POLICIES)}")
+
+
+if __name__ == "__main__":
+    main()
