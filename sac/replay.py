@@ -34,10 +34,11 @@ ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot a
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host tensor to `device` without blocking the host: CUDA copies go through pinned memory."""
+    """`tensor` on `device`. Host to CUDA without blocking the host, through pinned memory; CUDA to host blocks,
+    because a non-blocking copy to the host returns before its bytes arrive (frames on the GPU, learner on the CPU)."""
     if device.type == "cuda" and tensor.device.type == "cpu":
         tensor = tensor.pin_memory()
-    return tensor.to(device, non_blocking=True)
+    return tensor.to(device, non_blocking=device.type == "cuda")
 
 
 def to_host(values) -> np.ndarray:

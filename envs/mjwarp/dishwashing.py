@@ -14,7 +14,7 @@ from envs.mjwarp import random
 
 
 def _quat_conjugate(q: torch.Tensor) -> torch.Tensor:
-    return q * q.new_tensor([1.0, -1.0, -1.0, -1.0])
+    return torch.cat([q[..., :1], -q[..., 1:]], dim=-1)  # no constant tensor: on CUDA one would sync the host
 
 
 def _quat_multiply(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
