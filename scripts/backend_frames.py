@@ -9,6 +9,7 @@ smoothing.
 """
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,11 +25,8 @@ from trainer.headless import configure  # noqa: E402
 
 configure()  # before mujoco is imported
 
-from envs import make_env  # noqa: E402
+from envs import make_batched_env, make_env  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.mjwarp import make_task  # noqa: E402
-from envs.mjwarp.simulation import Simulation  # noqa: E402
-from envs.mjwarp.vector import camera_index  # noqa: E402
 from envs.pixels import mujoco_handles  # noqa: E402
 from scripts.frame_grid import join  # noqa: E402
 
@@ -51,9 +49,8 @@ def frame_pairs(config: str, *, moments: int, seed: int) -> tuple[list[np.ndarra
     """(OpenGL frames, MuJoCo Warp frames) of the same `moments` states of one episode, uint8 (H, W, 3) each."""
     cfg = load_config(ROOT / "configs" / config, [])
     env = make_env(cfg.env, True)
-    task = make_task(cfg.env.id, CPU)
-    sim = Simulation(task.mjm, num_worlds=1, device=CPU, camera=camera_index(task.mjm, cfg.env.camera),
-                     image_size=cfg.env.image_size, max_constraints=task.max_constraints)
+    world = dataclasses.replace(cfg.env, backend="mujoco_warp", num_envs=1, warp_processes=1)
+    sim = make_batched_env(world, True, CPU).sim  # the simulation the backend renders through, built as it builds it
     _, data, _ = mujoco_handles(env)
     obs, _ = env.reset(seed=seed)
     states, frames, done = [data().qpos.copy()], [obs[-1].transpose(1, 2, 0)], False
