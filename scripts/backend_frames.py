@@ -1,9 +1,10 @@
 """Show what differs between the two backends' frames: the same states rasterised by OpenGL (`env.backend: mujoco`)
-and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`), at the configs' camera and resolution. For each task, an
+and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`), as it renders by default and with `env.warp_shadows` and
+`env.warp_skybox` on, at the configs' camera and resolution. For each task, an
 episode runs in the ordinary env (dishwashing: the scripted policy; cartpole: a push that flips every
-`PUSH_STEPS` steps, so the pole swings); at evenly spaced moments its positions are copied into one MuJoCo Warp world,
-which renders them too. Rows: per task, OpenGL then MuJoCo Warp; columns: the moments. Pixels are enlarged without
-smoothing.
+`PUSH_STEPS` steps, so the pole swings); at evenly spaced moments its positions are copied into a MuJoCo Warp world
+per look, which render them too. Rows: per task, OpenGL then the MuJoCo Warp looks; columns: the moments. Pixels are
+enlarged without smoothing.
 
     python3 scripts/backend_frames.py [--out docs/warp_frames.png]
 """
@@ -43,14 +44,17 @@ def scripted(env, step: int) -> np.ndarray:
 
 
 POLICIES = {"dmc/cartpole_swingup.yaml": push, "dishwashing_video.yaml": scripted}  # config -> (env, step) -> action
+LOOKS = {"MuJoCo Warp": {}, "MuJoCo Warp, shadows and skybox": {"warp_shadows": True, "warp_skybox": True}}
 
 
-def frame_pairs(config: str, *, moments: int, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(OpenGL frames, MuJoCo Warp frames) of the same `moments` states of one episode, uint8 (H, W, 3) each."""
+def backend_frames(config: str, *, moments: int, seed: int) -> dict[str, list[np.ndarray]]:
+    """The same `moments` states of one episode as "OpenGL" and each of LOOKS renders them, uint8 (H, W, 3) each."""
     cfg = load_config(ROOT / "configs" / config, [])
     env = make_env(cfg.env, True)
-    world = dataclasses.replace(cfg.env, backend="mujoco_warp", num_envs=1, warp_processes=1)
-    sim = make_batched_env(world, True, CPU).sim  # the simulation the backend renders through, built as it builds it
+    # the simulations the backend renders through, built as it builds them
+    sims = {look: make_batched_env(dataclasses.replace(cfg.env, backend="mujoco_warp", num_envs=1, warp_processes=1,
+                                                       **settings), True, CPU).sim
+            for look, settings in LOOKS.items()}
     _, data, _ = mujoco_handles(env)
     obs, _ = env.reset(seed=seed)
     states, frames, done = [data().qpos.copy()], [obs[-1].transpose(1, 2, 0)], False
@@ -61,12 +65,14 @@ def frame_pairs(config: str, *, moments: int, seed: int) -> tuple[list[np.ndarra
         done = terminated or truncated
     env.close()
     picks = np.linspace(0, len(states) - 1, moments).round().astype(int)
-    traced = []
-    for i in picks:
-        sim.qpos[0] = torch.as_tensor(states[i], dtype=torch.float32)
-        sim.sync()
-        traced.append(sim.render()[0].permute(1, 2, 0).numpy().copy())
-    return [frames[i] for i in picks], traced
+    shown = {"OpenGL": [frames[i] for i in picks]}
+    for look, sim in sims.items():
+        shown[look] = []
+        for i in picks:
+            sim.qpos[0] = torch.as_tensor(states[i], dtype=torch.float32)
+            sim.sync()
+            shown[look].append(sim.render()[0].permute(1, 2, 0).numpy().copy())
+    return shown
 
 
 def main() -> None:
@@ -78,10 +84,13 @@ def main() -> None:
     args = parser.parse_args()
 
     enlarge = np.ones((args.scale, args.scale, 1), np.uint8)
-    rows = [join([np.kron(frame, enlarge) for frame in frames], axis=1)
-            for config in POLICIES for frames in frame_pairs(config, moments=args.moments, seed=args.seed)]
+    rows, names = [], []
+    for config in POLICIES:
+        for look, frames in backend_frames(config, moments=args.moments, seed=args.seed).items():
+            rows.append(join([np.kron(frame, enlarge) for frame in frames], axis=1))
+            names.append(f"{config} {look}")
     Image.fromarray(join(rows, axis=0)).save(args.out, optimize=True)
-    print(f"wrote {args.out}: rows {', '.join(f'{c} OpenGL, {c} MuJoCo Warp' for c in POLICIES)}")
+    print(f"wrote {args.out}: rows {', '.join(names)}")
 
 
 if __name__ == "__main__":

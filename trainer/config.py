@@ -99,6 +99,11 @@ class EnvConfig:
     # mujoco_warp on the CPU: the worlds split over this many processes, a core each (Warp runs a CPU kernel on one
     # thread); null = one per core, at most num_envs. A GPU steps every world in one process (null or 1)
     warp_processes: int | None = setting(None, ge=1, le=1024, note="null = one per core")
+    # mujoco_warp's camera: ray-traced shadows from the model's shadow-casting lights, and its skybox texture where a
+    # ray hits nothing (black otherwise). Both nearer OpenGL's frames, at ~1.6x the render time of cartpole on the CPU
+    # (docs/warp.md#what-differs-from-envbackend-mujoco); off: MuJoCo Warp's own defaults
+    warp_shadows: bool = False
+    warp_skybox: bool = False
 
 
 @dataclass

@@ -14,6 +14,7 @@ Derived fields (x*, cvel, subtree_com) describe the positions after `sync` (see 
 """
 
 import contextlib
+from dataclasses import dataclass
 
 import mujoco
 import mujoco_warp as mjw
@@ -23,18 +24,26 @@ import warp as wp
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
 
 
+@dataclass(frozen=True)
+class Camera:
+    """What the renderer draws: the model's camera `index` at `size` x `size` pixels, with ray-traced `shadows` from
+    the shadow-casting lights and the model's `skybox` texture where a ray hits nothing (else black)."""
+    index: int
+    size: int
+    shadows: bool = False
+    skybox: bool = False
+
+
 class Simulation:
-    def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: int | None,
-                 image_size: int | None, batched_model_fields: tuple[str, ...] = (),
-                 max_constraints: int | None = None, graphs: bool = True):
-        """`camera` and `image_size` None: no renderer (state observations only). `max_constraints`: constraint rows
+    def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: Camera | None,
+                 batched_model_fields: tuple[str, ...] = (), max_constraints: int | None = None, graphs: bool = True):
+        """`camera` None: no renderer (state observations only). `max_constraints`: constraint rows
         per world (None: MuJoCo Warp's guess); rows beyond it are dropped, flagged in `overflow`. `graphs`: replay
         captured graphs (`_replay`), or False to launch directly, the reference the graphs are tested against."""
         self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
         wp.init()  # idempotent; device lookups need the runtime
         # by name: "cuda" without an index is the current GPU (wp.device_from_torch needs an index)
         self._wp_device = wp.get_device(str(self.device))
-        self.image_size = image_size
         self._stream = wp.Stream(self._wp_device) if self.device.type == "cuda" else None
         # MuJoCo Warp's solver loop needs conditional graph nodes on CUDA (a 12.4+ driver); else direct launches
         capturable = self.device.type != "cuda" or wp.is_conditional_graph_supported()
@@ -45,10 +54,10 @@ class Simulation:
             mujoco.mj_forward(mjm, reference)
             self.data = mjw.put_data(mjm, reference, nworld=num_worlds, njmax=max_constraints)
             self.render_context = None
-            if image_size is not None:
+            if camera is not None:
                 self.render_context = mjw.create_render_context(
-                    mjm, nworld=num_worlds, cam_res=(image_size, image_size), render_rgb=True, render_depth=False,
-                    cam_active=[camera])
+                    mjm, nworld=num_worlds, cam_res=(camera.size, camera.size), render_rgb=True, render_depth=False,
+                    cam_active=[camera.index], use_shadows=camera.shadows, render_skybox=camera.skybox)
         view = wp.to_torch
         d = self.data
         self.qpos, self.qvel, self.ctrl, self.act = view(d.qpos), view(d.qvel), view(d.ctrl), view(d.act)
@@ -61,9 +70,9 @@ class Simulation:
         self.overflow = view(d.overflow)
         self.eq_active0 = torch.as_tensor(mjm.eq_active0, dtype=torch.bool, device=self.device)
         self._pixel_bytes = None  # uint8 (N, H, W, 4) view of the renderer's output
-        if image_size is not None:
+        if camera is not None:
             packed = view(self.render_context.rgb_data).view(torch.uint8)
-            self._pixel_bytes = packed.view(num_worlds, image_size, image_size, 4)
+            self._pixel_bytes = packed.view(num_worlds, camera.size, camera.size, 4)
 
     @contextlib.contextmanager
     def scope(self):

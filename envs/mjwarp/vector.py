@@ -24,23 +24,23 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.mjwarp.simulation import Simulation
+from envs.mjwarp.simulation import Camera, Simulation
 
 TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 class WarpVectorEnv:
     def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device):
-        """`env_cfg`: the config's env section (image_size, camera, frame_stack, action_repeat, max_episode_steps);
-        `pixels`: frame stacks, else state vectors."""
+        """`env_cfg`: the config's env section (image_size, camera, warp_shadows, warp_skybox, frame_stack,
+        action_repeat, max_episode_steps); `pixels`: frame stacks, else state vectors."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
         # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
         self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
-        camera = camera_index(task.mjm, env_cfg.camera) if pixels else None
+        camera = Camera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
+                        shadows=env_cfg.warp_shadows, skybox=env_cfg.warp_skybox) if pixels else None
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
-                              image_size=env_cfg.image_size if pixels else None,
                               batched_model_fields=task.batched_model_fields, max_constraints=task.max_constraints)
         self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
         self.obs = torch.zeros((num_envs, *self.single_observation_space.shape),
