@@ -43,7 +43,8 @@ SLOTS_PER_ENV = 64  # replay slots per env ring: the ring wraps, which costs wha
 WARMUP_STEPS = 3
 
 
-def config(env_id: str, num_envs: int, image_size: int, backend: str, processes: int = 1, lit: bool = False) -> Config:
+def config(env_id: str, num_envs: int, image_size: int, backend: str, processes: int = 1, *,
+           lit: bool = False) -> Config:
     cfg = Config()
     cfg.env.id, cfg.env.num_envs, cfg.env.image_size, cfg.env.backend = env_id, num_envs, image_size, backend
     cfg.env.action_repeat, cfg.env.warp_processes = 1, processes
@@ -136,7 +137,7 @@ def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
             for lit in (False, True) if args.lit else (False,):
                 name = (f"warp_{n}" if processes == 1 else f"warp_{n}x{processes}") + ("_lit" if lit else "")
                 built = time.perf_counter()
-                contenders[name] = Warp(config(env_id, n, args.image_size, "mujoco_warp", processes, lit), device)
+                contenders[name] = Warp(config(env_id, n, args.image_size, "mujoco_warp", processes, lit=lit), device)
                 print(f"# {env_id} {name} built in {time.perf_counter() - built:.1f} s", file=sys.stderr, flush=True)
     for contender in contenders.values():
         for _ in range(WARMUP_STEPS):

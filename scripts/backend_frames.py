@@ -1,10 +1,9 @@
 """Show what differs between the two backends' frames: the same states rasterised by OpenGL (`env.backend: mujoco`)
-and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`), as it renders by default and with `env.warp_shadows` and
-`env.warp_skybox` on, at the configs' camera and resolution. For each task, an
-episode runs in the ordinary env (dishwashing: the scripted policy; cartpole: a push that flips every
-`PUSH_STEPS` steps, so the pole swings); at evenly spaced moments its positions are copied into a MuJoCo Warp world
-per look, which render them too. Rows: per task, OpenGL then the MuJoCo Warp looks; columns: the moments. Pixels are
-enlarged without smoothing.
+and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`) as it renders by default and with `env.warp_shadows` and
+`env.warp_skybox` on, at the configs' camera and resolution. For each task, an episode runs in the ordinary env
+(dishwashing: the scripted policy; cartpole: a push that flips every `PUSH_STEPS` steps, so the pole swings); at
+evenly spaced moments its positions are copied into a MuJoCo Warp world per look, which render them too. Rows: per
+task, OpenGL then the MuJoCo Warp looks; columns: the moments. Pixels are enlarged without smoothing.
 
     python3 scripts/backend_frames.py [--out docs/warp_frames.png]
 """

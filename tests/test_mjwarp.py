@@ -32,7 +32,7 @@ from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.shards import WarpShards  # noqa: E402
-from envs.mjwarp.simulation import Camera, Simulation  # noqa: E402
+from envs.mjwarp.simulation import Simulation, WarpCamera  # noqa: E402
 from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
 from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
@@ -228,13 +228,14 @@ def test_a_noisy_grasp_keeps_every_constraint_row():
     assert 64 < rows <= Dishwashing.max_constraints, "the grasps should need more rows than the default"
 
 
-def test_replayed_graphs_step_and_render_bitwise_as_the_launches_they_captured():
+@pytest.mark.parametrize("lit", [False, True])
+def test_replayed_graphs_step_and_render_bitwise_as_the_launches_they_captured(lit):
     """Physics, sync and render run as graphs captured once and replayed; twin simulations, one launching directly,
-    through noisy scripted grasps (contacts, the weld made and broken): the same state and frames (shadows and skybox
-    on), bit for bit."""
+    through noisy scripted grasps (contacts, the weld made and broken): the same state and frames, bit for bit, in
+    either look (shadows and skybox switch renderer kernels)."""
     task = Dishwashing("feasible", time_limit=100, device=CPU)
-    camera = Camera(index=mujoco.mj_name2id(task.mjm, mujoco.mjtObj.mjOBJ_CAMERA, "overview"), size=32, shadows=True,
-                    skybox=True)
+    camera = WarpCamera(index=mujoco.mj_name2id(task.mjm, mujoco.mjtObj.mjOBJ_CAMERA, "overview"), size=32,
+                        shadows=lit, skybox=lit)
     replayed, launched = (Simulation(task.mjm, num_worlds=4, device=CPU, camera=camera,
                                      batched_model_fields=task.batched_model_fields,
                                      max_constraints=task.max_constraints, graphs=graphs) for graphs in (True, False))
@@ -310,17 +311,18 @@ def test_the_backend_picture_shows_each_state_through_both_renderers(config):
     frame of its own state than that of any other moment (the positions were copied, not some other state's). By
     default the ray-traced sky is black where OpenGL draws its skybox; `env.warp_shadows` and `env.warp_skybox` draw
     one, and bring every frame nearer OpenGL's."""
-    from scripts.backend_frames import backend_frames
+    from scripts.backend_frames import LOOKS, backend_frames
 
     shown = backend_frames(config, moments=3, seed=0)
-    rasterised, plain, lit = shown["OpenGL"], shown["MuJoCo Warp"], shown["MuJoCo Warp, shadows and skybox"]
+    plain_look, lit_look = LOOKS
+    rasterised, plain, lit = shown["OpenGL"], shown[plain_look], shown[lit_look]
     gap = {look: np.array([[np.abs(gl.astype(int) - warp.astype(int)).mean() for warp in shown[look]]
-                           for gl in rasterised]) for look in ("MuJoCo Warp", "MuJoCo Warp, shadows and skybox")}
+                           for gl in rasterised]) for look in LOOKS}
     for look, distance in gap.items():
         assert (distance.argmin(axis=1) == np.arange(3)).all(), (look, distance)
     assert all(warp[0].max() == 0 and gl[0].min() > 0 for gl, warp in zip(rasterised, plain)), "top rows: no sky"
     assert all(warp[0].min() > 0 for warp in lit), "top rows: the skybox"
-    assert (gap["MuJoCo Warp, shadows and skybox"].diagonal() < gap["MuJoCo Warp"].diagonal()).all(), gap
+    assert (gap[lit_look].diagonal() < gap[plain_look].diagonal()).all(), gap
 
 
 def test_an_episode_restarts_from_its_world_seed_and_episode_count():

@@ -100,8 +100,8 @@ class EnvConfig:
     # thread); null = one per core, at most num_envs. A GPU steps every world in one process (null or 1)
     warp_processes: int | None = setting(None, ge=1, le=1024, note="null = one per core")
     # mujoco_warp's camera: ray-traced shadows from the model's shadow-casting lights, and its skybox texture where a
-    # ray hits nothing (black otherwise). Both on: frames nearly OpenGL's, at 0.71x the frames/s of cartpole and 0.80x
-    # of dishwashing on the CPU (docs/warp.md#shadows-and-skybox-what-they-cost); off: MuJoCo Warp's own defaults
+    # ray hits nothing (black otherwise). Both on: frames nearly OpenGL's, at 0.7-0.9x the frames/s on the CPU
+    # (docs/warp.md#shadows-and-skybox-what-they-cost); off: MuJoCo Warp's own defaults
     warp_shadows: bool = False
     warp_skybox: bool = False
 

@@ -6,7 +6,7 @@ dishwashing.py: reset, controls, reward, termination), vector.py (WarpVectorEnv:
 limits, autoreset; its docstring gives the shapes). Optional install: requirements-warp.txt.
 
 What differs from `env.backend: mujoco` (docs/warp.md): frames are ray-traced, not rasterised by OpenGL; no
-reflections, no anti-aliasing, and shadows and skybox only with `env.warp_shadows`, `env.warp_skybox`; positions
+reflections or multisampling, and shadows and skybox only with `env.warp_shadows`, `env.warp_skybox`; positions
 are read after the last physics step of an agent step, as dm_control does (the Gymnasium dishwashing env reads them
 one 2 ms physics step earlier); float32 physics. A policy trained on one backend is not expected to transfer to the
 other unchanged.

@@ -25,7 +25,7 @@ wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherw
 
 
 @dataclass(frozen=True)
-class Camera:
+class WarpCamera:
     """What the renderer draws: the model's camera `index` at `size` x `size` pixels, with ray-traced `shadows` from
     the shadow-casting lights and the model's `skybox` texture where a ray hits nothing (else black)."""
     index: int
@@ -35,7 +35,7 @@ class Camera:
 
 
 class Simulation:
-    def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: Camera | None,
+    def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: WarpCamera | None,
                  batched_model_fields: tuple[str, ...] = (), max_constraints: int | None = None, graphs: bool = True):
         """`camera` None: no renderer (state observations only). `max_constraints`: constraint rows
         per world (None: MuJoCo Warp's guess); rows beyond it are dropped, flagged in `overflow`. `graphs`: replay

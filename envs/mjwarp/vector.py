@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envs.mjwarp.simulation import Camera, Simulation
+from envs.mjwarp.simulation import Simulation, WarpCamera
 
 TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
@@ -38,7 +38,7 @@ class WarpVectorEnv:
         # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
         self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
-        camera = Camera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
+        camera = WarpCamera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
                         shadows=env_cfg.warp_shadows, skybox=env_cfg.warp_skybox) if pixels else None
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
                               batched_model_fields=task.batched_model_fields, max_constraints=task.max_constraints)
