@@ -97,6 +97,38 @@ def test_cartpole_matches_dm_control():
         assert errors[key] < tol, (key, errors[key])
 
 
+SATURATED_STEPS = 1000  # a whole episode: the cart hits both rail limits, the pole spins past 10 rad/s
+SATURATED_TOL = {"state": 1e-5, "reward": 1e-5}  # one step from the same float64 state; float32 rounding only
+
+
+def test_cartpole_steps_as_dm_control_under_saturated_actions():
+    """The regime trained policies live in (full throttle, held): from dm_control's state each step, MuJoCo Warp
+    takes the same +-1 action, held for 1-40 steps at a time, and lands where dm_control does, with the same reward,
+    while the cart slams into both rail limits and the pole spins at over 10 rad/s."""
+    env = warp_env(CARTPOLE, 1)
+    env.reset(seed=0)
+    reference = suite.load("cartpole", "swingup", task_kwargs={"random": 0})
+    reference.reset()
+    data, rng = reference.physics.data, np.random.default_rng(0)
+    errors, held, seen = {"state": 0.0, "reward": 0.0}, [], {"left": 0.0, "right": 0.0, "spin": 0.0}
+    for _ in range(SATURATED_STEPS):
+        env.sim.qpos[0], env.sim.qvel[0] = torch.as_tensor(data.qpos), torch.as_tensor(data.qvel)
+        env.sim.sync()
+        held = held or [rng.choice([-1.0, 1.0])] * rng.integers(1, 40)
+        action = np.array([[held.pop()]])
+        step = reference.step(action[0])
+        _, _, reward, _, _ = env.step(constant(action))
+        warp_state = torch.cat([env.sim.qpos[0], env.sim.qvel[0]]).numpy()
+        errors["state"] = max(errors["state"], np.abs(np.concatenate([data.qpos, data.qvel]) - warp_state).max())
+        errors["reward"] = max(errors["reward"], abs(step.reward - float(reward[0])))
+        seen = {"left": max(seen["left"], -data.qpos[0]), "right": max(seen["right"], data.qpos[0]),
+                "spin": max(seen["spin"], abs(data.qvel[1]))}
+    print("cartpole saturated max errors", errors, "reached", seen)
+    assert min(seen.values()) > 1.8 and seen["spin"] > 10, f"the actions did not reach the regime: {seen}"
+    for key, tol in SATURATED_TOL.items():
+        assert errors[key] < tol, (key, errors[key])
+
+
 DISHWASHING_STEPS, RELEASE_AT = 12, 6  # agent steps (20 physics steps each); the fingers open at step 6
 # float32 against float64: while the weld holds, positions (m, rad) and velocities (per s) agree closely; once the
 # plate drops onto the rack, impacts make velocities jump (a fraction of a physics step earlier or later is a large
@@ -383,13 +415,14 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
 def test_worlds_split_over_processes_step_exactly_as_in_one(env_id, pixels, steps):
     """5 worlds in 2 processes (3 + 2) against the same 5 in this process, the same seeds, and actions computed from
     the observations each env hands `act`: every output of every step is bitwise the same, through autoresets
-    (cartpole's frames, 4-step episodes), grasps, drops and placements (dishwashing states, a noisy scripted policy),
-    and a reset mid-episode with a new seed."""
+    (cartpole's frames, 4-step episodes; the step where every world resets calls no `act`), grasps, drops and
+    placements (dishwashing states, a noisy scripted policy), and a reset mid-episode with a new seed."""
     limit = {"max_episode_steps": 4} if pixels else {}
     one, split = (warp_env(env_id, 5, pixels=pixels, image_size=32, warp_processes=count, **limit) for count in (1, 2))
     assert isinstance(split, WarpShards)
     rng = np.random.default_rng(1)
     ended, grasped = torch.zeros(5, dtype=torch.bool), torch.zeros(5, dtype=torch.bool)
+    resets_only = 0
     for step in range(steps):
         if step in (0, steps * 2 // 3):
             assert torch.equal(one.reset(seed=3 + step), split.reset(seed=3 + step)), f"step {step}: reset differs"
@@ -400,13 +433,18 @@ def test_worlds_split_over_processes_step_exactly_as_in_one(env_id, pixels, step
                 [scripted_action(state) for state in observed.numpy()])
             return torch.as_tensor(np.asarray(seen) + noise, dtype=torch.float32)
 
-        expected, got = one.step(act), split.step(act)
+        calls = []  # which env asked for actions: neither does at a step where all 5 worlds reset
+        expected = one.step(lambda observed: calls.append("one") or act(observed))
+        got = split.step(lambda observed: calls.append("split") or act(observed))
         for name, a, b in zip(("actions", "obs", "reward", "terminated", "truncated"), expected, got):
             assert torch.equal(a, b), f"step {step}: {name} differ"
+        assert calls in ([], ["one", "split"]), f"step {step}: {calls}"
+        resets_only += not calls
         ended |= expected[3] | expected[4]
         grasped |= one.sim.eq_active.any(dim=1)
     assert ended.any(), "episodes should end inside the test"
     assert pixels or grasped.any(), "a dishwashing world should grasp the plate inside the test"
+    assert resets_only == (1 if pixels else 0), "cartpole's first 4-step episodes end in all 5 worlds together"
     split.close()
 
 
@@ -562,6 +600,64 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
     run.agent.act = lambda obs, sample: np.tile(np.array([[-1, 0, 0, 1]], np.float32), (len(obs), 1))
     assert run.evaluate()[1] == 0.0
     run.close()
+
+
+PIPELINE_STEPS = 40  # agent steps: 6 episodes of 6 steps, updates from step 10 on
+
+
+def test_one_warp_world_trains_bit_for_bit_as_the_ordinary_env_on_the_same_frames_and_rewards(tmp_path):
+    """Everything around the physics and the renderer is the same in both backends: a run with one MuJoCo Warp world
+    whose frames and rewards are replaced by those of an ordinary run of the same seed (one OpenGL env, MuJoCo C),
+    stepped side by side, stores the same replay and trains the same agent, bit for bit, through episode ends and
+    autoresets. What each run keeps its own: the trainer's path for its backend, the vector env's flags, resets and
+    returned actions, and the random numbers each draws (torch's global stream is swapped per run here)."""
+    def trainer(name: str, *extra: str) -> Trainer:
+        return Trainer(load_config(ROOT / "configs" / "dmc" / "cartpole_swingup.yaml", [
+            "profile=cpu", "env.image_size=32", "env.action_repeat=2", "env.max_episode_steps=6",
+            "training.seed_steps=10", "sac.batch_size=8", "sac.buffer_size=200", "sac.hidden_dim=32",
+            "sac.feature_dim=16", "training.eval_every_episodes=0", "logging.progress=false",
+            "logging.tensorboard=false", f"logging.tensorboard_dir={tmp_path / name}",
+            f"checkpoint.dir={tmp_path / name}", *extra]))
+
+    ordinary = trainer("ordinary")
+    rng = {"ordinary": torch.get_rng_state()}
+    warp = trainer("warp", "env.backend=mujoco_warp", "env.num_envs=1", "env.warp_processes=1")
+    rng["warp"] = torch.get_rng_state()
+    warp.env.obs.copy_(torch.as_tensor(ordinary.env.obs))  # its reset frames are the ordinary env's, in env and replay
+    warp.replay.frames[:] = ordinary.replay.frames
+    results = []  # the ordinary env's step results, in order, for the warp world to return instead of its own
+    ordinary_step, warp_step = ordinary.env.step, warp.env.step
+
+    def recording_step(act, observe=np.copy):
+        result = ordinary_step(act, observe)
+        results.append(result)
+        return result
+
+    def replaced_step(act, observe=torch.clone):
+        action, _, _, terminated, truncated = warp_step(act, observe)
+        _, obs, reward, expected_terminated, expected_truncated = results.pop(0)
+        assert terminated.tolist() == expected_terminated.tolist() and truncated.tolist() == expected_truncated.tolist()
+        warp.env.obs.copy_(torch.as_tensor(obs))
+        warp.env._observed = observe(warp.env.obs)
+        return action, warp.env._observed, torch.as_tensor(reward, dtype=torch.float32), terminated, truncated
+
+    ordinary.env.step, warp.env.step = recording_step, replaced_step
+    for _ in range(PIPELINE_STEPS):
+        for name, run in (("ordinary", ordinary), ("warp", warp)):
+            torch.set_rng_state(rng[name])
+            run.run(steps=1)
+            rng[name] = torch.get_rng_state()
+    assert ordinary.progress == warp.progress and ordinary.progress.episode == 6
+    for array in ("frames", "actions", "rewards", "terminated", "pos"):
+        assert np.array_equal(getattr(ordinary.replay, array), getattr(warp.replay, array)), array
+    assert warp.agent.updates == ordinary.agent.updates > 20
+    assert torch.equal(ordinary.agent.log_alpha, warp.agent.log_alpha)
+    expected, trained = ordinary.agent.state_dict(), warp.agent.state_dict()
+    for network in ("actor", "critic", "critic_target"):
+        for key, value in expected[network].items():
+            assert torch.equal(value, trained[network][key]), f"{network}.{key}"
+    for run in (ordinary, warp):
+        run.close()
 
 
 def test_a_frozen_trunk_stores_the_features_of_the_frames_the_warp_worlds_show(tmp_path):

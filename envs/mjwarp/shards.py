@@ -69,6 +69,7 @@ class WarpShards:
             tensor.share_memory_()
         self.obs = self._shared.obs  # as WarpVectorEnv.obs: the worlds' observations themselves
         self._observed = None  # what `observe` made of self.obs; None after `reset(seed)`, until a step observes it
+        self._resetting = torch.zeros(n, dtype=torch.bool)  # worlds whose next step returns their reset observation
         context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
         self._processes, self._pipes = [], []
         with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
@@ -91,14 +92,17 @@ class WarpShards:
         """World i starts an episode from `seed + i` (its first); returns the observations."""
         self._call("reset", seed)
         self._observed = None
+        self._resetting = torch.zeros(self.num_envs, dtype=torch.bool)
         return self.obs.clone()
 
     def step(self, act: TensorMap, observe: TensorMap = torch.clone):
         """One agent step of every world, as WarpVectorEnv.step."""
         if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
             self._observed = observe(self.obs)
-        self._shared.actions.copy_(torch.as_tensor(act(self._observed), dtype=torch.float32))
+        if not self._resetting.all():  # as WarpVectorEnv: a step where every world resets chooses no action
+            self._shared.actions.copy_(torch.as_tensor(act(self._observed), dtype=torch.float32))
         self._call("step")
+        self._resetting = self._shared.terminated | self._shared.truncated
         self._observed = observe(self.obs)
         shared = self._shared
         return (shared.taken.clone(), self._observed, shared.reward.clone(), shared.terminated.clone(),

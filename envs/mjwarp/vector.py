@@ -10,8 +10,10 @@ observations themselves (the next step overwrites it). Everything is a torch ten
     reward      float32 (N,), summed over action repeats
     terminated, truncated   bool (N,)
 Autoreset is NEXT_STEP, as with the workers: after an episode ends, the world's next result is its reset observation
-(its action ignored, reward 0, both flags false). World i starts its k-th episode from (seed + i, k) only
-(envs/mjwarp/random.py), whatever the other worlds do. There is no policy lag: all worlds step together.
+(its action ignored and returned as 0, reward 0, both flags false). A step where every world resets calls no `act`,
+as the single env's InProcessEnv does, so one world draws the same random numbers as one ordinary env. World i starts
+its k-th episode from (seed + i, k) only (envs/mjwarp/random.py), whatever the other worlds do. There is no policy
+lag: all worlds step together.
 
 One step: the task turns the actions into controls; `task.substeps` physics steps per task step, `action_repeat`
 task steps per agent step (a world that ends inside the repeat keeps its final state for its observation); positions
@@ -69,8 +71,11 @@ class WarpVectorEnv:
         """One agent step of every world; see the module docstring."""
         if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
             self._observed = observe(self.obs)
-        action = torch.as_tensor(act(self._observed), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
         resetting = self._resetting
+        if resetting.all():  # every world returns its reset observation: no action to choose (nor RNG to draw)
+            action = torch.zeros((self.num_envs, self.task.action_dim), dtype=torch.float32, device=self.device)
+        else:
+            action = torch.as_tensor(act(self._observed), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
         live = ~resetting
         reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
         terminated = torch.zeros_like(resetting)
@@ -101,7 +106,7 @@ class WarpVectorEnv:
         self._observe(resetting)
         self._resetting = terminated | truncated
         self._observed = observe(self.obs)
-        return action, self._observed, reward, terminated, truncated
+        return torch.where(resetting[:, None], 0.0, action), self._observed, reward, terminated, truncated
 
     def _over_agent_limit(self) -> torch.Tensor:
         if self.max_episode_steps is None:
