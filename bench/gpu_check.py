@@ -163,12 +163,14 @@ class Utilisation:
         while not self.done.wait(0.1):
             self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
 
-    def stop(self) -> float | None:
+    def stop(self, *, skip: float = 0.0) -> float | None:
+        """The mean, leaving out the first `skip` fraction of the samples (a training run's start and seed steps)."""
         if self.handle is None:
             return None
         self.done.set()
         self.thread.join()
-        return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
+        kept = self.samples[int(skip * len(self.samples)):]
+        return round(sum(kept) / len(kept), 1) if kept else None
 
 
 STOP_WAIT_S = 35.0  # what a training run stopped by SIGTERM gets to save and exit (Docker and most schedulers: 30 s)
@@ -192,9 +194,10 @@ class Budget:
 NOT_RUN = {"error": "not run: the --minutes budget was spent"}
 
 
-def run_row(kind: str, params: dict, timeout: float) -> dict:
-    """One row in a fresh Python process (its own CUDA context and peak memory); a crash or an out-of-memory
-    becomes the row's `error` instead of ending the check."""
+def run_row(kind: str, params: dict, *, limit_s: float, budget: Budget) -> dict:
+    """One row in a fresh Python process (its own CUDA context and peak memory), stopped after `limit_s` or when
+    the budget runs out; a crash, an out-of-memory or a stop becomes the row's `error` instead of ending the check."""
+    timeout = budget.left(limit_s)
     if timeout <= 0:
         return NOT_RUN
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gpu_check import {kind}; "
@@ -202,8 +205,9 @@ def run_row(kind: str, params: dict, timeout: float) -> dict:
     try:
         done = subprocess.run([sys.executable, "-c", code, json.dumps(params)], cwd=ROOT, capture_output=True,
                               text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired:  # a hang, or a row the budget's end cut short: the report says which
+        cause = "the --minutes budget ran out" if timeout < limit_s else "the row's time limit"
+        return {"error": f"stopped after {timeout:.0f} s: {cause}"}
     rows = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
     if done.returncode != 0 or not rows:
         lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
@@ -268,7 +272,10 @@ def evals(path: Path) -> list[dict]:
 
 
 def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
-    """Env steps/s while training (one update per step after the seed steps) with `workers` env processes."""
+    """Env steps/s while training (one update per step after the seed steps) with `workers` env processes, and the
+    GPU's utilisation meanwhile: the guide's figures are for training, where the GPU waits on the envs."""
+    import torch
+
     if wall_s <= 0:
         return NOT_RUN
     seed_steps = min(1000, env_steps // 3)
@@ -277,11 +284,13 @@ def env_row(config: str, device: str, workers: int, env_steps: int, overrides: d
                 "demos.path": "null",
                 "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
                 "sac.buffer_size": env_steps + 100, **overrides}
+    monitor = Utilisation(torch.device(device))
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(config, device, settings, wall_s=wall_s, workdir=Path(workdir))
+    later_half_util = monitor.stop(skip=0.5)
     rates = run["scalars"].get("train/env_steps_per_s", [])
     lengths = run["scalars"].get("train/episode_length", [])
-    row = {"workers": workers, "wall_s": run["wall_s"], "episodes": len(rates)}
+    row = {"workers": workers, "wall_s": run["wall_s"], "episodes": len(rates), "gpu_util_pct": later_half_util}
     if run.get("error") or not rates:
         return row | {"error": run.get("error", "no episode finished")}
     learning = rates[len(rates) // 2:] or rates  # the later half: past the seed steps, updates running
@@ -374,17 +383,17 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                 settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
                 record("updates", f"{name}@{batch}", run_row("update_row", {
                     "config": DMC, "device": device, "batch": batch, "seconds": size["row_s"], "settings": settings},
-                    timeout=budget.left(600)))
+                    limit_s=600, budget=budget))
     if "updates" in sections and device == "cuda":  # the same update on this machine's CPU, for the speed-up
         record("updates", "cpu_reference_simple2dcnn@128", run_row("update_row", {
             "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}},
-            timeout=budget.left(600)))
+            limit_s=600, budget=budget))
     if "variants" in sections:
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
         base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
             row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
-                                         "settings": base | flipped}, timeout=budget.left(900))
+                                         "settings": base | flipped}, limit_s=900, budget=budget)
             record("variants", name, row | {"batch": batch})
     if "envs" in sections:
         for config in (DISHWASHING, DMC):
@@ -402,7 +411,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                 for worlds in size["warp_worlds"]:
                     record("warp", f"{task}@{worlds}x{image_size}", run_row("warp_row", {
                         "env_id": WARP_TASKS[task], "device": device, "worlds": worlds, "image_size": image_size,
-                        "seconds": size["row_s"]}, timeout=budget.left(900)))
+                        "seconds": size["row_s"]}, limit_s=900, budget=budget))
     if "warp_learn" in sections:
         overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
@@ -414,9 +423,16 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
     """(claim, the guide's value, measured) for each claim the rows can answer."""
     updates, envs, warp = rows.get("updates", {}), rows.get("envs", {}), rows.get("warp", {})
 
-    def measured(key: str, field: str) -> str:
-        value = updates.get(key, {}).get(field)
-        return "n/a" if value is None else str(value)
+    def utilisation(encoder: str) -> str:
+        """Updates alone keep a GPU busy whatever the guide says of training: say which the number is."""
+        ran = {int(name.split("@")[1]): row["gpu_util_pct"] for name, row in updates.items()
+               if name.startswith(f"{encoder}@") and row.get("gpu_util_pct") is not None}
+        alone = f"updates alone: {ran[max(ran)]} at batch {max(ran)}" if ran else "updates alone: n/a"
+        return f"while training: not measured (envs rows train simple2dcnn); {alone}"
+
+    def training_utilisation() -> str:
+        shown = [f"{key}: {row['gpu_util_pct']}" for key, row in envs.items() if row.get("gpu_util_pct") is not None]
+        return ", ".join(shown) or "n/a"
 
     def peak(batch: int) -> str:
         values = {name: row.get("peak_memory_gb") for name, row in updates.items() if name.endswith(f"@{batch}")}
@@ -446,10 +462,10 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
             return f"not reached: best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min"
         return "n/a"
 
-    batch = max((int(name.split("@")[1]) for name in updates), default=0)
     return [
-        ("R3D18 GPU utilisation (%)", "40-60", measured(f"r3d18@{batch}", "gpu_util_pct")),
-        ("Simple3DCNN GPU utilisation (%)", "20-30", measured(f"simple3dcnn@{batch}", "gpu_util_pct")),
+        ("R3D18 GPU utilisation while training (%)", "40-60", utilisation("r3d18")),
+        ("Simple3DCNN GPU utilisation while training (%)", "20-30", utilisation("simple3dcnn")),
+        ("GPU utilisation while training, Simple2DCNN (%; below 20: CPU-bound)", ">= 20", training_utilisation()),
         ("VRAM at batch 256 (GB)", "4-6", peak(256)),
         ("VRAM at batch 512 (GB)", "8-12", peak(512)),
         ("dishwashing episodes/hour, Simple2DCNN", "~200", ", ".join(

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS
+from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS, Budget, claims, run_row
 from tests.conftest import ROOT
 from trainer.config import load_config
 
@@ -32,7 +32,7 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
     assert learned["train_s_to_target"] is None and learned["best_return"] < 700  # 8-step episodes cannot reach it
     markdown = report.with_suffix(".md").read_text()
     assert "## The guide's claims beside the measured values" in markdown
-    assert "| R3D18 GPU utilisation (%) | 40-60 |" in markdown
+    assert "| R3D18 GPU utilisation while training (%) | 40-60 | while training: not measured" in markdown
     assert "| MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100) | < 15 min | not reached" \
         in markdown
 
@@ -56,6 +56,28 @@ def test_a_spent_budget_marks_every_row_not_run_instead_of_overrunning_it(tmp_pa
     assert rows["updates"] == {
         f"{name}@4": NOT_RUN for name in SIZES["tiny"]["encoders"]}
     assert rows["warp"] == {"cartpole@2x32": NOT_RUN}
+
+
+def test_a_row_cut_short_by_the_budget_says_so_rather_than_looking_like_a_hang():
+    """The first GPU report read `timed out after 19 s` for a row the --minutes budget had cut."""
+    budget = Budget(minutes=(Budget.MARGIN_S + 1.0) / 60)  # one second left
+    row = run_row("update_row", {"config": DMC, "device": "cpu", "batch": 4, "seconds": 30.0, "settings": {}},
+                  limit_s=600, budget=budget)
+    assert row["error"].startswith("stopped after") and row["error"].endswith(": the --minutes budget ran out")
+
+
+def test_the_claims_never_pass_updates_alone_off_as_training_utilisation():
+    """The guide's utilisation figures are for training, where the GPU waits on the envs; the updates rows keep it
+    busy. Rows as the H200 report has them: r3d18's largest batch failed, so its largest that ran is shown."""
+    rows = {"updates": {"r3d18@256": {"gpu_util_pct": 99.9}, "r3d18@512": {"error": "out of memory"},
+                        "simple3dcnn@512": {"gpu_util_pct": 99.8}},
+            "envs": {"dishwashing_video@1": {"gpu_util_pct": 12.5}, "cartpole_swingup@4": {"gpu_util_pct": 31.0}}}
+    table = {claim: measured for claim, _, measured in claims(rows)}
+    assert table["R3D18 GPU utilisation while training (%)"] == (
+        "while training: not measured (envs rows train simple2dcnn); updates alone: 99.9 at batch 256")
+    assert table["Simple3DCNN GPU utilisation while training (%)"].endswith("updates alone: 99.8 at batch 512")
+    assert table["GPU utilisation while training, Simple2DCNN (%; below 20: CPU-bound)"] == (
+        "dishwashing_video@1: 12.5, cartpole_swingup@4: 31.0")
 
 
 def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
