@@ -605,15 +605,17 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
 PIPELINE_STEPS = 40  # agent steps: 6 episodes of 6 steps, updates from step 10 on
 
 
-def test_one_warp_world_trains_bit_for_bit_as_the_ordinary_env_on_the_same_frames_and_rewards(tmp_path):
+@pytest.mark.parametrize("profile", ["cpu", "cpu_bf16"])  # float32; bfloat16 autocast and torch.compile
+def test_one_warp_world_trains_bit_for_bit_as_the_ordinary_env_on_the_same_frames_and_rewards(tmp_path, profile):
     """Everything around the physics and the renderer is the same in both backends: a run with one MuJoCo Warp world
     whose frames and rewards are replaced by those of an ordinary run of the same seed (one OpenGL env, MuJoCo C),
     stepped side by side, stores the same replay and trains the same agent, bit for bit, through episode ends and
     autoresets. What each run keeps its own: the trainer's path for its backend, the vector env's flags, resets and
-    returned actions, and the random numbers each draws (torch's global stream is swapped per run here)."""
+    returned actions, and the random numbers each draws (torch's global stream is swapped per run here). Both
+    profiles, since the warp runs that trailed OpenGL's trained at cpu_bf16."""
     def trainer(name: str, *extra: str) -> Trainer:
         return Trainer(load_config(ROOT / "configs" / "dmc" / "cartpole_swingup.yaml", [
-            "profile=cpu", "env.image_size=32", "env.action_repeat=2", "env.max_episode_steps=6",
+            f"profile={profile}", "env.image_size=32", "env.action_repeat=2", "env.max_episode_steps=6",
             "training.seed_steps=10", "sac.batch_size=8", "sac.buffer_size=200", "sac.hidden_dim=32",
             "sac.feature_dim=16", "training.eval_every_episodes=0", "logging.progress=false",
             "logging.tensorboard=false", f"logging.tensorboard_dir={tmp_path / name}",
