@@ -12,7 +12,7 @@ report). Sections, each at the `gpu` profile's settings of the config it names u
             what the frames show), peak memory (torch.cuda.max_memory_allocated) and GPU utilisation (NVML,
             sampled every 0.1 s over the row)
   variants  simple2dcnn updates/s with one speed setting flipped from the profile's: replay frames on the device
-            vs pinned host memory, torch.compile, bfloat16 autocast, channels-last
+            vs pinned host memory, torch.compile, bfloat16 autocast, channels-last, cuDNN's autotuner
   envs      env steps/s of real training runs (train_sac.py, the gpu profile) on dishwashing_video and DMC
             cartpole/swingup with 1 and 4 env workers, and the episodes/hour they give
   smoke     cartpole/swingup from pixels for a fixed wall time: eval return at the first and the last evaluation
@@ -57,6 +57,7 @@ VARIANTS = {  # row name -> the setting flipped
     "compile": {"training.compile": True},
     "autocast_bf16": {"training.autocast": True},
     "channels_last": {"encoder.video.channels_last": True},
+    "cudnn_benchmark": {"training.cudnn_benchmark": True},
 }
 
 

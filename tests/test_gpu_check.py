@@ -23,7 +23,8 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
         for name, row in rows[section].items():
             assert "error" not in row, f"{section} {name}: {row['error']}"
     assert all(row["updates_per_s"] > 0 for row in [*rows["updates"].values(), *rows["variants"].values()])
-    assert set(rows["variants"]) == {"profile", "replay_host_pinned", "compile", "autocast_bf16", "channels_last"}
+    assert set(rows["variants"]) == {"profile", "replay_host_pinned", "compile", "autocast_bf16", "channels_last",
+                                     "cudnn_benchmark"}
     assert all(row["env_steps_per_s"] > 0 and row["episodes"] >= 1 for row in rows["envs"].values())
     assert "error" not in rows["smoke"] and len(rows["smoke"]["evals"]) >= 2, rows["smoke"]
     assert set(rows["warp"]) == {"cartpole@2x32"} and rows["warp"]["cartpole@2x32"]["frames_per_s"] > 0

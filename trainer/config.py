@@ -198,6 +198,9 @@ class TrainingConfig:
     auto_shutdown: str | None = setting(None, note="null = none")
     compile: bool = False  # torch.compile the encoder and critics (tens of seconds to minutes at start; for long runs)
     autocast: bool = False  # bfloat16 autocast for the encoder passes (GPUs from Ampere on, CPUs with AMX)
+    # CUDA: cuDNN times its convolution algorithms on the first batches of each shape and keeps the fastest (DrQ-v2
+    # sets it); the choice can differ between processes, so runs are not bit-reproducible across restarts with it
+    cudnn_benchmark: bool = False
 
 
 @dataclass

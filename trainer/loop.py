@@ -97,6 +97,8 @@ class Trainer:
     def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg
         self.device = resolve_device(cfg.training.device)
+        if self.device.type == "cuda":  # process-wide, as cuDNN has it
+            torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
         ckpt = cfg.checkpoint
         self.remote = None
         if is_remote(ckpt.dir):  # it reports from its upload thread, once the logger exists
