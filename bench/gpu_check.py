@@ -52,12 +52,12 @@ ENCODERS = {  # row name -> encoder settings
 }
 WARP_TASKS = {"cartpole": "dm_control/cartpole-swingup-v0", "dishwashing": "Dishwashing-v0"}
 WARP_TARGET = 700  # the eval return warp_learn runs to
-VARIANTS = {  # row name -> the setting flipped
+VARIANTS = {  # row name -> the setting flipped; compile last, since a lease's budget may end during its build
+    "autocast_bf16": {"training.autocast": True},
+    "cudnn_benchmark": {"training.cudnn_benchmark": True},
+    "channels_last": {"encoder.video.channels_last": True},
     "replay_host_pinned": {"replay.device": "cpu"},
     "compile": {"training.compile": True},
-    "autocast_bf16": {"training.autocast": True},
-    "channels_last": {"encoder.video.channels_last": True},
-    "cudnn_benchmark": {"training.cudnn_benchmark": True},
 }
 
 
