@@ -410,6 +410,25 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
     torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
 
 
+
+def test_a_world_that_ends_inside_an_action_repeat_returns_the_state_it_ended_in():
+    """Dishwashing's 50-step limit at action repeat 3 falls on the second step of the 17th repeat: both worlds are
+    truncated there, the last repeat's physics (run for every world at once) is undone for them, and the step
+    returns the state and summed reward of task steps 49 and 50, as two single steps do."""
+    repeated, single_steps = warp_env(FEASIBLE, 2, action_repeat=3), warp_env(FEASIBLE, 2)
+    assert torch.equal(repeated.reset(seed=3), single_steps.reset(seed=3))
+    actions = np.array([[0.5, -0.3, 0.2, 0.6], [-0.4, 0.5, -0.2, -0.7]])
+    for agent_step in range(1, 18):
+        _, obs, reward, terminated, truncated = repeated.step(constant(actions))
+        total = torch.zeros(2)
+        for _ in range(3 if agent_step < 17 else 2):
+            _, expected, step_reward, single_terminated, single_truncated = single_steps.step(constant(actions))
+            total += step_reward
+        assert torch.equal(obs, expected), agent_step
+        torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
+        assert torch.equal(terminated, single_terminated) and not terminated.any()
+        assert torch.equal(truncated, single_truncated) and truncated.all() == (agent_step == 17), agent_step
+
 # ---- worlds split over processes (the CPU) ------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id, pixels, steps", [(CARTPOLE, True, 12), (FEASIBLE, False, 60)])
 def test_worlds_split_over_processes_step_exactly_as_in_one(env_id, pixels, steps):
