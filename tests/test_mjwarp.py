@@ -274,7 +274,7 @@ def test_replayed_graphs_step_and_render_bitwise_as_the_launches_they_captured(l
     everyone = torch.ones(4, dtype=torch.bool)
     for sim in (replayed, launched):
         sim.reset(everyone)
-        task.reset(sim, everyone, torch.arange(4), torch.zeros(4, dtype=torch.long))
+        task.reset(sim, everyone, seeds=torch.arange(4), episodes=torch.zeros(4, dtype=torch.long))
         sim.sync()
         task.after_reset(sim, everyone)
     rng = np.random.default_rng(0)

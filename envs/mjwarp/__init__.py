@@ -33,7 +33,7 @@ CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 def make_task(env_id: str, device: torch.device):
     if env_id == CARTPOLE_SWINGUP:
-        return CartpoleSwingup(device)
+        return CartpoleSwingup()
     if env_id in DISHWASHING_VARIANTS:
         return Dishwashing(DISHWASHING_VARIANTS[env_id], time_limit=gym.spec(env_id).max_episode_steps, device=device)
     raise UserError(f"the `backend` mujoco_warp has no task '{env_id}'; it runs {', '.join(TASKS)} "

@@ -40,17 +40,16 @@ class CartpoleSwingup:
     action_dim, state_dim = 1, 5
     terminates_on_success = False  # the episode runs to its time limit; there is no success to report
 
-    def __init__(self, device: torch.device):
+    def __init__(self):
         xml, assets = cartpole.get_model_and_assets()
         self.mjm = mujoco.MjModel.from_xml_string(xml, assets)
-        self.device = device
         slider, hinge = self.mjm.joint("slider"), self.mjm.joint("hinge_1")
         self._slider, self._hinge = slider.qposadr[0], hinge.qposadr[0]
         self._slider_dof, self._hinge_dof = slider.dofadr[0], hinge.dofadr[0]
         self._pole = self.mjm.body("pole_1").id
 
-    def reset(self, sim, mask: torch.Tensor, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
-        noise = (START_NOISE * random.normal(seeds, episodes, 4)).to(sim.qpos.dtype)
+    def reset(self, sim, mask: torch.Tensor, *, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
+        noise = (START_NOISE * random.normal(seeds, episodes=episodes, count=4)).to(sim.qpos.dtype)
         qpos = torch.zeros_like(sim.qpos)
         qpos[:, self._slider] = noise[:, 0]
         qpos[:, self._hinge] = math.pi + noise[:, 1]

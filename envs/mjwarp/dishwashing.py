@@ -41,7 +41,7 @@ class Dishwashing:
     def __init__(self, variant: str, *, time_limit: int, device: torch.device):
         """`time_limit`: task steps per episode (the Gymnasium registration's max_episode_steps)."""
         reference = single.DishwashingEnv(variant=variant)  # checks the variant and the scene, measures its geometry
-        self.variant, self.time_limit, self.device = variant, time_limit, device
+        self.variant, self.time_limit = variant, time_limit
         self.mjm, self.substeps = reference.model, reference.frame_skip
 
         def as_tensor(value, dtype=torch.float32) -> torch.Tensor:
@@ -74,10 +74,10 @@ class Dishwashing:
         reference.close()
 
     # ---- episode start ------------------------------------------------------------------------------------------
-    def reset(self, sim, mask: torch.Tensor, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
+    def reset(self, sim, mask: torch.Tensor, *, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
         """As DishwashingEnv.reset_model, for the worlds in `mask` (positions only: the grasp of the feasible
         variant needs their kinematics, so it waits for `after_reset`)."""
-        u = random.uniform(seeds, episodes, 5).to(sim.qpos.dtype)
+        u = random.uniform(seeds, episodes=episodes, count=5).to(sim.qpos.dtype)
         n = len(u)
         if self.variant == "full":
             grip = self._hand_start + (2.0 * u[:, :3] - 1.0) * self._hand_spread
@@ -152,7 +152,7 @@ class Dishwashing:
         height = plate[:, 2] - self._slot[2]
         in_slot = over_slot & (height.abs() < single.SLOT_Z_TOL)
         upright = sim.xmat[:, self._plate, 2, 2] > np.cos(single.UPRIGHT_TOL)
-        speed = torch.linalg.vector_norm(self._velocity(sim, plate, self._plate, self._plate_root), dim=1)
+        speed = torch.linalg.vector_norm(self._velocity(sim, plate, body=self._plate, root=self._plate_root), dim=1)
         success = in_slot & upright & ~held & (speed < single.REST_SPEED)
         secured = (held | in_slot).float()
         droppable = (over_slot & (height < single.DROP_HEIGHT)).float()
@@ -171,7 +171,7 @@ class Dishwashing:
         return reward.float(), success, terms
 
     @staticmethod
-    def _velocity(sim, point: torch.Tensor, body: int, root: int) -> torch.Tensor:
+    def _velocity(sim, point: torch.Tensor, *, body: int, root: int) -> torch.Tensor:
         """Linear velocity (N, 3) in the world frame of `point` fixed to `body` (mj_objectVelocity, flg_local=0):
         cvel is given at the subtree's centre of mass."""
         angular, linear = sim.cvel[:, body, :3], sim.cvel[:, body, 3:]
@@ -184,6 +184,6 @@ class Dishwashing:
         slot = self._slot.expand_as(plate)
         return torch.cat([
             grip, opening[:, None], held[:, None], plate, sim.xmat[:, self._plate, :, 2], plate - grip, slot - plate,
-            slot, self._velocity(sim, plate, self._plate, self._plate_root),
-            self._velocity(sim, grip, self._grip_body, self._grip_root),
+            slot, self._velocity(sim, plate, body=self._plate, root=self._plate_root),
+            self._velocity(sim, grip, body=self._grip_body, root=self._grip_root),
         ], dim=1).float()

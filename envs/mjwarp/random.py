@@ -34,7 +34,7 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def uniform(seeds: torch.Tensor, episodes: torch.Tensor, count: int) -> torch.Tensor:
+def uniform(seeds: torch.Tensor, *, episodes: torch.Tensor, count: int) -> torch.Tensor:
     """float64 (N, count) in [0, 1): draw j of episode `episodes[i]` of the world seeded `seeds[i]` (int64 (N,))."""
     draws = torch.arange(count, device=seeds.device, dtype=torch.int64)
     key = _mix(seeds[:, None] * _GOLDEN + _mix(episodes[:, None] + 1))
@@ -42,8 +42,8 @@ def uniform(seeds: torch.Tensor, episodes: torch.Tensor, count: int) -> torch.Te
     return _shift_right(bits, 64 - _MANTISSA).to(torch.float64) * 2.0 ** -_MANTISSA
 
 
-def normal(seeds: torch.Tensor, episodes: torch.Tensor, count: int) -> torch.Tensor:
+def normal(seeds: torch.Tensor, *, episodes: torch.Tensor, count: int) -> torch.Tensor:
     """float64 (N, count) standard normal draws (Box-Muller on pairs of uniforms)."""
-    u = uniform(seeds, episodes, 2 * count)
+    u = uniform(seeds, episodes=episodes, count=2 * count)
     radius = torch.sqrt(-2.0 * torch.log1p(-u[:, :count]))  # 1 - u lies in (0, 1]: no log(0)
     return radius * torch.cos(2.0 * math.pi * u[:, count:])

@@ -54,8 +54,7 @@ class WarpShards:
         """`task`: the batched task (read here for its spaces and flags; every process makes its own); `env_cfg`:
         the config's env section, with `num_envs` worlds in all; `processes`: how many, at most `num_envs`."""
         n = env_cfg.num_envs
-        self.num_envs, self.device, self.action_repeat = n, CPU, env_cfg.action_repeat
-        self.terminates_on_success, self.max_episode_steps = task.terminates_on_success, env_cfg.max_episode_steps
+        self.num_envs, self.device, self.terminates_on_success = n, CPU, task.terminates_on_success
         if pixels:
             camera_index(task.mjm, env_cfg.camera)  # a camera the task lacks fails here, in this process
         self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
@@ -72,6 +71,10 @@ class WarpShards:
         self._resetting = torch.zeros(n, dtype=torch.bool)  # worlds whose next step returns their reset observation
         context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
         self._processes, self._pipes = [], []
+        # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
+        # a run that ends without close(): kill them first. Registered before any starts, so that a constructor
+        # failing part way (a start, or a process's error while starting) leaves none behind at exit
+        self._finalizer = weakref.finalize(self, kill_processes, self._processes)
         with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
             for rows in np.array_split(np.arange(n), processes):
                 pipe, their_end = context.Pipe()
@@ -82,9 +85,6 @@ class WarpShards:
                 their_end.close()  # so that a dead process's pipe reads as broken here
                 self._processes.append(process)
                 self._pipes.append(pipe)
-        # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
-        # a run that ends without close(): kill them first
-        self._finalizer = weakref.finalize(self, kill_processes, self._processes)
         self._failed = False  # a call failed: the processes' state and pipes are out of step for good
         self._call("ready")
 
@@ -100,7 +100,9 @@ class WarpShards:
         if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
             self._observed = observe(self.obs)
         if not self._resetting.all():  # as WarpVectorEnv: a step where every world resets chooses no action
-            self._shared.actions.copy_(torch.as_tensor(act(self._observed), dtype=torch.float32))
+            action = torch.as_tensor(act(self._observed), dtype=torch.float32)
+            assert action.shape == self._shared.actions.shape, f"act gave actions of shape {tuple(action.shape)}"
+            self._shared.actions.copy_(action)
         self._call("step")
         self._resetting = self._shared.terminated | self._shared.truncated
         self._observed = observe(self.obs)
@@ -155,15 +157,16 @@ def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pip
     """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
-    from envs.mjwarp import make_task
+    from envs.mjwarp import make_task  # here: envs.mjwarp imports this module
 
     rows = slice(first, first + count)
     try:
         env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels, device=CPU)
     except Exception as error:
-        pipe.send(_failure(error))
+        _answer(pipe, _failure(error))
         return
-    pipe.send(("ok", None))
+    if not _answer(pipe, ("ok", None)):
+        return
     while True:
         try:
             command, seed = pipe.recv()
@@ -184,10 +187,18 @@ def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pip
             answer = ("ok", None)
         except Exception as error:
             answer = _failure(error)
-        try:
-            pipe.send(answer)
-        except BROKEN:  # the trainer is gone (killed) mid-step
+        if not _answer(pipe, answer):
             return
+
+
+def _answer(pipe, answer: tuple[str, str | None]) -> bool:
+    """Send a process's answer; False when the trainer is gone (killed while the kernels compiled, or mid-step):
+    nothing left to serve, and no traceback for it."""
+    try:
+        pipe.send(answer)
+    except BROKEN:
+        return False
+    return True
 
 
 def _failure(error: Exception) -> tuple[str, str]:

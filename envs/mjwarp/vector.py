@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from envs.mjwarp.simulation import Simulation, WarpCamera
+from envs.pixels import resolve_camera
+from errors import UserError
 
 TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
@@ -76,6 +78,7 @@ class WarpVectorEnv:
             action = torch.zeros((self.num_envs, self.task.action_dim), dtype=torch.float32, device=self.device)
         else:
             action = torch.as_tensor(act(self._observed), dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+            assert action.shape == (self.num_envs, self.task.action_dim), f"act gave actions of shape {action.shape}"
         live = ~resetting
         reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
         terminated = torch.zeros_like(resetting)
@@ -116,7 +119,7 @@ class WarpVectorEnv:
     def _restart(self, mask: torch.Tensor) -> None:
         """Initial state of the worlds in `mask` (positions not yet synced)."""
         self.sim.reset(mask)
-        self.task.reset(self.sim, mask, self._seeds, self._episodes)
+        self.task.reset(self.sim, mask, seeds=self._seeds, episodes=self._episodes)
         self._task_steps.masked_fill_(mask, 0)
         self._agent_steps.masked_fill_(mask, 0)
 
@@ -162,9 +165,6 @@ def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.B
 def camera_index(mjm, camera) -> int:
     """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
     when the task sets no free camera)."""
-    from envs.pixels import resolve_camera
-    from errors import UserError
-
     if camera is None:
         camera = 0
     if camera == -1 or mjm.ncam == 0:
