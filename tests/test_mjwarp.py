@@ -410,7 +410,6 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
     torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
 
 
-
 def test_a_world_that_ends_inside_an_action_repeat_returns_the_state_it_ended_in():
     """Dishwashing's 50-step limit at action repeat 3 falls on the second step of the 17th repeat: both worlds are
     truncated there, the last repeat's physics (run for every world at once) is undone for them, and the step
@@ -428,6 +427,7 @@ def test_a_world_that_ends_inside_an_action_repeat_returns_the_state_it_ended_in
         torch.testing.assert_close(reward, total, rtol=1e-6, atol=1e-6)
         assert torch.equal(terminated, single_terminated) and not terminated.any()
         assert torch.equal(truncated, single_truncated) and truncated.all() == (agent_step == 17), agent_step
+
 
 # ---- worlds split over processes (the CPU) ------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id, pixels, steps", [(CARTPOLE, True, 12), (FEASIBLE, False, 60)])
