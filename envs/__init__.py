@@ -59,9 +59,9 @@ BACKENDS = ("mujoco", "mujoco_warp")
 
 
 def make_batched_env(cfg, pixels: bool, device):
-    """The `backend` mujoco_warp: `cfg.num_envs` worlds in this process on `device` (a torch device), stepped and
-    rendered by MuJoCo Warp; the interface of make_vector_env's workers with torch tensors on `device` in and out
-    (envs/mjwarp/vector.py)."""
+    """The `backend` mujoco_warp: `cfg.num_envs` worlds on `device` (a torch device), stepped and rendered by MuJoCo
+    Warp (on the CPU split over `cfg.warp_processes` processes); the interface of make_vector_env's workers with torch
+    tensors on `device` in and out (envs/mjwarp/vector.py)."""
     if cfg.backend not in BACKENDS:
         raise UserError(f"`backend` must be one of {', '.join(BACKENDS)}; got '{cfg.backend}'")
     try:

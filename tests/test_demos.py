@@ -4,6 +4,7 @@ as the trunk's features of exactly those stacks, a dataset that does not fit the
 sides, and a run resumed with demonstrations (from state, or on a frozen trunk's features) re-reads them (saying so,
 and saying when the file changed), continuing bit for bit as if it never stopped."""
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs import demos, make_env
+from envs import demos, make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
@@ -111,14 +112,56 @@ def test_recording_never_overwrites_a_dataset(dataset):
     assert len(demos.read(path).episodes) == 2
 
 
-def test_recording_with_the_warp_backend_is_a_one_line_error_and_writes_nothing(tmp_path):
-    out = tmp_path / "warp"
-    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(out),
-                           "--set", "env.backend=mujoco_warp"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
-        "error: trainer.record drives the OpenGL env (env.backend=mujoco), not env.backend=mujoco_warp; drop that "
-        "setting (a warp pixel run cannot use OpenGL frames)"]
-    assert not out.exists()
+WARP = ["env.backend=mujoco_warp", f"env.image_size={SIZE}"]
+
+
+@pytest.fixture(scope="module")
+def warp_recording(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "warp"
+    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "2", "--out", str(path), "--seed", "3",
+                           *[arg for setting in WARP for arg in ("--set", setting)]],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "2 episodes" in done.stdout and "2 successful" in done.stdout
+    return path
+
+
+def test_a_warp_recording_holds_what_each_world_returns_alone(warp_recording):
+    """With env.backend=mujoco_warp the recorder plays the episodes at once, a world each (world i from seed + i):
+    the dataset holds the ray tracer's frames and MuJoCo Warp's states, exactly what one world started from the
+    same seed returns for the episode's actions, up to the step that ends it, and names the look it was rendered
+    with."""
+    cfg = load_config(VIDEO, WARP)
+    loaded = demos.read(warp_recording)
+    assert loaded.recording == recording_settings(cfg)
+    assert loaded.recording | {"warp_shadows": False, "warp_skybox": False} == loaded.recording
+    assert loaded.recording["backend"] == "mujoco_warp" and len(loaded.episodes) == 2
+    for i, episode in enumerate(loaded.episodes):
+        assert episode.terminations[-1] and not episode.terminations[:-1].any(), "each ends placed"
+        assert not episode.truncations.any()
+        world = make_batched_env(dataclasses.replace(cfg.env, num_envs=1, warp_processes=1), pixels=True,
+                                 device=torch.device("cpu"))
+        frames = [world.reset(3 + i)[0, -1].numpy()]
+        states = [world.task.observation(world.sim)[0].numpy()]
+        for action in episode.actions:
+            frames.append(world.step(lambda _: action[None])[1][0, -1].numpy())
+            states.append(world.task.observation(world.sim)[0].numpy())
+        assert np.array_equal(np.array(frames), episode.observations[demos.PIXELS])
+        assert np.array_equal(np.array(states), episode.observations[demos.STATE])
+
+
+def test_a_warp_pixel_run_trains_on_a_warp_recording(tmp_path, warp_recording):
+    """The dishwashing pixel config switches backends with its demonstrations: recorded through MuJoCo Warp, they
+    fit the warp run and fill half of its batches."""
+    done = run_cli("--config", VIDEO, *[arg for setting in WARP for arg in ("--set", setting)], *sets(
+        demos__path=warp_recording, env__num_envs=2, env__warp_processes=1, env__max_episode_steps=8,
+        training__episodes=4, training__max_env_steps="null", training__seed_steps=8, training__eval_every_episodes=0,
+        sac__batch_size=8, sac__buffer_size=100, sac__hidden_dim=32, checkpoint__dir=tmp_path / "ckpt",
+        checkpoint__every_episodes=4, logging__tensorboard_dir=tmp_path / "runs", logging__progress="false"))
+    assert done.returncode == 0, done.stderr
+    steps = demos.read(warp_recording).steps
+    assert f"training with 2 demonstration episodes ({steps} steps) from {warp_recording}: 50% of" in done.stdout
+    assert "done: 4 episodes, 32 steps" in done.stdout  # 2 worlds, 8-step episodes; updates from step 8 on
 
 
 def synthetic_store(marker: float, frame_stack: int | None, episodes: int = 3, length: int = 7) -> ReplayBuffer:
@@ -286,6 +329,25 @@ def test_opengl_frames_do_not_fit_a_pixel_run_in_warp_worlds_but_states_do(recor
     assert check_fits(load_config(STATE, ["env.backend=mujoco_warp"]), data, STATE_BOX, action_dim) == "state"
 
 
+def test_ray_traced_frames_fit_a_warp_pixel_run_of_the_same_look_only():
+    """A MuJoCo Warp recording names its look: it fits a warp pixel run that renders the same, not an OpenGL run
+    nor a warp run with other shadows or skybox; its states fit a state run on either backend."""
+    action_dim = gym.make("Dishwashing-v0").action_space.shape[0]
+    stacks = gym.spaces.Box(0, 255, (3, 3, 84, 84), np.uint8)
+    data = fake({"pixels": FRAME, "state": STATE_BOX}, backend="mujoco_warp", warp_shadows=False, warp_skybox=False)
+    warp = ["env.backend=mujoco_warp"]
+    assert check_fits(load_config(VIDEO, warp), data, stacks, action_dim) == "pixels"
+    for overrides, message in [
+        ([], "backend mujoco_warp there, mujoco here (env.backend)"),
+        ([*warp, "env.warp_shadows=true"], "warp_shadows False there, True here (env.warp_shadows)"),
+        ([*warp, "env.warp_skybox=true"], "warp_skybox False there, True here (env.warp_skybox)"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(f"do not fit this run: {message}; record matching ones")):
+            check_fits(load_config(VIDEO, overrides), data, stacks, action_dim)
+    for backend in ("mujoco", "mujoco_warp"):
+        assert check_fits(load_config(STATE, [f"env.backend={backend}"]), data, STATE_BOX, action_dim) == "state"
+
+
 def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
     path, _ = dataset  # recorded at SIZE px: the video config renders 84
     done = run_cli("--config", VIDEO, *sets(demos__path=path))
@@ -294,7 +356,7 @@ def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: demonstrations {path} do not fit this run: observations uint8 (3, {SIZE}, {SIZE}) there, "
         "uint8 (3, 84, 84) here (env.image_size); record matching ones with python3 -m "
-        "trainer.record --config <this config> --out PATH, or set demos.path to another dataset"
+        "trainer.record --config <this config> [its --set ...] --out PATH, or set demos.path to another dataset"
     )
 
 

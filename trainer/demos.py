@@ -21,7 +21,7 @@ from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer.config import Config
 
-RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> --out PATH"
+RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> [its --set ...] --out PATH"
 
 
 class Demos:
@@ -125,9 +125,15 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
     # frames another renderer made look different (docs/warp.md): a dataset that does not say is an OpenGL one
     recorded_defaults = {"backend": "mujoco"}
-    for setting in ("camera", "action_repeat", "backend") if pixels else ("action_repeat",):
+    for setting in ("action_repeat", *frame_settings(cfg.env)) if pixels else ("action_repeat",):
         configured = getattr(cfg.env, setting)
         recorded = data.recording.get(setting, recorded_defaults.get(setting, configured))
         if recorded != configured:
             raise fail(setting, recorded, configured, f"env.{setting}")
     return key
+
+
+def frame_settings(env_cfg) -> tuple[str, ...]:
+    """The env settings recorded frames depend on beyond their size: the camera, whose renderer, and MuJoCo Warp's
+    shadows and skybox (each another picture, docs/warp.md)."""
+    return ("camera", "backend", *(("warp_shadows", "warp_skybox") if env_cfg.backend == "mujoco_warp" else ()))

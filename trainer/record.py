@@ -11,6 +11,10 @@ the trainer's env returns them. Storing the frames rather than simulator states 
 other pixels) and in the same format as demonstrations that never had a simulator state (a real camera). A run
 whose camera or image size differs is told to re-record (a few seconds per episode).
 
+The config's `env.backend` renders them: the OpenGL env plays the episodes one at a time; MuJoCo Warp
+(`--set env.backend=mujoco_warp`, docs/warp.md) plays them all at once, a world each, so a warp pixel run learns from
+the ray tracer's frames (OpenGL's look different and do not fit it).
+
 `--noise` adds Gaussian noise of that standard deviation to every action (clipped to [-1, 1]) for coverage of
 states next to the solver's path; the stored action is the one executed. Episode i starts from seed `--seed` + i.
 
@@ -18,6 +22,7 @@ An entry point like train_sac.py, so it lives in the trainer layer: it reads con
 """
 
 import argparse
+import dataclasses
 import sys
 
 import gymnasium as gym
@@ -26,62 +31,127 @@ from tqdm import tqdm
 
 from errors import UserError
 from trainer.config import Config, explain, load_config
+from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 
 
+class OneEnv:
+    """The OpenGL env (`env.backend: mujoco`) as a batch of one world: episodes are played one at a time."""
+
+    def __init__(self, cfg: Config):
+        from envs import make_env
+
+        self.batch = 1
+        self.env = make_env(cfg.env, pixels=True)
+        self._base = self.env.unwrapped
+        self.frame_space = gym.spaces.Box(0, 255, self.env.observation_space.shape[1:], np.uint8)
+        self.state_dim, self.action_space = self._base.observation().shape[0], self.env.action_space
+
+    def reset(self, seed: int):
+        """float32 (1, S) states and uint8 (1, C, H, W) frames of an episode started from `seed`."""
+        stack, _ = self.env.reset(seed=seed)
+        return self._base.observation()[None], stack[-1][None]
+
+    def step(self, actions: np.ndarray):
+        """(states, frames, rewards, terminated, truncated) after float32 (1, A) `actions`, each with a leading 1."""
+        stack, *outcome, _ = self.env.step(actions[0])  # outcome: reward, terminated, truncated
+        return self._base.observation()[None], stack[-1][None], *(np.array([x]) for x in outcome)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class Worlds:
+    """MuJoCo Warp (`env.backend: mujoco_warp`): all episodes at once, a world each, in this process on the training
+    device, so the frames are the ray tracer's and the states MuJoCo Warp's, as the run's worlds will return them."""
+
+    def __init__(self, cfg: Config, episodes: int):
+        from envs import make_batched_env
+
+        self.batch = episodes
+        env_cfg = dataclasses.replace(cfg.env, num_envs=episodes, warp_processes=1)  # one process has the states
+        self.env = make_batched_env(env_cfg, pixels=True, device=resolve_device(cfg.training.device))
+        self.frame_space = gym.spaces.Box(0, 255, self.env.single_observation_space.shape[1:], np.uint8)
+        self.state_dim, self.action_space = self.env.task.state_dim, self.env.single_action_space
+
+    def _states(self) -> np.ndarray:
+        return self.env.task.observation(self.env.sim).cpu().numpy()
+
+    def reset(self, seed: int):
+        """float32 (N, S) states and uint8 (N, C, H, W) frames; world i starts from `seed` + i."""
+        stacks = self.env.reset(seed)
+        return self._states(), stacks[:, -1].cpu().numpy()
+
+    def step(self, actions: np.ndarray):
+        """(states, frames, rewards, terminated, truncated), N each, after float32 (N, A) `actions`."""
+        _, stacks, reward, terminated, truncated = self.env.step(lambda _: actions)
+        outcome = (reward, terminated, truncated)
+        return self._states(), stacks[:, -1].cpu().numpy(), *(x.cpu().numpy() for x in outcome)
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True):
-    """`episodes` scripted episodes in the pixel env `cfg` describes; (episodes, observation space, action space,
-    number of successful episodes). Rendering must be configured first (trainer/headless.py), as `main` does."""
-    from envs import demos, make_env
+    """`episodes` scripted episodes in the pixel env `cfg` describes, episode i from seed `seed` + i; (episodes,
+    observation space, action space, number of successful episodes). Rendering must be configured first
+    (trainer/headless.py), as `main` does."""
+    from envs import demos
+
+    source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg)
+    rng = np.random.default_rng(seed)
+    recorded = []
+    with tqdm(total=episodes, unit="episode", disable=not progress) as bar:
+        for first in range(0, episodes, source.batch):
+            recorded += play(source, seed=seed + first, noise=noise, rng=rng, ended=bar.update)
+    source.close()
+    unbounded = np.full(source.state_dim, np.inf, np.float32)
+    space = gym.spaces.Dict({demos.STATE: gym.spaces.Box(-unbounded, unbounded), demos.PIXELS: source.frame_space})
+    # the dishwashing tasks terminate on success only
+    return recorded, space, source.action_space, sum(bool(e.terminations[-1]) for e in recorded)
+
+
+def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Generator, ended) -> list:
+    """One batch of `source` scripted episodes from `seed` to their ends, as envs/demos.Episode; `noise` (the std of
+    Gaussian noise added to every action, clipped to [-1, 1]) drawn from `rng`; `ended(n)` told each step that n
+    episodes ended. The stored action is the one executed; a world's steps after its episode ended are not
+    recorded."""
+    from envs import demos
     from envs.dishwashing.scripted import scripted_action
 
-    env = make_env(cfg.env, pixels=True)
-    base, rng = env.unwrapped, np.random.default_rng(seed)
-    frame_space = gym.spaces.Box(0, 255, env.observation_space.shape[1:], np.uint8)
-    unbounded = np.full(base.observation().shape, np.inf, np.float32)
-    space = gym.spaces.Dict({demos.STATE: gym.spaces.Box(-unbounded, unbounded), demos.PIXELS: frame_space})
-    recorded, successes = [], 0
-    for i in tqdm(range(episodes), unit="episode", disable=not progress):
-        frames, _ = env.reset(seed=seed + i)
-        states, pixels = [base.observation()], [frames[-1]]
-        actions, rewards, terminations, truncations = [], [], [], []
-        done, info = False, {}
-        while not done:
-            action = scripted_action(states[-1])
-            if noise > 0:
-                action = np.clip(action + rng.normal(0.0, noise, action.shape), -1.0, 1.0).astype(np.float32)
-            frames, reward, terminated, truncated, info = env.step(action)
-            states.append(base.observation())
-            pixels.append(frames[-1])
-            actions.append(action)
-            rewards.append(reward)
-            terminations.append(terminated)
-            truncations.append(truncated)
-            done = terminated or truncated
-        successes += bool(info.get("success"))
-        recorded.append(
-            demos.Episode(
-                {demos.STATE: np.asarray(states, np.float32), demos.PIXELS: np.asarray(pixels, np.uint8)},
-                np.asarray(actions, np.float32),
-                np.asarray(rewards, np.float32),
-                np.asarray(terminations, bool),
-                np.asarray(truncations, bool),
-            )
+    states, frames = source.reset(seed)
+    observed = [([s], [f]) for s, f in zip(states, frames)]  # per world: states, frames
+    taken = [([], [], [], []) for _ in states]  # per world: actions, rewards, terminations, truncations
+    live = np.ones(len(states), bool)
+    while live.any():
+        actions = np.stack([scripted_action(state) for state in states]).astype(np.float32)
+        if noise > 0:
+            actions = np.clip(actions + rng.normal(0.0, noise, actions.shape), -1.0, 1.0).astype(np.float32)
+        states, frames, rewards, terminated, truncated = source.step(actions)
+        for i in np.flatnonzero(live):
+            for seen, value in zip(observed[i], (states[i], frames[i])):
+                seen.append(value)
+            for kept, value in zip(taken[i], (actions[i], rewards[i], terminated[i], truncated[i])):
+                kept.append(value)
+        ending = live & (terminated | truncated)
+        live &= ~ending
+        ended(int(ending.sum()))
+    return [
+        demos.Episode(
+            {demos.STATE: np.asarray(seen_states, np.float32), demos.PIXELS: np.asarray(seen_frames, np.uint8)},
+            *(np.asarray(values, dtype) for values, dtype in zip(kept, (np.float32, np.float32, bool, bool))),
         )
-    env.close()
-    return recorded, space, env.action_space, successes
+        for (seen_states, seen_frames), kept in zip(observed, taken)
+    ]
 
 
 def recording_settings(cfg: Config) -> dict:
     """What the stored frames and steps depend on; the trainer checks them against its config."""
-    return {
-        "env_id": cfg.env.id,
-        "camera": cfg.env.camera,
-        "image_size": cfg.env.image_size,
-        "action_repeat": cfg.env.action_repeat,
-        "backend": cfg.env.backend,  # whose renderer made the frames: main() records with the OpenGL env only
-    }
+    from trainer.demos import frame_settings
+
+    frames = {setting: getattr(cfg.env, setting) for setting in frame_settings(cfg.env)}
+    return {"env_id": cfg.env.id, "image_size": cfg.env.image_size, "action_repeat": cfg.env.action_repeat, **frames}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +177,6 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--episodes must be >= 1 and --noise >= 0, got {args.episodes} and {args.noise}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
-        if cfg.env.backend != "mujoco":
-            raise UserError(f"trainer.record drives the OpenGL env (env.backend=mujoco), not env.backend="
-                            f"{cfg.env.backend}; drop that setting (a warp pixel run cannot use OpenGL frames)")
         if not cfg.env.id.startswith("Dishwashing"):
             raise UserError(
                 f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
