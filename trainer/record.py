@@ -121,28 +121,27 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Gen
     from envs.dishwashing.scripted import scripted_action
 
     states, frames = source.reset(seed)
-    observed = [([s], [f]) for s, f in zip(states, frames)]  # per world: states, frames
-    taken = [([], [], [], []) for _ in states]  # per world: actions, rewards, terminations, truncations
-    live = np.ones(len(states), bool)
+    seen, taken = [(states, frames)], []  # every world's, per step: (states, frames); (actions, rewards, flags)
+    lengths, live = np.zeros(len(states), int), np.ones(len(states), bool)
     while live.any():
         actions = np.stack([scripted_action(state) for state in states]).astype(np.float32)
         if noise > 0:
             actions = np.clip(actions + rng.normal(0.0, noise, actions.shape), -1.0, 1.0).astype(np.float32)
         states, frames, rewards, terminated, truncated = source.step(actions)
-        for i in np.flatnonzero(live):
-            for seen, value in zip(observed[i], (states[i], frames[i])):
-                seen.append(value)
-            for kept, value in zip(taken[i], (actions[i], rewards[i], terminated[i], truncated[i])):
-                kept.append(value)
+        seen.append((states, frames))
+        taken.append((actions, rewards, terminated, truncated))
+        lengths += live
         ending = live & (terminated | truncated)
         live &= ~ending
         ended(int(ending.sum()))
+    states, frames = (np.stack(per_step) for per_step in zip(*seen))  # (T + 1, N, ...)
+    steps = [np.stack(per_step) for per_step in zip(*taken)]  # actions, rewards, terminated, truncated: (T, N, ...)
     return [
         demos.Episode(
-            {demos.STATE: np.asarray(seen_states, np.float32), demos.PIXELS: np.asarray(seen_frames, np.uint8)},
-            *(np.asarray(values, dtype) for values, dtype in zip(kept, (np.float32, np.float32, bool, bool))),
+            {demos.STATE: states[: n + 1, i].astype(np.float32), demos.PIXELS: frames[: n + 1, i].astype(np.uint8)},
+            *(values[:n, i].astype(dtype) for values, dtype in zip(steps, (np.float32, np.float32, bool, bool))),
         )
-        for (seen_states, seen_frames), kept in zip(observed, taken)
+        for i, n in enumerate(lengths)
     ]
 
 
