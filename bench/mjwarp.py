@@ -5,6 +5,7 @@ N worlds in P processes against the OpenGL backend's env in this process (num_en
     nice -n 5 python3 bench/mjwarp.py       # dishwashing and cartpole swing-up, 84 px, N = 1 16 64, P = 1 and 2
     nice -n 5 python3 bench/mjwarp.py --tasks dm_control/cartpole-swingup-v0 --worlds 64 256 --processes 2 --seconds 10
     nice -n 5 python3 bench/mjwarp.py --worlds 16 64 --processes 2 --lit   # what shadows and skybox cost
+    nice -n 5 python3 bench/mjwarp.py --worlds 64 --breakdown   # where a frame's time goes, per side
 
 A frame is one observation written to the replay (sac/replay.py, frame stacks of 3), reset frames included; action
 repeat 1, so every frame is a physics step (20 for dishwashing) plus a render. Contenders are built first (the warp
@@ -15,6 +16,10 @@ then each task's best warp rate over the 2-worker rate (the issue's target: >= 3
 The OpenGL side renders as configured by default (env.render_shadow_size 512, env.render_offsamples 0); the warp side
 ray-traces without shadows or skybox (the defaults), and with `--lit` each warp contender is timed a second time with
 env.warp_shadows and env.warp_skybox on (its name ends in _lit): docs/warp.md compares the looks.
+`--breakdown` times instead a frame's two parts on each side, in this process, in milliseconds per frame of one
+world: the physics (the task's physics steps per task step) and the render. MuJoCo C's mj_step and OpenGL's camera on
+one env, against MuJoCo Warp's step, sync and render of N worlds divided by N. Each timed call follows an untimed
+random step of the env, so the states are the ones random actions visit.
 """
 
 import argparse
@@ -31,19 +36,22 @@ from trainer.headless import configure  # noqa: E402
 
 configure()  # headless GL set-up before mujoco loads
 
+import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import envs  # noqa: E402
-from sac.replay import ReplayBuffer  # noqa: E402
+from envs.pixels import Camera, mujoco_handles  # noqa: E402
+from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
 from trainer.config import Config  # noqa: E402
+from trainer.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
 SLOTS_PER_ENV = 64  # replay slots per env ring: the ring wraps, which costs what a large buffer's writes cost
 WARMUP_STEPS = 3
 
 
-def config(env_id: str, num_envs: int, image_size: int, backend: str, processes: int = 1, *,
+def config(env_id: str, *, num_envs: int, image_size: int, backend: str, processes: int = 1,
            lit: bool = False) -> Config:
     cfg = Config()
     cfg.env.id, cfg.env.num_envs, cfg.env.image_size, cfg.env.backend = env_id, num_envs, image_size, backend
@@ -52,21 +60,25 @@ def config(env_id: str, num_envs: int, image_size: int, backend: str, processes:
     return cfg
 
 
-def replay(cfg: Config, action_dim: int, frames_on: torch.device | None) -> ReplayBuffer:
-    return ReplayBuffer(capacity=SLOTS_PER_ENV * cfg.env.num_envs,
-                        frame_shape=(3, cfg.env.image_size, cfg.env.image_size),
-                        frame_dtype=np.uint8, action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=0,
-                        discount=0.99, num_envs=cfg.env.num_envs, frames_on=frames_on)
+def replay(cfg: Config, env, device: torch.device) -> ReplayBuffer:
+    """The trainer's replay for `env`'s frame stacks (trainer/loop.py), SLOTS_PER_ENV slots per env, its frames
+    where training would keep them (`replay.device`: host memory on the CPU)."""
+    frame_shape, capacity = env.single_observation_space.shape[1:], SLOTS_PER_ENV * cfg.env.num_envs
+    frames_on = replay_frames_device(cfg.replay.device, device, capacity * frame_bytes(frame_shape, np.uint8))
+    return ReplayBuffer(capacity=capacity, frame_shape=frame_shape, frame_dtype=np.uint8,
+                        action_dim=env.single_action_space.shape[0], frame_stack=cfg.env.frame_stack,
+                        seed=cfg.training.seed, discount=cfg.sac.discount, num_envs=cfg.env.num_envs,
+                        frames_on=frames_on, nstep=cfg.sac.nstep)
 
 
 class Workers:
     """make_vector_env(cfg.env, pixels), as the trainer runs it: num_envs worker processes stepped in turn, or one env
     in this process (envs/workers.py)."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, device: torch.device):
         self.env, n = envs.make_vector_env(cfg.env, True), cfg.env.num_envs
         self.action_dim = self.env.single_action_space.shape[0]
-        self.replay = replay(cfg, self.action_dim, None)
+        self.replay = replay(cfg, self.env, device)
         self.rng = np.random.default_rng(0)
         obs = self.env.reset(seed=0)
         self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool),
@@ -91,7 +103,7 @@ class Warp:
     def __init__(self, cfg: Config, device: torch.device):
         self.env = envs.make_batched_env(cfg.env, True, device)
         self.action_dim = self.env.single_action_space.shape[0]
-        self.replay = replay(cfg, self.action_dim, device)
+        self.replay = replay(cfg, self.env, device)
         self.generator = torch.Generator(device).manual_seed(0)
         n = cfg.env.num_envs
         obs = self.env.reset(seed=0)
@@ -120,6 +132,74 @@ def timed_frames(contender, seconds: float) -> tuple[int, float]:
     return frames, time.perf_counter() - start
 
 
+class OpenGLParts:
+    """One ordinary env (MuJoCo C) and its OpenGL camera, the parts of a frame timed apart (`--breakdown`)."""
+
+    def __init__(self, cfg: Config, *, substeps: int):
+        self.env, self.substeps = envs.make_env(cfg.env, False), substeps
+        self.camera = Camera(self.env, cfg.env.image_size, cfg.env.camera, cfg.env.render_shadow_size,
+                             cfg.env.render_offsamples)
+        self.model, self.data, _ = mujoco_handles(self.env)
+        self.env.reset(seed=0)
+        self.env.action_space.seed(0)
+        self.worlds = 1
+
+    def random_step(self) -> None:
+        if any(self.env.step(self.env.action_space.sample())[2:4]):
+            self.env.reset()
+
+    def physics(self) -> None:
+        for _ in range(self.substeps):
+            mujoco.mj_step(self.model, self.data())
+
+    def render(self) -> None:
+        self.camera.render()
+
+    def close(self) -> None:
+        self.camera.close()
+        self.env.close()
+
+
+class WarpParts(Warp):
+    """N MuJoCo Warp worlds in this process, the parts of their frames timed apart (`--breakdown`): physics, then
+    sync and render (sync computes the positions the render draws)."""
+
+    def __init__(self, cfg: Config, device: torch.device):
+        super().__init__(cfg, device)
+        self.sim, self.substeps, self.worlds = self.env.sim, self.env.task.substeps, cfg.env.num_envs
+
+    def random_step(self) -> None:
+        self.env.step(self.act)
+
+    def physics(self) -> None:
+        self.sim.step(self.substeps)
+        self._finish()
+
+    def render(self) -> None:
+        self.sim.sync()
+        self.sim.render()
+        self._finish()
+
+    def _finish(self) -> None:
+        """Wait for the device's work, so that the host's clock times it (a CPU runs it before returning)."""
+        if self.sim.device.type == "cuda":
+            torch.cuda.synchronize(self.sim.device)
+
+
+def timed_parts(parts, seconds: float) -> dict[str, float]:
+    """Seconds `parts` (OpenGLParts or WarpParts) spends in physics and in render over `seconds` of stepping, and the
+    world-frames those cover."""
+    totals, start = {"physics": 0.0, "render": 0.0, "frames": 0}, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        parts.random_step()
+        for name in ("physics", "render"):
+            began = time.perf_counter()
+            getattr(parts, name)()
+            totals[name] += time.perf_counter() - began
+        totals["frames"] += parts.worlds
+    return totals
+
+
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -129,15 +209,17 @@ def cpu_name() -> str:
 
 def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
     contenders = {
-        "mujoco_1env": Workers(config(env_id, 1, args.image_size, "mujoco")),
-        "mujoco_2workers": Workers(config(env_id, 2, args.image_size, "mujoco")),
+        "mujoco_1env": Workers(config(env_id, num_envs=1, image_size=args.image_size, backend="mujoco"), device),
+        "mujoco_2workers": Workers(config(env_id, num_envs=2, image_size=args.image_size, backend="mujoco"), device),
     }
     for n in args.worlds:
         for processes in sorted({min(p, n) for p in args.processes} if device.type == "cpu" else {1}):
             for lit in (False, True) if args.lit else (False,):
                 name = (f"warp_{n}" if processes == 1 else f"warp_{n}x{processes}") + ("_lit" if lit else "")
                 built = time.perf_counter()
-                contenders[name] = Warp(config(env_id, n, args.image_size, "mujoco_warp", processes, lit=lit), device)
+                settings = config(env_id, num_envs=n, image_size=args.image_size, backend="mujoco_warp",
+                                  processes=processes, lit=lit)
+                contenders[name] = Warp(settings, device)
                 print(f"# {env_id} {name} built in {time.perf_counter() - built:.1f} s", file=sys.stderr, flush=True)
     for contender in contenders.values():
         for _ in range(WARMUP_STEPS):
@@ -157,6 +239,32 @@ def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
     return rows
 
 
+def breakdown_task(env_id: str, args, device: torch.device) -> list[dict]:
+    warp = {n: WarpParts(config(env_id, num_envs=n, image_size=args.image_size, backend="mujoco_warp"), device)
+            for n in args.worlds}
+    opengl = config(env_id, num_envs=1, image_size=args.image_size, backend="mujoco")
+    sides = {"mujoco_opengl": OpenGLParts(opengl, substeps=warp[args.worlds[0]].substeps),
+             **{f"warp_{n}": parts for n, parts in warp.items()}}
+    for parts in sides.values():
+        for _ in range(WARMUP_STEPS):
+            parts.random_step()
+            parts.physics()
+            parts.render()
+    totals = {name: {"physics": 0.0, "render": 0.0, "frames": 0} for name in sides}
+    for _ in range(args.rounds):
+        for name, parts in sides.items():
+            for key, value in timed_parts(parts, args.seconds).items():
+                totals[name][key] += value
+    for parts in sides.values():
+        parts.close()
+    rows = [{"task": env_id, "side": name, "frames": t["frames"],
+             "physics_ms_per_frame": round(1e3 * t["physics"] / t["frames"], 3),
+             "render_ms_per_frame": round(1e3 * t["render"] / t["frames"], 3)} for name, t in totals.items()]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
@@ -168,9 +276,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--lit", action="store_true", help="also time each warp contender with shadows and skybox")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time a frame's physics and render apart on each side, in one process (see above)")
     args = parser.parse_args()
     device = torch.device(args.device)
     print(json.dumps({"cpu": cpu_name(), "device": str(device), "torch_threads": torch.get_num_threads()}), flush=True)
+    if args.breakdown:
+        for env_id in args.tasks:
+            rows = {row["side"]: row for row in breakdown_task(env_id, args, device)}
+            opengl = rows.pop("mujoco_opengl")
+            for name, row in rows.items():
+                print(json.dumps({"task": env_id, "side": name, **{
+                    f"{part}_over_mujoco_opengl": round(row[f"{part}_ms_per_frame"] / opengl[f"{part}_ms_per_frame"], 2)
+                    for part in ("physics", "render")}}), flush=True)
+        return
     for env_id in args.tasks:
         rows = {row["contender"]: row["frames_per_s"] for row in bench_task(env_id, args, device)}
         for suffix in ("", "_lit") if args.lit else ("",):

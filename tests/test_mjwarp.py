@@ -11,6 +11,7 @@ Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs
 """
 
 import csv
+import json
 import math
 import os
 import re
@@ -704,3 +705,22 @@ def test_a_frozen_trunk_stores_the_features_of_the_frames_the_warp_worlds_show(t
         assert stored.dtype == np.float16 and np.array_equal(stored, expected), f"frame {end}"
     for run in (frozen, plain):
         run.close()
+
+
+def test_the_frame_rate_benchmark_times_each_sides_physics_and_render_apart():
+    """bench/mjwarp.py --breakdown on the real envs: MuJoCo C with OpenGL's camera and N warp worlds, each side's
+    milliseconds per frame for physics and render, and warp's over OpenGL's."""
+    run = subprocess.run([sys.executable, str(ROOT / "bench/mjwarp.py"), "--breakdown", "--tasks",
+                          "dm_control/cartpole-swingup-v0", "--worlds", "2", "--seconds", "0.3", "--rounds", "1",
+                          "--image-size", "32"], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    sides = {row["side"]: row for row in rows if "frames" in row}
+    assert set(sides) == {"mujoco_opengl", "warp_2"}
+    assert sides["warp_2"]["frames"] % 2 == 0 and sides["mujoco_opengl"]["frames"] > 0
+    for row in sides.values():
+        assert row["physics_ms_per_frame"] > 0 and row["render_ms_per_frame"] > 0, row
+    ratio = next(row for row in rows if "physics_over_mujoco_opengl" in row)
+    warp, opengl = sides["warp_2"], sides["mujoco_opengl"]
+    assert ratio["render_over_mujoco_opengl"] == round(warp["render_ms_per_frame"] / opengl["render_ms_per_frame"], 2)
