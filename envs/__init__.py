@@ -55,15 +55,10 @@ def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-BACKENDS = ("mujoco", "mujoco_warp")
-
-
 def make_batched_env(cfg, pixels: bool, device):
-    """The `backend` mujoco_warp: `cfg.num_envs` worlds on `device` (a torch device), stepped and rendered by MuJoCo
-    Warp (on the CPU split over `cfg.warp_processes` processes); the interface of make_vector_env's workers with torch
-    tensors on `device` in and out (envs/mjwarp/vector.py)."""
-    if cfg.backend not in BACKENDS:
-        raise UserError(f"`backend` must be one of {', '.join(BACKENDS)}; got '{cfg.backend}'")
+    """The `backend` mujoco_warp (whatever `cfg.backend` says: the caller chose it): `cfg.num_envs` worlds on `device`
+    (a torch device), stepped and rendered by MuJoCo Warp (on the CPU split over `cfg.warp_processes` processes); the
+    interface of make_vector_env's workers with torch tensors on `device` in and out (envs/mjwarp/vector.py)."""
     try:
         from envs.mjwarp import make_warp_env
     except ImportError as err:

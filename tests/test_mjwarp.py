@@ -39,7 +39,7 @@ from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
 from trainer import checkpoint  # noqa: E402
-from trainer.config import BACKENDS, Config, load_config  # noqa: E402
+from trainer.config import Config, load_config  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -530,17 +530,9 @@ def test_a_cgroup_cpu_quota_caps_the_cores_counted(tmp_path):
     assert usable_cores(tmp_path / "absent") == affinity
 
 
-def test_make_batched_env_rejects_what_it_cannot_run():
-    cfg = Config()
-    cfg.env.backend = "opengl"
-    with pytest.raises(UserError, match="`backend` must be one of mujoco, mujoco_warp"):
-        envs.make_batched_env(cfg.env, False, CPU)
+def test_make_task_rejects_a_task_it_cannot_run():
     with pytest.raises(UserError, match="has no task 'HalfCheetah-v5'"):
         make_task("HalfCheetah-v5", CPU)
-
-
-def test_the_config_layer_knows_the_backends_the_env_layer_builds():
-    assert list(BACKENDS) == list(envs.BACKENDS), "declare a new backend in trainer/config.py's BACKENDS too"
 
 
 # ---- training through the command line ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from errors import UserError
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
-BACKENDS = ("mujoco", "mujoco_warp")  # envs.BACKENDS: tests/test_config.py holds them equal
+BACKENDS = ("mujoco", "mujoco_warp")  # envs.make_vector_env and envs.make_batched_env
 MAX_WORKERS = 256  # env.num_envs with the backend mujoco: a process and a renderer each
 MAX_WORLDS = 65536  # with mujoco_warp: worlds, for a large GPU
 # encoders.ARCHS: tests/test_config.py holds them equal
