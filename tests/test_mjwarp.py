@@ -13,11 +13,14 @@ Kernels compile on first use (minutes on 2 cores) into ~/.cache/warp; later runs
 import csv
 import json
 import math
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from types import SimpleNamespace
 
 import mujoco  # noqa: E402
@@ -716,3 +719,27 @@ def test_the_frame_rate_benchmark_times_each_sides_physics_and_render_apart():
     ratio = next(row for row in rows if "physics_over_mujoco_opengl" in row)
     warp, opengl = sides["warp_2"], sides["mujoco_opengl"]
     assert ratio["render_over_mujoco_opengl"] == round(warp["render_ms_per_frame"] / opengl["render_ms_per_frame"], 2)
+
+
+def test_a_process_killed_while_the_others_start_takes_them_down_with_it():
+    """The caller of a constructor that fails gets no env to close, and the error's traceback keeps the half-built
+    one alive: the constructor ends its other processes itself, rather than the garbage collector or the exit."""
+    before = set(multiprocessing.active_children())
+    failure = {}
+
+    def build():
+        try:
+            warp_env(CARTPOLE, 4, warp_processes=2)
+        except WorkerDied as error:
+            failure["error"] = error  # kept, with its traceback, as a caller's `except ... as` would
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while len(started := set(multiprocessing.active_children()) - before) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    first, second = sorted(started, key=lambda process: process.pid)
+    os.kill(first.pid, signal.SIGKILL)  # long before it has built its worlds and answered
+    thread.join(timeout=300)
+    assert re.match(r"MuJoCo Warp process \d \(pid \d+\) ended while starting", str(failure["error"]))
+    assert not second.is_alive(), "the process that started fine should be gone with the constructor's error"

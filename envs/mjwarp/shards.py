@@ -86,7 +86,11 @@ class WarpShards:
                 self._processes.append(process)
                 self._pipes.append(pipe)
         self._failed = False  # a call failed: the processes' state and pipes are out of step for good
-        self._call("ready")
+        try:
+            self._call("ready")
+        except BaseException:  # the caller gets no env to close, and the error's traceback keeps this one alive
+            self._finalizer()
+            raise
 
     def reset(self, seed: int) -> torch.Tensor:
         """World i starts an episode from `seed + i` (its first); returns the observations."""
