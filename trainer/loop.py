@@ -272,15 +272,16 @@ class Trainer:
             )
 
     # ---- acting ------------------------------------------------------------------------------------------------
-    def observe(self, obs: np.ndarray) -> np.ndarray:
+    def observe(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
         """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
-        (N, repr_dim), computed once per step for all N; else the observations themselves."""
+        (N, repr_dim), computed once per step for all N; else the observations themselves. A batched env's come and
+        go as torch tensors on the training device, the workers' as numpy arrays."""
         if self.trunk:
             return self.trunk(obs)
         # a copy: a worker's frames live in shared memory that its next step overwrites
         return obs.copy() if isinstance(obs, np.ndarray) else obs.clone()
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
         if self.progress.env_step < self.cfg.training.seed_steps:
             return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
