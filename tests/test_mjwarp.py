@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from types import SimpleNamespace
 
 import mujoco  # noqa: E402
@@ -719,6 +720,47 @@ def test_the_frame_rate_benchmark_times_each_sides_physics_and_render_apart():
     ratio = next(row for row in rows if "physics_over_mujoco_opengl" in row)
     warp, opengl = sides["warp_2"], sides["mujoco_opengl"]
     assert ratio["render_over_mujoco_opengl"] == round(warp["render_ms_per_frame"] / opengl["render_ms_per_frame"], 2)
+
+
+def test_a_diverged_world_ends_its_episode_alone_and_puts_no_nan_into_the_results():
+    """MuJoCo C resets a world whose state blows up; MuJoCo Warp integrates it on as NaN. Such a world's episode ends
+    at that step (truncated, reward 0, a zero state vector), it starts afresh at the next, and its neighbours step as
+    if nothing happened."""
+    env, reference = warp_env(CARTPOLE, 3), warp_env(CARTPOLE, 3)
+    env.reset(seed=4), reference.reset(seed=4)
+    actions = constant(np.full((3, 1), 0.5))
+    env.sim.qvel[1] = float("nan")
+    with pytest.warns(RuntimeWarning, match=r"^MuJoCo Warp: 1 world\(s\) lost contacts .* or their state diverged"):
+        _, obs, reward, terminated, truncated = env.step(actions)
+    _, expected_obs, expected_reward, _, _ = reference.step(actions)
+    assert truncated.tolist() == [False, True, False] and not terminated.any()
+    assert torch.isfinite(obs).all() and torch.isfinite(reward).all()
+    assert reward[1] == 0.0 and (obs[1] == 0.0).all()
+    assert torch.equal(obs[[0, 2]], expected_obs[[0, 2]]) and torch.equal(reward[[0, 2]], expected_reward[[0, 2]])
+    _, obs, reward, terminated, truncated = env.step(actions)  # world 1's reset observation, its next episode
+    assert not (terminated | truncated).any() and torch.isfinite(obs).all() and not env.sim.broken().any()
+
+
+def test_a_world_out_of_constraint_rows_ends_its_episode_and_warns_once():
+    """Rows that do not fit are dropped by MuJoCo Warp, the world's physics wrong from there: its episode ends at
+    that step, and the first such step warns, not every world at every step as MuJoCo Warp's own print does."""
+    cfg = Config().env
+    cfg.id, cfg.num_envs = FEASIBLE, 2
+    task = make_task(FEASIBLE, CPU)
+    task.max_constraints = 4  # the held plate alone needs its weld's 6 rows
+    env = WarpVectorEnv(task, cfg, num_envs=2, pixels=False, device=CPU)
+    env.reset(seed=0)
+    still = constant(np.zeros((2, 4)))
+    with pytest.warns(RuntimeWarning, match=r"^MuJoCo Warp: 2 world\(s\) lost contacts or constraint rows"):
+        _, obs, reward, terminated, truncated = env.step(still)
+    assert truncated.all() and not terminated.any() and (reward == 0.0).all()
+    assert (env.sim.overflow != 0).all(), "MuJoCo Warp flags the world it dropped rows of"
+    env.step(still)  # the reset observations: the flags are cleared with the worlds
+    assert (env.sim.overflow == 0).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, _, _, _, truncated = env.step(still)  # overflows again, and says nothing
+    assert truncated.all()
 
 
 def test_a_process_killed_while_the_others_start_takes_them_down_with_it():

@@ -76,7 +76,7 @@ class Worlds:
         self.state_dim, self.action_space = self.env.task.state_dim, self.env.single_action_space
 
     def _states(self) -> np.ndarray:
-        return self.env.task.observation(self.env.sim).cpu().numpy()
+        return self.env.states().cpu().numpy()
 
     def reset(self, seed: int):
         """float32 (N, S) states and uint8 (N, C, H, W) frames; world i starts from `seed` + i."""

@@ -10,6 +10,7 @@ ops and nothing crosses to the host. Views (N = worlds; float32 as MuJoCo Warp c
     contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts, the first
         `num_contacts` rows
     overflow (N,) int: bits of MuJoCo Warp's OverflowType, set where a world's contacts or constraint rows did not fit
+        since its last `reset` (MuJoCo Warp drops what does not fit and goes on; `broken` reads them)
 Derived fields (x*, cvel, subtree_com) describe the positions after `sync` (see `Simulation.sync`).
 """
 
@@ -22,6 +23,10 @@ import torch
 import warp as wp
 
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
+# overflows that drop contacts or constraint rows: the world's physics is wrong from there (the solver's iteration
+# limits, the other bits, leave a usable step, as MuJoCo C's do)
+LOST = (mjw.OverflowType.NEFC | mjw.OverflowType.NJMAX_NNZ | mjw.OverflowType.BROADPHASE
+        | mjw.OverflowType.NARROWPHASE | mjw.OverflowType.CCD)
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class Simulation:
         self._graphs = {} if graphs and capturable else None  # name -> captured graph (`_replay`)
         with self.scope():
             self.model = mjw.put_model(mjm, batch_sizes={name: num_worlds for name in batched_model_fields})
+            # MuJoCo Warp prints a line per world and step that overflows; `broken` reports them once instead
+            self.model.opt.warn_overflow = 0
             reference = mujoco.MjData(mjm)
             mujoco.mj_forward(mjm, reference)
             self.data = mjw.put_data(mjm, reference, nworld=num_worlds, njmax=max_constraints)
@@ -68,7 +75,9 @@ class Simulation:
         self.contact_geom, self.contact_worldid, self.num_contacts = (
             view(d.contact.geom), view(d.contact.worldid), view(d.nacon))
         self.overflow = view(d.overflow)
-        self.eq_active0 = torch.as_tensor(mjm.eq_active0, dtype=torch.bool, device=self.device)
+        # `reset`'s mask where its captured graph reads it
+        self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
+        self._reset_mask_warp = wp.from_torch(self._reset_mask)
         self._pixel_bytes = None  # uint8 (N, H, W, 4) view of the renderer's output
         if camera is not None:
             packed = view(self.render_context.rgb_data).view(torch.uint8)
@@ -127,13 +136,18 @@ class Simulation:
         self._replay("sync", launches)
 
     def reset(self, mask: torch.Tensor) -> None:
-        """Clear the dynamic state of the worlds in `mask` (bool (N,)) as mj_resetData does; the task then writes
-        its initial qpos/qvel/ctrl."""
-        rows = mask[:, None]
-        for field in (self.qvel, self.ctrl, self.act, self.qacc_warmstart):
-            field.masked_fill_(rows, 0.0)
-        self.time.masked_fill_(mask, 0.0)
-        self.eq_active.copy_(torch.where(rows, self.eq_active0, self.eq_active))
+        """mj_resetData for the worlds in `mask` (bool (N,)), as MuJoCo Warp's reset_data does it; the task then writes
+        its initial qpos/qvel/ctrl. It also empties the contact list of every world when world 0 resets (one count
+        for all worlds): harmless, since the next step finds the contacts again before a task reads them."""
+        self._reset_mask.copy_(mask)
+        self._replay("reset", lambda: mjw.reset_data(self.model, self.data, reset=self._reset_mask_warp))
+
+    def broken(self) -> torch.Tensor:
+        """bool (N,): worlds whose physics went wrong since their `reset`: contacts or constraint rows dropped for want
+        of room, or a position or velocity beyond mjMAXVAL or not a number (where MuJoCo C warns and resets)."""
+        lost = (self.overflow & LOST) != 0
+        bounded = (self.qpos.abs() <= mujoco.mjMAXVAL).all(1) & (self.qvel.abs() <= mujoco.mjMAXVAL).all(1)
+        return lost | ~bounded
 
     def render(self) -> torch.Tensor:
         """Every world's camera image of the current positions (call `sync` first): uint8 (N, 3, H, W)."""

@@ -17,9 +17,12 @@ lag: all worlds step together.
 
 One step: the task turns the actions into controls; `task.substeps` physics steps per task step, `action_repeat`
 task steps per agent step (a world that ends inside the repeat keeps its final state for its observation); positions
-synced to the final state; ended worlds reset in place; one batched render.
+synced to the final state; ended worlds reset in place; one batched render. A world whose physics goes wrong
+(contacts or constraint rows dropped, a diverged state: Simulation.broken) ends its episode at that task step,
+truncated, with no reward or termination from it and, for state vectors, a zero observation; the first warns.
 """
 
+import warnings
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -55,6 +58,7 @@ class WarpVectorEnv:
         self._task_steps, self._agent_steps = torch.zeros(n, **long), torch.zeros(n, **long)
         self._resetting = torch.zeros(n, dtype=torch.bool, device=self.device)
         self._observed = None  # what `observe` made of self.obs; None after `reset(seed)`, until a step observes it
+        self._warned_broken = False
 
     def reset(self, seed: int) -> torch.Tensor:
         """World i starts an episode from `seed + i` (its first); returns the observations."""
@@ -82,7 +86,7 @@ class WarpVectorEnv:
         live = ~resetting
         reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
         terminated = torch.zeros_like(resetting)
-        task_truncated = torch.zeros_like(resetting)
+        task_truncated, broken = torch.zeros_like(resetting), torch.zeros_like(resetting)
         kept, kept_mask = None, None  # state of worlds that ended before the current repeat, and which
         for repeat in range(self.action_repeat):
             if repeat:
@@ -91,25 +95,47 @@ class WarpVectorEnv:
             self.sim.step(self.task.substeps)
             self.sim.sync()
             step_reward, step_terminated = self.task.outcome(self.sim, action)
+            # a world whose physics went wrong (Simulation.broken) ends its episode here, truncated, the task step's
+            # reward and termination void: MuJoCo C would reset it; MuJoCo Warp goes on, NaN into the replay
+            step_broken = live & self.sim.broken()
+            step_terminated = step_terminated & ~step_broken
             self._task_steps += live
             limit = self._task_steps >= self.task.time_limit
-            reward += torch.where(live, step_reward, 0.0)
+            reward += torch.where(live & ~step_broken, step_reward, 0.0)
             terminated |= live & step_terminated
-            task_truncated |= live & limit & ~step_terminated
-            live &= ~(step_terminated | limit)
+            task_truncated |= live & (limit | step_broken) & ~step_terminated
+            broken |= step_broken
+            live &= ~(step_terminated | limit | step_broken)
         if kept is not None:
             for field, value in zip(self._final_state(), kept):
                 field.copy_(torch.where(_rows(kept_mask, field), value, field))
         self._agent_steps += ~resetting
+        self._warn_once(broken)
         truncated = task_truncated | (~resetting & ~terminated & self._over_agent_limit())
         self._episodes += resetting
         self._restart(resetting)
         self.sim.sync()
         self.task.after_reset(self.sim, resetting)
-        self._observe(resetting)
+        self._observe(resetting, void=broken)
         self._resetting = terminated | truncated
         self._observed = observe(self.obs)
         return torch.where(resetting[:, None], 0.0, action), self._observed, reward, terminated, truncated
+
+    def states(self) -> torch.Tensor:
+        """float32 (N, D): the worlds' state vectors now, whether the observations are frames or states (a scripted
+        policy reads them while frames are recorded: trainer/record.py)."""
+        return self.task.observation(self.sim)
+
+    def _warn_once(self, broken: torch.Tensor) -> None:
+        """The first broken world warns: a task that breaks often needs fixing, not truncating. Until then each step
+        reads `broken` on the host (on a GPU, one more wait per step)."""
+        if self._warned_broken or not bool(broken.any()):
+            return
+        self._warned_broken = True
+        warnings.warn(f"MuJoCo Warp: {int(broken.sum())} world(s) lost contacts or constraint rows for want of room, "
+                      "or their state diverged; such an episode ends there (truncated, that task step's reward 0). "
+                      "Shown once; if it recurs, raise the task's max_constraints (envs/mjwarp/)", RuntimeWarning,
+                      stacklevel=3)
 
     def _over_agent_limit(self) -> torch.Tensor:
         if self.max_episode_steps is None:
@@ -135,9 +161,12 @@ class WarpVectorEnv:
         newly = ended & ~kept_mask
         return tuple(torch.where(_rows(newly, field), field, value) for field, value in zip(state, kept)), ended
 
-    def _observe(self, restarted: torch.Tensor) -> None:
+    def _observe(self, restarted: torch.Tensor, void: torch.Tensor | None = None) -> None:
+        """The observations of the current state, a restarted world's stack its first frame; `void` (bool (N,)):
+        broken worlds, whose state vectors are zeros (a diverged state's are not numbers; frames always are)."""
         if not self._pixels:
-            self.obs.copy_(self.task.observation(self.sim))
+            state = self.states()
+            self.obs.copy_(state if void is None else state.masked_fill(void[:, None], 0.0))
             return
         frame = self.sim.render()
         shifted = torch.cat([self.obs[:, 1:], frame[:, None]], dim=1)
