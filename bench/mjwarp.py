@@ -42,8 +42,9 @@ import torch  # noqa: E402
 
 import envs  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
+from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.config import Config  # noqa: E402
+from trainer.config import Config, explain  # noqa: E402
 from trainer.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
@@ -265,21 +266,48 @@ def breakdown_task(env_id: str, args, device: torch.device) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS))
-    parser.add_argument("--worlds", nargs="+", type=int, default=[1, 16, 64])
-    parser.add_argument("--processes", nargs="+", type=int, default=[1, 2],
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and each option's default."""
+
+
+def positive(kind):
+    """An argparse type: `kind` (int or float) above zero, else a one-line usage error."""
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+    return parse
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="the tasks to time")
+    parser.add_argument("--worlds", nargs="+", type=positive(int), default=[1, 16, 64],
+                        help="the numbers of MuJoCo Warp worlds to time")
+    parser.add_argument("--processes", nargs="+", type=positive(int), default=[1, 2],
                         help="env.warp_processes to time at each N on the CPU (a GPU runs one)")
-    parser.add_argument("--image-size", type=int, default=84)
-    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per contender per round")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--image-size", type=positive(int), default=84, help="frame height and width, pixels")
+    parser.add_argument("--seconds", type=positive(float), default=5.0, help="timed seconds per contender per round")
+    parser.add_argument("--rounds", type=positive(int), default=3, help="timed rounds, all contenders in turn")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"),
+                        help="where the warp worlds run and the replay keeps frames")
     parser.add_argument("--lit", action="store_true", help="also time each warp contender with shadows and skybox")
     parser.add_argument("--breakdown", action="store_true",
                         help="time a frame's physics and render apart on each side, in one process (see above)")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here; use --device cpu")
     device = torch.device(args.device)
+    try:
+        measure(args, device)
+    except UserError as err:
+        print(f"error: {explain(err)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def measure(args, device: torch.device) -> None:
     print(json.dumps({"cpu": cpu_name(), "device": str(device), "torch_threads": torch.get_num_threads()}), flush=True)
     if args.breakdown:
         for env_id in args.tasks:
@@ -300,4 +328,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

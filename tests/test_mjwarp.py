@@ -785,3 +785,14 @@ def test_a_process_killed_while_the_others_start_takes_them_down_with_it():
     thread.join(timeout=300)
     assert re.match(r"MuJoCo Warp process \d \(pid \d+\) ended while starting", str(failure["error"]))
     assert not second.is_alive(), "the process that started fine should be gone with the constructor's error"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--worlds", "0"], "argument --worlds: must be above 0, got 0"),
+    (["--tasks", "dm_control/cheetah-run-v0"], "argument --tasks: invalid choice: 'dm_control/cheetah-run-v0'"),
+])
+def test_the_frame_rate_benchmark_refuses_bad_input_in_one_line(args, expected):
+    run = subprocess.run([sys.executable, str(ROOT / "bench/mjwarp.py"), *args], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    assert run.stderr.splitlines()[-1].startswith(f"mjwarp.py: error: {expected}"), run.stderr
