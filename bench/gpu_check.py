@@ -343,7 +343,8 @@ def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: fl
     from bench.mjwarp import WARMUP_STEPS, Warp, config, timed_frames
 
     start = time.perf_counter()
-    contender = Warp(config(env_id, worlds, image_size, "mujoco_warp"), torch.device(device))
+    contender = Warp(config(env_id, num_envs=worlds, image_size=image_size, backend="mujoco_warp"),
+                     torch.device(device))
     for _ in range(WARMUP_STEPS):
         contender.step()
     built = time.perf_counter()
