@@ -144,10 +144,10 @@ def test_a_warp_recording_holds_what_each_world_returns_alone(warp_recording):
         world = make_batched_env(dataclasses.replace(cfg.env, num_envs=1, warp_processes=1), pixels=True,
                                  device=torch.device("cpu"))
         frames = [world.reset(3 + i)[0, -1].numpy()]
-        states = [world.task.observation(world.sim)[0].numpy()]
+        states = [world.states()[0].numpy()]
         for action in episode.actions:
             frames.append(world.step(lambda _: action[None])[1][0, -1].numpy())
-            states.append(world.task.observation(world.sim)[0].numpy())
+            states.append(world.states()[0].numpy())
         assert np.array_equal(np.array(frames), episode.observations[demos.PIXELS])
         assert np.array_equal(np.array(states), episode.observations[demos.STATE])
 

@@ -608,7 +608,7 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
         f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
     run = Trainer(cfg)
     eval_env = run.eval_env
-    states = lambda: eval_env.task.observation(eval_env.sim).numpy()  # noqa: E731
+    states = lambda: eval_env.states().numpy()  # noqa: E731
     run.agent.act = lambda obs, sample: np.array([scripted_action(row) for row in states()], np.float32)
     mean_return, success_rate, clip = run.evaluate()
     assert eval_env.num_envs == 3 and success_rate == 1.0 and -20 < mean_return < 0
