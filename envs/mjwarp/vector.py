@@ -110,7 +110,6 @@ class WarpVectorEnv:
             for field, value in zip(self._final_state(), kept):
                 field.copy_(torch.where(_rows(kept_mask, field), value, field))
         self._agent_steps += ~resetting
-        self._warn_once(broken)
         truncated = task_truncated | (~resetting & ~terminated & self._over_agent_limit())
         self._episodes += resetting
         self._restart(resetting)
@@ -119,6 +118,7 @@ class WarpVectorEnv:
         self._observe(resetting, void=broken)
         self._resetting = terminated | truncated
         self._observed = observe(self.obs)
+        self._warn_once(broken)  # last: its host read waits for work already queued, as the caller's reads would
         return torch.where(resetting[:, None], 0.0, action), self._observed, reward, terminated, truncated
 
     def states(self) -> torch.Tensor:
@@ -128,7 +128,7 @@ class WarpVectorEnv:
 
     def _warn_once(self, broken: torch.Tensor) -> None:
         """The first broken world warns: a task that breaks often needs fixing, not truncating. Until then each step
-        reads `broken` on the host (on a GPU, one more wait per step)."""
+        reads `broken` on the host, after the step's work is queued (the caller reads the rewards and flags anyway)."""
         if self._warned_broken or not bool(broken.any()):
             return
         self._warned_broken = True
