@@ -27,6 +27,7 @@ import json
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,11 +252,10 @@ def breakdown_task(env_id: str, args, device: torch.device) -> list[dict]:
             parts.random_step()
             parts.physics()
             parts.render()
-    totals = {name: {"physics": 0.0, "render": 0.0, "frames": 0} for name in sides}
+    totals = {name: Counter() for name in sides}
     for _ in range(args.rounds):
         for name, parts in sides.items():
-            for key, value in timed_parts(parts, args.seconds).items():
-                totals[name][key] += value
+            totals[name].update(timed_parts(parts, args.seconds))
     for parts in sides.values():
         parts.close()
     rows = [{"task": env_id, "side": name, "frames": t["frames"],
