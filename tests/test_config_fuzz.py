@@ -138,7 +138,7 @@ def assert_intact(run: GoodRun) -> None:
     for name in checkpoint.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
         if not name.endswith(".replay.pt"):
             payload, replay = checkpoint.load(run.folder / "ckpt" / name)
-            assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False}, name
+            assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False, "next_seed": 0}, name
             assert replay["num_transitions"] == 1, name
 
 

@@ -27,7 +27,7 @@ def test_a_stopped_and_resumed_frozen_run_ends_as_one_that_never_stopped(tmp_pat
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
     b, replay_b = checkpoint.load(tmp_path / "stopped" / "ckpt" / "sac_video_latest.pt")
-    assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False}
+    assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False, "next_seed": 0}
     assert a["trunk"] == b["trunk"] and a["trunk"].startswith("simple2dcnn on 3x3x64x64")
     assert not any(key.startswith("encoder.") for key in a["agent"]["critic"]), "no trunk in the agent"
     for net in ("actor", "critic", "critic_target"):

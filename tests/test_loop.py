@@ -64,7 +64,7 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
     b, replay_b = checkpoint.load(interrupted / "ckpt" / "sac_video_latest.pt")
-    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120, "evaluation_due": False}
+    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120, "evaluation_due": False, "next_seed": 0}
     assert a["agent"]["updates"] == b["agent"]["updates"] > 50
     for net in ("actor", "critic", "critic_target"):
         for name, tensor in a["agent"][net].items():
@@ -103,15 +103,18 @@ def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
 
 def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses_or_repeats_none(tmp_path):
     """Two workers against two plain envs stepped one after the other with the same seeds and the replay's own
-    actions: every stored frame, reward and flag agrees. A resumed run reseeds the workers (training.seed +
-    completed episodes + worker) and appends: one transition per counted agent step, none lost or doubled."""
-    args = run_args(tmp_path, 3) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32,
+    actions: every stored frame, reward and flag agrees. The first run stops at its first episode, while the other
+    worker is mid-episode; the resumed run reseeds the workers from the first seeds the first start did not give out
+    (training.seed + 2 + worker: completed episodes + worker would hand worker 0 worker 1's seed) and appends: one
+    transition per counted agent step, none lost or doubled."""
+    args = run_args(tmp_path, 1) + sets(env__num_envs=2, env__max_episode_steps=7, env__image_size=32,
                                         training__seed_steps=10**6, training__eval_every_episodes=100,
                                         logging__tensorboard="false")
     first = run_cli("--config", CONFIG, *args)
     assert first.returncode == 0, first.stderr
     latest = tmp_path / "ckpt" / "sac_video_latest.pt"
     saved, saved_replay = checkpoint.load(latest)
+    assert saved["progress"]["episode"] == 1 and saved["progress"]["next_seed"] == 2
     resumed = run_cli("--config", CONFIG, *args, "--set", "training.episodes=5", "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     data, replay = checkpoint.load(latest)
@@ -125,7 +128,7 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
         env = make_env(cfg.env, cfg.pixels)
         for slot in range(replay["count"]):
             if replay["pos"][slot, worker] == 0:
-                start_seed = {0: seed + worker, restart: seed + saved["progress"]["episode"] + worker}.get(slot)
+                start_seed = {0: seed + worker, restart: seed + 2 + worker}.get(slot)
                 obs, _ = env.reset(seed=start_seed)
             else:
                 obs, reward, terminated, _, _ = env.step(replay["actions"][slot, worker].numpy())

@@ -571,7 +571,7 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     assert first.returncode == 0, first.stderr
     latest = tmp_path / "ckpt" / f"{name}_latest.pt"
     saved, saved_replay = checkpoint.load(latest)
-    assert saved["progress"] == {"episode": 8, "env_step": 8 * EPISODE, "evaluation_due": False}
+    assert saved["progress"] == {"episode": 8, "env_step": 8 * EPISODE, "evaluation_due": False, "next_seed": WORLDS}
     assert saved["agent"]["updates"] == updates_due(8 * EPISODE) > 0
     assert saved_replay["num_transitions"] == 8 * EPISODE
     frames = saved_replay["frames"]
@@ -581,7 +581,8 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     resumed = run_cli(*warp_run_args(tmp_path, config, 12, **freeze), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     data, replay = checkpoint.load(latest)
-    assert data["progress"] == {"episode": 12, "env_step": 12 * EPISODE, "evaluation_due": False}
+    assert data["progress"] == {"episode": 12, "env_step": 12 * EPISODE, "evaluation_due": False,
+                                "next_seed": 8 + WORLDS}
     assert data["agent"]["updates"] == updates_due(12 * EPISODE)
     assert replay["num_transitions"] == 12 * EPISODE, "one stored transition per agent step"
     restart = saved_replay["count"]
@@ -595,6 +596,31 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     if config == "dmc/cartpole_swingup.yaml":  # the warp world's own frames, at the trained size
         with Image.open(gifs[0]) as gif:
             assert gif.size == (64, 64) and gif.n_frames == EPISODE
+
+
+def test_a_resume_fewer_episodes_after_the_start_than_worlds_repeats_no_world_s_start_states(tmp_path):
+    """4 worlds stopped when 2 of their first episodes are counted, then resumed: the resumed worlds start from
+    seeds the first start did not give out (4-7; episodes done, 2, would hand worlds 0 and 1 the seeds of the first
+    start's worlds 2 and 3 and so their start states). Every start state in the replay, the autoresets' included,
+    is one of its own, and the next start after them goes on from 8."""
+    def run(episodes: int, resume: str | None = None) -> Trainer:
+        return Trainer(load_config(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml", [
+            "env.backend=mujoco_warp", f"env.num_envs={WORLDS}", "env.warp_processes=1",
+            f"env.max_episode_steps={EPISODE}", f"training.episodes={episodes}", "training.eval_every_episodes=0",
+            "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=400", "logging.progress=false",
+            "logging.tensorboard=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
+            f"checkpoint.dir={tmp_path / 'ckpt'}"]), resume=resume)
+
+    first = run(2)
+    first.train()  # trains to its end, saves and closes
+    assert first.progress.episode == 2 and first.progress.next_seed == WORLDS
+    resumed = run(2 + 2 * WORLDS, resume="auto")
+    resumed.train()
+    assert resumed.progress.next_seed == 2 * WORLDS, "this start gave out seeds 4-7"
+    replay = resumed.replay
+    starts = replay.frames[:replay.count][replay.pos[:replay.count] == 0]  # (starts, D) states
+    assert len(starts) == 3 * WORLDS, "the first start, the resumed start and one autoreset of each world"
+    assert len(np.unique(starts, axis=0)) == len(starts), "no two starts alike"
 
 
 def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task_terminates_on_it(tmp_path):

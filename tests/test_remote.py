@@ -94,7 +94,7 @@ def test_a_new_machine_resumes_from_the_remote_checkpoint(s3, tmp_path, kind):
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stdout and "episode 2, step 40" in resumed.stdout
     data, _ = checkpoint.load(tmp_path / "local" / "sac_video_latest.pt")
-    assert data["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False}
+    assert data["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False, "next_seed": 0}
     names = RemoteDir(url, tmp_path / "check", 1, 0.01, print)
     assert {"sac_video_ep3.pt", "sac_video_latest.pt", "sac_video_step60.replay.pt"} <= set(names.listdir())
     names.close(timeout_s=5)

@@ -60,14 +60,14 @@ def test_one_episode_writes_a_checkpoint_that_a_second_run_resumes(first_episode
     tmp, extra = first_episode(arch)
     data, _ = checkpoint.load(tmp / "ckpt" / "sac_video_ep1.pt")
     assert data["config"]["encoder"]["video"]["arch"] == arch
-    assert data["progress"] == {"episode": 1, "env_step": STEPS, "evaluation_due": False}
+    assert data["progress"] == {"episode": 1, "env_step": STEPS, "evaluation_due": False, "next_seed": 0}
     assert data["agent"]["updates"] > 0
 
     resumed = run_cli("--config", CONFIG, *run_args(tmp, arch, episodes=2), *extra, "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {tmp / 'ckpt' / 'sac_video_latest.pt'}: episode 1, step {STEPS}" in resumed.stdout
     latest, _ = checkpoint.load(tmp / "ckpt" / "sac_video_latest.pt")
-    assert latest["progress"] == {"episode": 2, "env_step": 2 * STEPS, "evaluation_due": False}
+    assert latest["progress"] == {"episode": 2, "env_step": 2 * STEPS, "evaluation_due": False, "next_seed": 0}
     assert latest["agent"]["updates"] == data["agent"]["updates"] + STEPS
 
 

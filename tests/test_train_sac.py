@@ -40,7 +40,7 @@ def test_smoke_run_writes_episode_and_latest_checkpoints(smoke_run):
     names = sorted(p.name for p in (tmp / "ckpt").iterdir())
     assert names == ["sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt", "sac_video_step100.replay.pt"]
     data, replay = checkpoint.load(tmp / "ckpt" / "sac_video_latest.pt")
-    assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False}
+    assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False, "next_seed": 0}
     assert data["config"]["sac"]["batch_size"] == 8 and replay["count"] == 102
     assert data["agent"]["updates"] > 0
     assert "resolved config:" in result.stdout and "batch_size: 8" in result.stdout

@@ -8,21 +8,21 @@ Determinism: with one env every episode starts from seed `training.seed + episod
 seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a CPU run
 stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
 
-With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates
-behind, and are seeded once per start, worker i with `training.seed + episode + i` (episode = completed episodes so
-far), then autoreset from their own RNGs. A save at an episode boundary leaves the other workers mid-episode (and
-one step of every worker in flight, not yet stored or counted); on resume they start fresh episodes, so their
-partial episodes end in the replay as truncated ones: no transition is lost or stored twice, but the run is not
-bitwise the one that never stopped.
+With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates behind,
+and are seeded once per start, worker i with `training.seed + first + i` (first = completed episodes, or the first
+seed no earlier start gave out if later: `start_episodes`), then autoreset from their own RNGs. A save at an episode
+boundary leaves the other workers mid-episode (and one step of every worker in flight, not yet stored or counted);
+on resume they start fresh episodes, so their partial episodes end in the replay as truncated ones: no transition is
+lost or stored twice, but the run is not bitwise the one that never stopped.
 
 With `env.backend: mujoco_warp` the vector is `env.num_envs` MuJoCo Warp worlds stepped together on the training
 device (envs/mjwarp, docs/warp.md): observations come as torch tensors on that device and go into the replay there
 (device frames on a GPU, host memory on the CPU) without a host round trip; the N rewards and flags a step are read
-to the host. World i is seeded `training.seed + episode + i` at each start, its later episodes come from its own
-counter; a resume starts every world on a fresh episode, as with workers. Evaluation: state policies on the
-ordinary single env (the reference physics, and the same evaluator as the `mujoco` backend's results); pixel
-policies in the backend they were trained in (ray-traced frames differ from OpenGL's), `training.eval_episodes`
-worlds running one episode each.
+to the host. World i is seeded `training.seed + first + i` at each start, as the workers are, its later episodes
+come from its own counter; a resume starts every world on a fresh episode, as with workers. Evaluation: state
+policies on the ordinary single env (the reference physics, and the same evaluator as the `mujoco` backend's
+results); pixel policies in the backend they were trained in (ray-traced frames differ from OpenGL's),
+`training.eval_episodes` worlds running one episode each.
 
 Updates: `sac.updates_per_step` per agent step, fractions allowed: a step of N envs adds N times the ratio to the
 updates due, the fraction carried to the next step (and saved), so a thousand worlds need not mean a thousand
@@ -72,6 +72,8 @@ class Progress:
     env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
     # the evaluation at `episode` that a stop signal cut short: saved with the run, so the resume runs it first
     evaluation_due: bool = False
+    # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
+    next_seed: int = 0
 
 
 def every(n: int, i: int) -> bool:
@@ -419,10 +421,16 @@ class Trainer:
         return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
 
     def start_episodes(self) -> None:
-        """Reset the envs (env i from `training.seed + episode + i`, episode = episodes done) and store their first
-        frames."""
-        n = self.num_envs
-        obs = self.observe(self.env.reset(seed=self.cfg.training.seed + self.progress.episode))
+        """Reset the envs and store their first frames. Env i starts from `training.seed + first + i`, `first` the
+        episodes done or, if later, the first seed no earlier start gave out (`progress.next_seed`): a vector's envs
+        continue from their own RNGs, so a resume fewer than N episodes after the last start would otherwise hand
+        env j the seed, and the start states, of an env of that start. One env reseeds itself every episode (seed +
+        episode, envs/workers.py InProcessEnv), so its seeds follow the episode count."""
+        n, progress = self.num_envs, self.progress
+        first = max(progress.episode, progress.next_seed)
+        obs = self.observe(self.env.reset(seed=self.cfg.training.seed + first))
+        if n > 1:
+            progress.next_seed = first + n
         self.replay.add_batch(
             obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
         )
