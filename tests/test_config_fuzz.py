@@ -41,7 +41,7 @@ SET_CASES = [
       for key in ("sac.log_std_min", "sac.log_std_max") for value in ("1e300", "-1e300", ".nan", ".inf")],
     ("log_std_min>max", ["sac.log_std_min=1", "sac.log_std_max=0"], "sac.log_std_min must be below sac.log_std_max"),
     *[(f"training.seed={value}", [f"training.seed={value}"], "'training.seed' must be in [0, ")
-      for value in ("-1", str(2**32), str(2**64))],
+      for value in ("-1", str(2**30), str(2**32), str(2**64))],
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be in [1, ")
       for key in ("encoder.video.num_filters", "encoder.video.num_layers", "sac.hidden_depth", "sac.hidden_dim",
                   "sac.feature_dim", "sac.nstep", "training.episodes",

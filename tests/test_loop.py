@@ -25,7 +25,7 @@ from envs.dishwashing.scripted import scripted_action
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
 from trainer import checkpoint, loop
-from trainer.config import config_from_dict, load_config
+from trainer.config import EVAL_SEED_OFFSET, SEED_LIMIT, config_from_dict, load_config
 from trainer.device import native_bfloat16
 from trainer.loop import Trainer
 from trainer.plot import read_rows
@@ -157,6 +157,17 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     assert run.progress.env_step == 35
     assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
     run.close()
+
+
+def test_evaluation_starts_stay_clear_of_training_starts_and_within_dm_control_s_seed_bound(tmp_path):
+    """Evaluation episode i starts from training.seed + EVAL_SEED_OFFSET + i: training starts (training.seed +
+    episodes + env) reach the first only after 2**30 episodes, and at the largest training.seed the config takes,
+    dm_control's RandomState (seeds below 2**32) accepts every eval seed."""
+    assert EVAL_SEED_OFFSET >= 2**30
+    run = trainer(tmp_path, "dmc/cartpole_swingup_state.yaml", seed=SEED_LIMIT - 1, eval_episodes=10)
+    mean_return, success_rate, _ = run.evaluate()
+    run.close()
+    assert 0 <= mean_return <= 1000 and success_rate is None
 
 
 def test_training_wall_time_carries_over_a_resume_and_reaches_eval_csv(tmp_path):

@@ -76,7 +76,11 @@ def setting(default, *, ge=None, gt=None, le=None, lt=None, choices=None, note: 
 
 
 MILLION = 10**6
-SEED_LIMIT = 2**31  # seeds feed numpy's RandomState (below 2**32) after adding the episode and the eval offset
+# training.seed is below SEED_LIMIT and evaluation starts from training.seed + EVAL_SEED_OFFSET + i: training starts
+# (training.seed + episodes + i) reach no eval seed within 2**30 episodes (a million episodes is a few hours of
+# 4096 MuJoCo Warp worlds), and eval seeds stay below 2**32, the bound of dm_control's numpy RandomState
+SEED_LIMIT = 2**30
+EVAL_SEED_OFFSET = 2 * SEED_LIMIT
 DEVICES = ("auto", "cpu", "cuda")
 
 

@@ -47,7 +47,7 @@ from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
-from trainer.config import Config, to_dict, to_yaml
+from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
     can_compile,
@@ -62,8 +62,6 @@ from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
-
-EVAL_SEED_OFFSET = 1_000_000  # eval episodes never share a start state with training episodes
 
 
 @dataclass
