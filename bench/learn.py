@@ -5,8 +5,8 @@ it, success rate) against agent steps.
     python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
 Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
-and MuJoCo Warp processes each), so the same command run again continues every seed from its newest checkpoint
-(runs longer than a session).
+each, and as many MuJoCo Warp processes on the CPU: `warp_share`), so the same command run again continues every
+seed from its newest checkpoint (runs longer than a session).
 Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training
 seconds; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
 from bench.references import FRAMES, PUBLISHED  # noqa: E402
-from trainer.config import load_config  # noqa: E402
+from errors import UserError  # noqa: E402
+from trainer.config import Config, explain, load_config  # noqa: E402
+from trainer.device import resolve_device  # noqa: E402
 from trainer.plot import plot_curves, read_rows  # noqa: E402
 
 
@@ -46,11 +48,16 @@ def main() -> None:
                         help="train nothing: write the CSV and PNG from what the seeds have logged so far")
     args = parser.parse_args()
 
+    try:
+        cfg = load_config(args.config, args.set)  # a bad config or --set fails here once, not in every seed
+    except UserError as err:
+        print(f"error: {explain(err)}", file=sys.stderr)
+        sys.exit(2)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pending, running, results = ([] if args.report else list(args.seeds)), {}, []
-    threads = str(args.threads or max(1, (os.cpu_count() or 1) // args.parallel))
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.parallel)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     while pending or running:
         while pending and len(running) < args.parallel:
             seed = pending.pop(0)
@@ -58,9 +65,8 @@ def main() -> None:
                        "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
                        "--set", f"checkpoint.dir={out / 'checkpoints'}",
                        "--set", f"logging.tensorboard_dir={out / 'runs'}",
-                       "--set", "logging.progress=false",
-                       # MuJoCo Warp on the CPU: the seed's share of the cores, as for torch's threads
-                       "--set", f"env.warp_processes={threads}", *sum((["--set", s] for s in args.set), [])]
+                       "--set", "logging.progress=false", *warp_share(cfg, threads),
+                       *sum((["--set", s] for s in args.set), [])]
             log = open(out / f"seed{seed}.log", "a")
             running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
         for seed, (proc, start, log) in list(running.items()):
@@ -83,15 +89,27 @@ def main() -> None:
         writer.writerow(["frames", "seed", "return", "success", "env_step", "wall_s"])
         writer.writerows((r["frames"], r["seed"], r["return"], "" if r["success"] is None else r["success"],
                           r["env_step"], "" if r["wall_s"] is None else r["wall_s"]) for r in rows)
-    env_id = load_config(args.config, args.set).env.id
     plot_curves({"this repo": rows}, out / "learn.png", title=Path(args.config).stem,
-                references=PUBLISHED.get(env_id, {}), reference_frames=FRAMES)
+                references=PUBLISHED.get(cfg.env.id, {}), reference_frames=FRAMES)
     reached = [r for r in results if r["first_step_at_target"] is not None]
     reached_success = [r for r in results if r["first_step_at_success_target"] is not None]
     print(json.dumps({"config": args.config, "seeds": args.seeds, "target": args.target,
                       "seeds_reaching_target": len(reached),
                       "target_success": args.target_success, "seeds_reaching_success_target": len(reached_success),
                       "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
+
+
+def warp_share(cfg: Config, threads: int) -> list[str]:
+    """The `--set` giving a seed its share of the cores as MuJoCo Warp processes, as it gets `threads` torch threads:
+    with `env.backend: mujoco_warp` on the CPU and `env.warp_processes` left null (one per core, which seeds running
+    side by side would oversubscribe), at most one per world. Nothing otherwise: the key means nothing to the
+    `mujoco` backend, a GPU steps every world in one process, and a value the user set stands."""
+    env = cfg.env
+    if env.backend != "mujoco_warp" or env.warp_processes is not None:
+        return []
+    if resolve_device(cfg.training.device).type != "cpu":
+        return []
+    return ["--set", f"env.warp_processes={min(threads, env.num_envs)}"]
 
 
 def read_eval(out: Path, seed: int) -> list[dict]:

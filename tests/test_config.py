@@ -196,6 +196,13 @@ def test_warp_worlds_may_outnumber_worker_processes(tmp_path):
     assert cfg.env.num_envs == 4096
 
 
+def test_warp_processes_binds_only_the_backend_it_splits(tmp_path):
+    """`env.warp_processes` splits MuJoCo Warp worlds over processes; with the mujoco backend (set by a base file or
+    a script) it means nothing, so one env does not refuse it."""
+    cfg = load_config(write(tmp_path, ""), ["env.num_envs=1", "env.warp_processes=4"])
+    assert cfg.env.backend == "mujoco" and cfg.env.warp_processes == 4
+
+
 def test_messages_from_low_layers_name_the_config_keys_of_their_parameters():
     err = UserError("unknown `camera` 'top'; raise `capacity` or lower `num_envs`; run `hf download x` or `other`")
     assert explain(err) == (

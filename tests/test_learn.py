@@ -8,7 +8,9 @@ import sys
 import pytest
 from PIL import Image
 
+from bench.learn import warp_share
 from tests.conftest import ROOT, sets
+from trainer.config import load_config
 from trainer.plot import plot_curves, seed_statistics
 
 
@@ -18,7 +20,7 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
                 logging__eval_video="false")
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"),
                              "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
-                             "--seeds", "1", "2", "--out", str(tmp_path), *tiny],
+                             "--seeds", "1", "2", "--threads", "2", "--out", str(tmp_path), *tiny],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     with open(tmp_path / "learn.csv", newline="") as f:
@@ -29,7 +31,22 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
     with Image.open(tmp_path / "learn.png") as png:
         assert png.format == "PNG"
     resolved = (tmp_path / "seed1.log").read_text()
-    assert "warp_processes: 1\n" in resolved, "a seed per core (the default --parallel): one MuJoCo Warp process each"
+    assert "warp_processes: null\n" in resolved, "the mujoco backend's runs are not handed a share of warp processes"
+
+
+@pytest.mark.parametrize("overrides, threads, expected", [
+    (["env.backend=mujoco_warp", "env.num_envs=10"], 4, ["--set", "env.warp_processes=4"]),
+    (["env.backend=mujoco_warp", "env.num_envs=3"], 4, ["--set", "env.warp_processes=3"]),
+    (["env.backend=mujoco_warp", "env.num_envs=10", "env.warp_processes=2"], 4, []),
+    (["env.num_envs=1"], 4, []),
+])
+def test_each_seed_gets_its_share_of_the_cores_as_warp_processes_where_the_key_applies(overrides, threads, expected):
+    """On the CPU a MuJoCo Warp seed gets as many processes as torch threads, at most one per world; a value the
+    user set stands, and the mujoco backend gets none (the key means nothing there)."""
+    cfg = load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml", ["training.device=cpu", *overrides])
+    assert warp_share(cfg, threads) == expected
+    if expected:
+        assert load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml", [*overrides, expected[1]])
 
 
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):

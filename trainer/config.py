@@ -522,7 +522,7 @@ def _check_cross_keys(cfg: Config) -> None:
     if env.backend == "mujoco" and env.num_envs > MAX_WORKERS:
         raise UserError(f"env.num_envs must be at most {MAX_WORKERS} with env.backend=mujoco, a process each; got "
                         f"{env.num_envs}: lower it, or use env.backend=mujoco_warp for more")
-    if env.warp_processes is not None and env.warp_processes > env.num_envs:
+    if env.backend == "mujoco_warp" and env.warp_processes is not None and env.warp_processes > env.num_envs:
         raise UserError(f"env.warp_processes ({env.warp_processes}) exceeds env.num_envs ({env.num_envs}): a process "
                         "steps one world at least; lower it, or set it to null (one per core, at most one per world)")
     if sac.buffer_size // env.num_envs <= env.frame_stack + 1:
