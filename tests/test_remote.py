@@ -6,6 +6,8 @@ never overwrites the remote run."""
 import os
 import shutil
 import socket
+import subprocess
+import sys
 
 import boto3
 import pytest
@@ -69,6 +71,44 @@ def test_a_failing_upload_is_retried_and_reported_not_dropped(s3, tmp_path):
     assert not remote.close(timeout_s=30)
     assert sum("retry" in m for m in messages) == 2
     assert "could not upload run_latest.pt" in messages[-1] and "after 3 tries" in messages[-1]
+
+
+STUCK_UPLOAD = """
+import sys, time
+from pathlib import Path
+from trainer import checkpoint
+from trainer.remote import RemoteDir
+local = Path(sys.argv[1])
+remote = RemoteDir("s3://ckpt/stuck", local, retries=5, backoff_s=600, report=lambda text: None)
+saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": 10}, "rng": {}}, {},
+                        env_step=10, episode=1, keep_replays=1, keep_last=1)
+remote.upload(saved.written, saved.deleted)
+print("queued", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_killed_with_uploads_pending_leaves_nothing_in_the_way_of_its_resume(s3, tmp_path):
+    """A run killed while its uploads wait (here on an unreachable server) leaves its hard links in the staging
+    folder, which a restart on the same machine uses again. The resumed run removes them (they hold the bytes of
+    sidecars it prunes) and its own uploads go through: links named like the killed run's made os.link fail."""
+    local = tmp_path / "local"
+    unreachable = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    stuck = subprocess.Popen([sys.executable, "-c", STUCK_UPLOAD, str(local)], cwd=ROOT, env=unreachable,
+                             stdout=subprocess.PIPE, text=True)
+    assert stuck.stdout.readline() == "queued\n"
+    stuck.kill()
+    stuck.wait()
+    assert [n for n in os.listdir(local) if n.startswith(".upload")], "the killed run's links are left behind"
+
+    checkpoint.prepare(local, "run")
+    assert not [n for n in os.listdir(local) if n.startswith(".upload")]
+    remote = RemoteDir(f"{s3}/resumed", local, retries=2, backoff_s=0.01, report=print)
+    saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": 20}, "rng": {}}, {},
+                            env_step=20, episode=2, keep_replays=1, keep_last=1)
+    remote.upload(saved.written, saved.deleted)
+    assert remote.close(timeout_s=30)
+    assert {"run_ep2.pt", "run_latest.pt"} <= set(remote.listdir())
 
 
 def tiny_run(tmp_path, url: str, episodes: int, local_dir: str = "local") -> list[str]:

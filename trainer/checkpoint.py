@@ -204,10 +204,21 @@ def run_files(names: Iterable[str], name: str) -> list[str]:
     return latest + [n for _, n in _numbered(names, name, "ep")] + [n for _, n in _numbered(names, name, "step")]
 
 
-def _temporaries(directory: Path, name: str) -> list[Path]:
-    """Temporary files of this run's writers (`.<file>.tmp<pid>`), whichever process wrote them."""
-    pattern = re.compile(rf"\.{re.escape(name)}_(latest|ep\d+|step\d+\.replay|probe)\.pt\.tmp\d+")
-    return [directory / n for n in os.listdir(directory) if pattern.fullmatch(n)]
+def upload_link(path: Path, job: int) -> Path:
+    """Where trainer/remote.py hard-links a saved file until its upload `job` sends it (a later save may replace or
+    prune the file first). Named for this process: a killed run's links, which `prepare` removes, never stand in the
+    way of the next run's."""
+    return path.with_name(f".upload{os.getpid()}-{job}-{path.name}")
+
+
+def _temporaries(directory: Path, name: str) -> list[tuple[Path, int]]:
+    """Temporary files of this run's processes, whichever wrote them, with its pid: files being written
+    (`.<file>.tmp<pid>`) and hard links awaiting upload (`upload_link`; a killed run's keep a pruned sidecar's bytes
+    on disk)."""
+    file = rf"{re.escape(name)}_(?:latest|ep\d+|step\d+\.replay|probe)\.pt"
+    pattern = re.compile(rf"\.{file}\.tmp(\d+)|\.upload(\d+)-\d+-{file}")
+    return [(directory / n, int(match.group(1) or match.group(2)))
+            for n in os.listdir(directory) if (match := pattern.fullmatch(n))]
 
 
 def _prune(directory: Path, name: str, keep_replays: int, keep_last: int, keep: set[str]) -> list[str]:
@@ -220,8 +231,8 @@ def _prune(directory: Path, name: str, keep_replays: int, keep_last: int, keep: 
         doomed += _oldest_beyond(_numbered(names, name, "ep"), keep_last, keep)
     for doomed_name in doomed:
         (directory / doomed_name).unlink(missing_ok=True)
-    for path in _temporaries(directory, name):
-        if not path.name.endswith(f".tmp{os.getpid()}"):
+    for path, pid in _temporaries(directory, name):
+        if pid != os.getpid():
             path.unlink(missing_ok=True)
     return doomed
 def _oldest_beyond(numbered: list[tuple[int, str]], count: int, keep: set[str]) -> list[str]:
@@ -231,12 +242,12 @@ def _oldest_beyond(numbered: list[tuple[int, str]], count: int, keep: set[str]) 
 
 def prepare(directory: Path, name: str) -> None:
     """At start: create the folder, remove temporary files that killed or failed writers of this run left (one on a
-    full disk makes the next save fail at once), and write a probe file, so an unwritable or full folder is reported
-    now rather than after the first episodes' work."""
+    full disk makes the next save fail at once; a killed run's upload links hold pruned sidecars' bytes), and write
+    a probe file, so an unwritable or full folder is reported now rather than after the first episodes' work."""
     probe = directory / f".{name}_probe.pt.tmp{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for path in _temporaries(directory, name):
+        for path, _ in _temporaries(directory, name):
             path.unlink()
         with open(probe, "wb") as f:
             f.write(bytes(PROBE_BYTES))

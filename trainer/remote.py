@@ -21,6 +21,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from errors import UserError
+from trainer.checkpoint import upload_link
 
 
 def is_remote(directory: str) -> bool:
@@ -86,7 +87,7 @@ class RemoteDir:
         """Queue one save's files (uploaded in this order) and the names it pruned (deleted remotely after)."""
         staged = []
         for path in written:
-            snapshot = path.with_name(f".upload{self._jobs}-{path.name}")
+            snapshot = upload_link(path, self._jobs)
             os.link(path, snapshot)
             staged.append((snapshot, path.name))
         self._jobs += 1
