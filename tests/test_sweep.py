@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from trainer.sweep import read_metric, suggest
+from trainer.sweep import read_metric, read_space, suggest
 
 CONFIG = str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml")
 TINY_TRIAL = ["training.episodes=4", "training.seed_steps=100", "sac.batch_size=32", "sac.hidden_dim=64",
@@ -90,12 +90,28 @@ def test_three_tiny_trials_run_stop_mid_trial_and_continue_from_storage(tmp_path
     ({**SPACE, "method": "grid"}, "method must be one of random, bayes for a local sweep; got 'grid'"),
     ({**SPACE, "metric": {"name": "eval/reward"}}, "metric.name must be one of eval/return, eval/success_rate"),
     ({**SPACE, "parameters": {"sac.lr": {"distribution": "normal", "mu": 0, "sigma": 1}}},
-     "sweep parameter sac.lr: use value, values, or min/max"),
+     "sweep parameter sac.lr: use value, a list of values, or numbers min/max"),
+    ({**SPACE, "parameters": {"sac.lr": {"values": "abc"}}}, "sweep parameter sac.lr: use value, a list of values"),
+    ({**SPACE, "parameters": {"sac.lr": {"min": "low", "max": 1}}}, "sweep parameter sac.lr: use value, a list of"),
+    ({**SPACE, "parameters": {"sac.lr": 0.001}}, "parameter sac.lr must be a spec (value, values, or min/max)"),
+    ({**SPACE, "early_terminate": "hyperband"}, "early_terminate must be a mapping with type: hyperband"),
+    ({**SPACE, "metric": "eval/return"}, "metric.name must be one of eval/return, eval/success_rate"),
+    ("method: random\nmethod: bayes\n", "duplicate key 'method'"),
 ])
 def test_bad_sweep_file_is_a_one_line_error_before_any_trial(tmp_path, space, expected):
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    (tmp_path / "space.yaml").write_text(space if isinstance(space, str) else yaml.safe_dump(space))
     result = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG,
                              "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--out", str(tmp_path / "out")],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_a_sweep_file_reads_numbers_as_configs_do(tmp_path):
+    """`1e-4` is a string to plain YAML 1.1; a sweep file, like a config, reads it as the float a user means."""
+    (tmp_path / "space.yaml").write_text("method: random\nmetric: {name: eval/return}\n"
+                                         "parameters:\n  sac.lr: {distribution: log_uniform_values, min: 1e-4, "
+                                         "max: 3e-3}\n")
+    space = read_space(tmp_path / "space.yaml")
+    value = suggest(optuna.create_study().ask(), "sac.lr", space["parameters"]["sac.lr"])
+    assert isinstance(value, float) and 1e-4 <= value <= 3e-3

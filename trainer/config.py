@@ -350,10 +350,16 @@ def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
                 f"base config {path} named in {named_by} not found; fix its base entry (relative to that file)"
             )
         raise UserError(f"config file not found: {path}; pass an existing file, e.g. --config configs/default.yaml")
+    return read_yaml(path, what="config keys")
+
+
+def read_yaml(path: Path, *, what: str) -> dict:
+    """The mapping (of `what`, for the message) in the YAML file `path`, read as configs are (`_Loader`: `3e-4` a
+    float, a key twice an error); a file that cannot be read or holds no mapping is a one-line UserError."""
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"{path} is not UTF-8 text (byte {err.start}); save the config as UTF-8 YAML") from None
+        raise UserError(f"{path} is not UTF-8 text (byte {err.start}); save it as UTF-8 YAML") from None
     except OSError as err:
         raise UserError(f"cannot read {path} ({err.strerror or err}); check its permissions, or pass another") from None
     try:
@@ -368,7 +374,7 @@ def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"{path} must hold a mapping of config keys, got {type(data).__name__}")
+        raise UserError(f"{path} must hold a mapping of {what}, got {type(data).__name__}")
     return data
 
 

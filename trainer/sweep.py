@@ -34,10 +34,9 @@ import warnings
 from pathlib import Path
 
 import optuna
-import yaml
 
 from errors import UserError
-from trainer.config import load_config
+from trainer.config import explain, load_config, read_yaml
 from trainer.signals import GracefulStop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_sweep(args)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {explain(err)}", file=sys.stderr)
         return 2
 
 
@@ -128,19 +127,24 @@ def run_sweep(args: argparse.Namespace) -> int:
 def read_space(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"sweep file not found: {path}; pass --space scripts/cloud/sweep.yaml or another sweep file")
-    space = yaml.safe_load(path.read_text()) or {}
+    space = read_yaml(path, what="sweep settings (method, metric, parameters)")
     if space.get("method") not in METHODS:
         raise UserError(f"{path}: method must be one of {', '.join(METHODS)} for a local sweep; "
                         f"got {space.get('method')!r}")
     metric = space.get("metric") or {}
-    if metric.get("name") not in METRIC_COLUMNS or metric.get("goal", "maximize") not in ("maximize", "minimize"):
+    if (not isinstance(metric, dict) or metric.get("name") not in METRIC_COLUMNS
+            or metric.get("goal", "maximize") not in ("maximize", "minimize")):
         raise UserError(f"{path}: metric.name must be one of {', '.join(METRIC_COLUMNS)} (what the trainer writes to "
                         f"eval.csv) and metric.goal maximize or minimize; got {metric}")
     early = space.get("early_terminate")
-    if early is not None and early.get("type") != "hyperband":
-        raise UserError(f"{path}: early_terminate.type must be hyperband; got {early.get('type')!r}")
-    if not isinstance(space.get("parameters"), dict) or not space["parameters"]:
+    if early is not None and (not isinstance(early, dict) or early.get("type") != "hyperband"):
+        raise UserError(f"{path}: early_terminate must be a mapping with type: hyperband; got {early!r}")
+    parameters = space.get("parameters")
+    if not isinstance(parameters, dict) or not parameters:
         raise UserError(f"{path}: parameters must map config keys (e.g. sac.lr) to W&B parameter specs")
+    for name, spec in parameters.items():
+        if not isinstance(spec, dict):
+            raise UserError(f"{path}: parameter {name} must be a spec (value, values, or min/max); got {spec!r}")
     return space
 
 
@@ -158,20 +162,23 @@ def suggest(trial, name: str, spec: dict):
     def is_int(value) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
+    def is_number(value) -> bool:
+        return is_int(value) or isinstance(value, float)
+
     distribution = spec.get("distribution")
     if "value" in spec or distribution == "constant":
         return trial.suggest_categorical(name, [spec["value"]])
-    if "values" in spec and distribution in (None, "categorical"):
-        return trial.suggest_categorical(name, list(spec["values"]))
-    if "min" in spec and "max" in spec:
+    if isinstance(spec.get("values"), list) and spec["values"] and distribution in (None, "categorical"):
+        return trial.suggest_categorical(name, spec["values"])
+    if is_number(spec.get("min")) and is_number(spec.get("max")):
         low, high = spec["min"], spec["max"]
         distribution = distribution or ("int_uniform" if is_int(low) and is_int(high) else "uniform")
         if distribution == "int_uniform":
             return trial.suggest_int(name, low, high)
         if distribution in ("uniform", "log_uniform_values"):
             return trial.suggest_float(name, low, high, log=distribution == "log_uniform_values")
-    raise UserError(f"sweep parameter {name}: use value, values, or min/max with distribution int_uniform, uniform or "
-                    f"log_uniform_values for a local sweep; got {spec}")
+    raise UserError(f"sweep parameter {name}: use value, a list of values, or numbers min/max with distribution "
+                    f"int_uniform, uniform or log_uniform_values for a local sweep; got {spec}")
 
 
 def read_metric(eval_csv: Path, column: str) -> list[float]:
