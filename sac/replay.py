@@ -130,7 +130,9 @@ class ReplayBuffer:
         self.count += 1
 
     def sample(self, batch_size: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-        assert self.num_transitions > self._window, "too few transitions to sample from"
+        # one stored transition always has a valid draw (the ring holds more than a stack's window), so the draw
+        # below ends; how many a batch should wait for is the trainer's call, and a store of demos may hold a few
+        assert self.num_transitions > 0, "no transitions to sample from"
         ends, envs = self._sample_ends(batch_size)
         slots = ends % self.capacity
         lasts, reward, discount = self._returns(ends, slots, envs)

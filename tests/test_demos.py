@@ -211,6 +211,13 @@ def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
     assert (batch["discount"][step == 7] == 0).all() and (batch["discount"][step < 7] > 0).all()
 
 
+def test_a_demonstration_shorter_than_a_frame_stack_is_sampled_all_the_same():
+    """Two steps with stacks of 3: both transitions are drawn, their stacks padded with the reset frame."""
+    store = synthetic_store(10.0, frame_stack=3, episodes=1, length=2)
+    next_obs = store.sample(64)["next_obs"][:, :, 0, 0, 0].numpy().astype(int)
+    assert {tuple(row) for row in next_obs} == {(10, 10, 11), (10, 11, 12)}
+
+
 FROZEN = ["encoder.video.freeze=true", "profile=cpu"]  # float32 trunk: float16 storage is the only rounding
 
 
