@@ -132,6 +132,14 @@ def test_weights_of_an_older_format_are_a_one_line_error(pretrained, tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("holdout, held", [(0.1, 1), (0.5, 2), (0.95, EPISODES - 1)])
+def test_the_holdout_share_leaves_at_least_one_episode_each_side(dataset, holdout, held):
+    """A share that rounds to every episode (0.95 of 3) still trains on one: an empty training split failed on an
+    IndexError."""
+    train_episodes, held_episodes, _ = read_datasets([str(dataset)], load_config(VIDEO, SETS), holdout=holdout)
+    assert (len(train_episodes), len(held_episodes)) == (EPISODES - held, held)
+
+
 def test_a_few_steps_lower_the_training_loss(dataset):
     cfg = load_config(VIDEO, SETS)
     episodes, _, obs_shape = read_datasets([str(dataset)], cfg, holdout=0.1)

@@ -20,10 +20,11 @@ Every training batch is random-shifted (sac/augment.py, `sac.augment_pad` pixels
 exact pixel positions; held-out stacks are not. Encoder and head run in bfloat16 autocast when
 `training.autocast` is on (the cpu_bf16 and gpu profiles), on `training.device`.
 
-The last `--holdout` share of each dataset's episodes (at least one) is never trained on. At the end the held-out
-R^2 and RMSE (in the state's own units) of each part of the state vector (for the dishwashing task the groups of
-envs/dishwashing/env.py's layout) are printed and written beside the weights (PATH with the suffix .json). The
-weights file is written at the end only (atomically: an interrupted pretraining leaves the previous file).
+The last `--holdout` share of each dataset's episodes (at least one, at most all but one) is never trained on. At
+the end the held-out R^2 and RMSE (in the state's own units) of each part of the state vector (for the dishwashing
+task the groups of envs/dishwashing/env.py's layout) are printed and written beside the weights (PATH with the
+suffix .json). The weights file is written at the end only (atomically: an interrupted pretraining leaves the
+previous file).
 
 Hand-written because no library trains this project's encoders on its replay's stacks: it is a plain supervised
 loop (Adam on a mean squared error) around the project's own builder, store and augmentation.
@@ -110,7 +111,8 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
         if len(data.episodes) < 2:
             raise UserError(f"dataset {path} holds {len(data.episodes)} episode; pretraining holds out at least one "
                             "episode of each dataset: record at least 2")
-        kept = len(data.episodes) - max(1, round(holdout * len(data.episodes)))
+        held_out = min(len(data.episodes) - 1, max(1, round(holdout * len(data.episodes))))
+        kept = len(data.episodes) - held_out
         train += data.episodes[:kept]
         held += data.episodes[kept:]
     return train, held, tuple(obs_space.shape)
@@ -287,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=float, default=10, help="passes over the training stacks (fractions allowed)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
-    parser.add_argument("--holdout", type=float, default=0.1, help="share of each dataset's episodes held out")
+    parser.add_argument("--holdout", type=float, default=0.1,
+                        help="share of each dataset's episodes held out (at least one, at most all but one)")
     parser.add_argument("--head-hidden", type=int, default=256, help="units of the regression head's hidden layer")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
