@@ -70,7 +70,7 @@ class ReplayBuffer:
         if self.capacity <= self._window:
             raise UserError(
                 f"`capacity`={capacity} leaves {self.capacity} slots per env; "
-                f"raise it above {self._window * num_envs} or lower `num_envs`"
+                f"raise it to {(self._window + 1) * num_envs} or more, or lower `num_envs`"
             )
         shape = (self.capacity, num_envs)
         if frames_on is None:

@@ -181,6 +181,8 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
         ("", ["env.backend=mujoco_warp", "env.num_envs=4", "env.warp_processes=8"],
          "env.warp_processes (8) exceeds env.num_envs (4): a process steps one world at least; lower it, or set it to "
          "null (one per core, at most one per world)"),
+        ("", ["env.num_envs=2", "env.frame_stack=3", "sac.buffer_size=9"],
+         "sac.buffer_size must be at least env.num_envs * (env.frame_stack + 2) (a ring per env), got 9"),
         ("", ["env.warp_processes=0"],
          "config key 'env.warp_processes' must be in [1, 1024] or null (null = one per core"),
     ],
@@ -194,6 +196,11 @@ def test_warp_worlds_may_outnumber_worker_processes(tmp_path):
     """A GPU steps thousands of MuJoCo Warp worlds; the OpenGL backend's 256 is a limit on processes."""
     cfg = load_config(write(tmp_path, ""), ["env.backend=mujoco_warp", "env.num_envs=4096", "sac.buffer_size=1000000"])
     assert cfg.env.num_envs == 4096
+
+
+def test_the_smallest_replay_the_ring_check_names_is_accepted(tmp_path):
+    cfg = load_config(write(tmp_path, ""), ["env.num_envs=2", "env.frame_stack=3", "sac.buffer_size=10"])
+    assert cfg.sac.buffer_size == 10
 
 
 def test_warp_processes_binds_only_the_backend_it_splits(tmp_path):

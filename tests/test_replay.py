@@ -216,13 +216,16 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
     assert torch.equal(replay.sample(8)["obs"], restored.sample(8)["obs"])
 
 
-def test_a_ring_too_short_for_a_stack_is_a_clear_error():
+def test_a_ring_too_short_for_a_stack_is_a_clear_error_whose_fix_fits():
+    """Two rings of 4 slots hold no stack of 3 and its next frame; the size the message asks for builds."""
     with pytest.raises(UserError) as err:
         ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
                      discount=GAMMA, num_envs=2)
-    assert "sac.buffer_size=8 leaves 4 slots per env" in explain(err.value) and "lower env.num_envs" in explain(
-        err.value
-    )
+    message = explain(err.value)
+    assert f"sac.buffer_size=8 leaves 4 slots per env; raise it to {2 * (T + 2)} or more, or lower env.num_envs" in (
+        message)
+    ReplayBuffer(capacity=2 * (T + 2), frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
+                 discount=GAMMA, num_envs=2)
 
 
 def test_restoring_into_a_different_capacity_is_a_clear_error():

@@ -212,7 +212,7 @@ class CheckpointConfig:
     dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
     # where files are staged when `dir` is a URL; None = a folder unique to the URL and run (trainer/remote.py)
     local_dir: str | None = setting(None, note="null = a staging folder unique to the URL and run")
-    name: str | None = setting(None, note="null = sac_<encoder.type>")  # file prefix, checked by _check_name
+    name: str | None = setting(None, note="null = sac_<encoder.type>")  # file prefix, checked by _check_outside
     every_episodes: int = setting(100, ge=1, le=10 * MILLION)
     every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")  # also replace _latest every this many agent steps
     keep_last: int = setting(0, ge=0, le=MILLION, note="0 = keep all")  # _ep<N> files kept, newest first
@@ -532,7 +532,7 @@ def _check_cross_keys(cfg: Config) -> None:
         raise UserError(f"env.warp_processes ({env.warp_processes}) exceeds env.num_envs ({env.num_envs}): a process "
                         "steps one world at least; lower it, or set it to null (one per core, at most one per world)")
     if sac.buffer_size // env.num_envs <= env.frame_stack + 1:
-        raise UserError("sac.buffer_size must exceed env.num_envs * (env.frame_stack + 1) (a ring per env), "
+        raise UserError("sac.buffer_size must be at least env.num_envs * (env.frame_stack + 2) (a ring per env), "
                         f"got {sac.buffer_size}")
     if sac.augment_samples > 1 and (not pixels or sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would "
