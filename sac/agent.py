@@ -159,9 +159,10 @@ class SAC:
             return encoder(obs)
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
-        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled for exploration, the mean for evaluation.
-        The networks run in eval mode, so BatchNorm uses (and keeps) its running statistics."""
+    def act(self, obs: np.ndarray | torch.Tensor, sample: bool) -> np.ndarray:
+        """Observations (N, ...) in, on the host or already on the device (MuJoCo Warp's), actions (N, A) in [-1, 1]
+        out: sampled for exploration, the mean for evaluation. The networks run in eval mode, so BatchNorm uses (and
+        keeps) its running statistics."""
         obs = torch.as_tensor(obs, device=self.device)
         with eval_mode(self.critic.encoder, self.actor):
             dist = self.actor(self.encode(self.critic.encoder, obs))

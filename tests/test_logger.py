@@ -24,10 +24,10 @@ def evaluate(logger: Logger, steps: list[int]) -> None:
 
 
 def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
-    logger = Logger(config(tmp_path), 0, 10, 0)
+    logger = Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0)
     evaluate(logger, [10, 20, 30])
     logger.close()
-    Logger(config(tmp_path), 20, 10, 2).close()
+    Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2).close()
     with open(tmp_path / "run" / "eval.csv", newline="") as f:
         assert [(row["env_step"], row["wall_s"]) for row in csv.DictReader(f)] == [("10", "2.5"), ("20", "5.0")]
     assert (tmp_path / "run" / "curve.png").exists() and (tmp_path / "run" / "videos" / "eval_ep3.gif").exists()
@@ -36,7 +36,7 @@ def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
 def test_resuming_a_run_logged_before_wall_s_was_a_column_keeps_one_header(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "eval.csv").write_text("env_step,frames,episode,return,success\n10,20,1,-5.000,\n")
-    logger = Logger(config(tmp_path), 10, 10, 1)
+    logger = Logger(config(tmp_path), start_step=10, total_episodes=10, start_episode=1)
     evaluate(logger, [20])
     logger.close()
     with open(tmp_path / "run" / "eval.csv", newline="") as f:
@@ -44,7 +44,7 @@ def test_resuming_a_run_logged_before_wall_s_was_a_column_keeps_one_header(tmp_p
 
 
 def test_scalars_and_eval_stills_reach_tensorboard_with_their_step(tmp_path):
-    logger = Logger(config(tmp_path), 0, 10, 0)
+    logger = Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0)
     logger.scalars({"critic_loss": 1.5, "alpha": 0.1}, 7, "train")
     evaluate(logger, [10])
     logger.close()
@@ -57,7 +57,7 @@ def test_scalars_and_eval_stills_reach_tensorboard_with_their_step(tmp_path):
 def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    logger = Logger(config(tmp_path, wandb=True), 0, 10, 0)
+    logger = Logger(config(tmp_path, wandb=True), start_step=0, total_episodes=10, start_episode=0)
     logger.scalars({"critic_loss": 1.5}, 7, "train")
     evaluate(logger, [10])
     logger.close()

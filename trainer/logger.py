@@ -26,7 +26,7 @@ STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images ta
 
 
 class Logger:
-    def __init__(self, cfg: Config, start_step: int, total_episodes: int, start_episode: int):
+    def __init__(self, cfg: Config, *, start_step: int, total_episodes: int, start_episode: int):
         self.cfg = cfg
         self.dir = Path(cfg.logging.tensorboard_dir) / cfg.run_name
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -150,7 +150,8 @@ class Trainer:
         )
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk) if cfg.demos.path else None
         # the logger last: bad input above fails before a run folder or a progress bar exists
-        self.logger = Logger(cfg, self.progress.env_step, cfg.training.episodes, self.progress.episode)
+        self.logger = Logger(cfg, start_step=self.progress.env_step, total_episodes=cfg.training.episodes,
+                             start_episode=self.progress.episode)
         self.logger.message(
             f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}"
         )
