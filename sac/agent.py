@@ -44,7 +44,7 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 from sac.augment import random_shift
 
 
-def mlp(in_dim: int, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
+def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
     """`layer_norm`: Linear -> LayerNorm -> ReLU in every hidden layer, as RLPD's critic."""
     layers, dim = [], in_dim
     for _ in range(depth):
@@ -74,7 +74,7 @@ def eval_mode(*modules: nn.Module):
             module.training = training
 
 
-def trunk(repr_dim: int, feature_dim: int, pixels: bool) -> tuple[nn.Module, int]:
+def trunk(repr_dim: int, *, feature_dim: int, pixels: bool) -> tuple[nn.Module, int]:
     """Pixel features are wide (tens of thousands of dims): project and normalise them, as DrQ-v2 does."""
     if not pixels:
         return nn.Identity(), repr_dim
@@ -82,10 +82,10 @@ def trunk(repr_dim: int, feature_dim: int, pixels: bool) -> tuple[nn.Module, int
 
 
 class Actor(nn.Module):
-    def __init__(self, repr_dim: int, action_dim: int, cfg, pixels: bool):
+    def __init__(self, repr_dim: int, *, action_dim: int, cfg, pixels: bool):
         super().__init__()
-        self.trunk, feature_dim = trunk(repr_dim, cfg.feature_dim, pixels)
-        self.policy = mlp(feature_dim, cfg.hidden_dim, 2 * action_dim, cfg.hidden_depth)
+        self.trunk, feature_dim = trunk(repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
+        self.policy = mlp(feature_dim, hidden_dim=cfg.hidden_dim, out_dim=2 * action_dim, depth=cfg.hidden_depth)
         self.log_std_min, self.log_std_max = cfg.log_std_min, cfg.log_std_max
 
     def forward(self, features: torch.Tensor) -> TransformedDistribution:
@@ -103,9 +103,9 @@ class Critic(nn.Module):
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, pixels: bool):
         super().__init__()
         self.encoder = encoder
-        self.trunk, feature_dim = trunk(encoder.repr_dim, cfg.feature_dim, pixels)
-        self.q1 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth, cfg.critic_layer_norm)
-        self.q2 = mlp(feature_dim + action_dim, cfg.hidden_dim, 1, cfg.hidden_depth, cfg.critic_layer_norm)
+        self.trunk, feature_dim = trunk(encoder.repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
+        self.q1, self.q2 = (mlp(feature_dim + action_dim, hidden_dim=cfg.hidden_dim, out_dim=1, depth=cfg.hidden_depth,
+                                layer_norm=cfg.critic_layer_norm) for _ in range(2))
 
     def forward(self, features: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = torch.cat([self.trunk(features), action], dim=-1)
@@ -135,7 +135,7 @@ class SAC:
         self.critic_target = copy.deepcopy(self.critic, memo).requires_grad_(False)
         online = dict(self.critic.named_parameters())
         self.target_pairs = [(target, online[name]) for name, target in self.critic_target.named_parameters()]
-        self.actor = Actor(encoder.repr_dim, action_dim, cfg, pixels).to(device)
+        self.actor = Actor(encoder.repr_dim, action_dim=action_dim, cfg=cfg, pixels=pixels).to(device)
         if compile:
             for module in (self.critic.encoder, self.critic, self.critic_target.encoder, self.critic_target):
                 if module is not None:
