@@ -139,8 +139,8 @@ class OpenGLParts:
 
     def __init__(self, cfg: Config, *, substeps: int):
         self.env, self.substeps = envs.make_env(cfg.env, False), substeps
-        self.camera = Camera(self.env, cfg.env.image_size, cfg.env.camera, cfg.env.render_shadow_size,
-                             cfg.env.render_offsamples)
+        self.camera = Camera(self.env, size=cfg.env.image_size, camera=cfg.env.camera,
+                             shadow_size=cfg.env.render_shadow_size, offsamples=cfg.env.render_offsamples)
         self.model, self.data, _ = mujoco_handles(self.env)
         self.env.reset(seed=0)
         self.env.action_space.seed(0)

@@ -55,7 +55,7 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
 class Camera:
     """One camera of a MuJoCo-backed env rendered at a fixed size into a reused buffer."""
 
-    def __init__(self, env: gym.Env, size: int, camera, shadow_size: int, offsamples: int):
+    def __init__(self, env: gym.Env, *, size: int, camera, shadow_size: int, offsamples: int):
         self.model, self._data, free_config = mujoco_handles(env)
         self.camera = resolve_camera(self.model, camera, free_config)
         self.model.vis.quality.shadowsize = shadow_size
@@ -74,9 +74,9 @@ class Camera:
 
 
 class PixelObservation(gym.Wrapper):
-    def __init__(self, env: gym.Env, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
+    def __init__(self, env: gym.Env, *, size: int, camera, frame_stack: int, shadow_size: int, offsamples: int):
         super().__init__(env)
-        self.camera = Camera(env, size, camera, shadow_size, offsamples)
+        self.camera = Camera(env, size=size, camera=camera, shadow_size=shadow_size, offsamples=offsamples)
         self._stack = np.empty((frame_stack, 3, size, size), dtype=np.uint8)
         self.observation_space = gym.spaces.Box(0, 255, self._stack.shape, np.uint8)
 

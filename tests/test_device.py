@@ -35,8 +35,10 @@ def test_plain_avx512_does_not_count_as_native_bfloat16_although_onednn_runs_it(
 
 def test_a_replay_buffer_larger_than_free_ram_is_refused_before_allocation():
     with pytest.raises(UserError, match=r"needs .* GiB .* lower sac.buffer_size to at most \d+"):
-        check_host_memory(10**9, host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
-    check_host_memory(1000, host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
+        check_host_memory(buffer_size=10**9,
+                          slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
+    check_host_memory(buffer_size=1000,
+                      slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
 
 
 def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):

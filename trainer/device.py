@@ -57,7 +57,7 @@ def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) 
     return None
 
 
-def check_host_memory(buffer_size: int, slot_bytes: int) -> None:
+def check_host_memory(*, buffer_size: int, slot_bytes: int) -> None:
     """Refuse a replay buffer of `buffer_size` slots of `slot_bytes` host bytes that the free RAM cannot hold."""
     needed, available = buffer_size * slot_bytes, psutil.virtual_memory().available
     if needed > MEMORY_HEADROOM * available:

@@ -142,7 +142,7 @@ class Trainer:
         replay_bytes = cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype)
         frames_on = replay_frames_device(cfg.replay.device, self.device, replay_bytes)
         slot_bytes = host_bytes_per_slot(frame_shape, frame_dtype, self.action_dim, frames_on is None)
-        check_host_memory(cfg.sac.buffer_size, slot_bytes)
+        check_host_memory(buffer_size=cfg.sac.buffer_size, slot_bytes=slot_bytes)
         self.replay = ReplayBuffer(
             capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=frame_dtype,
             action_dim=self.action_dim, frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
@@ -189,7 +189,8 @@ class Trainer:
         eval_env = make_env(env, self.cfg.pixels)
         if not logging.eval_video:
             return eval_env, None
-        return eval_env, Camera(eval_env, logging.video_size, env.camera, env.render_shadow_size, env.render_offsamples)
+        return eval_env, Camera(eval_env, size=logging.video_size, camera=env.camera,
+                                shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
