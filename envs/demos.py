@@ -12,6 +12,7 @@ for the trainer to check against its config.
 """
 
 import hashlib
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,19 @@ def fingerprint(path: str | Path) -> str:
 
 
 def check_new(path: str | Path) -> None:
-    if (Path(path).expanduser() / DATA_DIR).exists():
+    """`path` can take a new dataset, checked before minutes of recording: named, holding no dataset, not a file,
+    and under a folder this process may write to."""
+    if not str(path).strip():
+        raise UserError("the dataset folder is empty; pass one to create, e.g. --out datasets/mine")
+    target = Path(path).expanduser()
+    if (target / DATA_DIR).exists():
         raise UserError(f"a dataset already exists at {path}; pass another --out or delete it first")
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{path} is a file, not a dataset folder; pass a folder to create as --out")
+    existing = next(folder for folder in (target, *target.parents) if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise UserError(f"cannot create {path}: {existing} is not a folder this process may write to; pass --out "
+                        "under one")
 
 
 def write(

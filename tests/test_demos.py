@@ -5,6 +5,7 @@ sides, and a run resumed with demonstrations (from state, or on a frozen trunk's
 and saying when the file changed), continuing bit for bit as if it never stopped."""
 
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -110,6 +111,25 @@ def test_recording_never_overwrites_a_dataset(dataset):
         == f"error: a dataset already exists at {path}; pass another --out or delete it first"
     )
     assert len(demos.read(path).episodes) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", ""], "error: the dataset folder is empty; pass one to create, e.g. --out datasets/mine"),
+    (["--out", "{file}"], "error: {file} is a file, not a dataset folder; pass a folder to create as --out"),
+    (["--out", "{file}/data"], "error: cannot create {file}/data: {file} is not a folder this process may write to"),
+    (["--out", "{tmp}/new", "--seed", "-1"], "--seed in [0, 1073741824), got 1, 0.1 and -1"),
+    (["--out", "{tmp}/new", "--noise", "nan"], "--noise a number >= 0"),
+])
+def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(tmp_path, args, message):
+    """Checked before the episodes are played: an empty --out once wrote a dataset into the working folder."""
+    (tmp_path / "file").write_text("not a folder")
+    names = {"file": tmp_path / "file", "tmp": tmp_path}
+    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--config", VIDEO,
+                           *(arg.format(**names) for arg in args)], cwd=tmp_path,  # an empty --out: this folder
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message.format(**names) in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["file"], "nothing written"
 
 
 WARP = ["env.backend=mujoco_warp", f"env.image_size={SIZE}"]

@@ -23,6 +23,7 @@ An entry point like train_sac.py, so it lives in the trainer layer: it reads con
 
 import argparse
 import dataclasses
+import math
 import sys
 
 import gymnasium as gym
@@ -30,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
-from trainer.config import Config, explain, load_config
+from trainer.config import SEED_LIMIT, Config, explain, load_config
 from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
@@ -172,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         configure()  # before the env layer loads mujoco
         from envs import demos
 
-        if args.episodes < 1 or args.noise < 0:
-            raise UserError(f"--episodes must be >= 1 and --noise >= 0, got {args.episodes} and {args.noise}")
+        if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
+            raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), got "
+                            f"{args.episodes}, {args.noise} and {args.seed}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
         if not cfg.env.id.startswith("Dishwashing"):
