@@ -3,6 +3,7 @@
 (or network) are a one-line error, and the stacks and labels it trains on are the env's and the replay's."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -211,6 +212,26 @@ def test_a_missing_dataset_is_a_one_line_error(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: no Minari dataset at {tmp_path / 'absent'}")
     assert not (tmp_path / "encoder.pt").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", "inf"], "--epochs and --lr must be finite and > 0"),
+    (["--epochs", "inf"], "--epochs and --lr must be finite and > 0"),
+    (["--out", "{tmp}"], "--out {tmp} names a folder; pass the weights file to write"),
+    (["--out", "{tmp}/file/encoder.pt"], "cannot write {tmp}/file/encoder.pt: {tmp}/file is not a folder"),
+    (["--epochs", "0.5", "--lr", "1e30"], "pretraining diverged (training loss "),
+])
+def test_settings_that_would_end_in_a_traceback_or_nan_weights_are_one_line_errors(dataset, tmp_path, args, message):
+    """The place to write is checked before training, and weights that are not finite are never written: a huge
+    learning rate used to replace a good weights file with NaNs, and exit 0."""
+    (tmp_path / "file").write_text("not a folder")
+    good = tmp_path / "encoder.pt"
+    good.write_bytes(b"earlier weights")
+    done = pretrain_cli("--data", str(dataset), "--out", str(good), "--batch-size", "8",
+                        *(arg.format(tmp=tmp_path) for arg in args))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr  # above it, the progress bar
+    assert message.format(tmp=tmp_path) in done.stderr.strip().splitlines()[-1]
+    assert good.read_bytes() == b"earlier weights" and sorted(os.listdir(tmp_path)) == ["encoder.pt", "file"]
 
 
 def test_the_frozen_config_uses_the_pretrained_file_with_the_state_configs_sac_settings():

@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -258,11 +259,24 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         "held_out_loss": float(np.mean((scaler.targets(predicted) - scaler.targets(held.labels)) ** 2)),
         "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1])),
     }
+    if not all(torch.isfinite(p).all() for p in model.parameters()):
+        raise UserError(f"pretraining diverged (training loss {losses[-1]:.3g}): its weights are not finite; lower "
+                        f"--lr (was {lr}); {out} was not written")
     out.parent.mkdir(parents=True, exist_ok=True)
     save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0])
     report["wall_s"] = round(time.monotonic() - started, 1)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def check_writable(out: Path) -> None:
+    """`out` can take the weights file (and its .json) at the end, checked before minutes of training."""
+    if not out.name or out.is_dir():
+        raise UserError(f"--out {out} names a folder; pass the weights file to write, e.g. pretrained/mine.pt")
+    existing = next(folder for folder in out.parents if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise UserError(f"cannot write {out}: {existing} is not a folder this process may write to; pass --out "
+                        "under one")
 
 
 def describe(report: dict) -> str:
@@ -298,10 +312,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         configure()  # before the env layer loads mujoco
-        if not (args.epochs > 0 and args.batch_size >= 1 and args.lr > 0 and 0 < args.holdout < 1
-                and args.head_hidden >= 1):
-            raise UserError("--epochs and --lr must be > 0, --batch-size and --head-hidden >= 1, --holdout in (0, 1); "
-                            f"got {args.epochs}, {args.lr}, {args.batch_size}, {args.head_hidden}, {args.holdout}")
+        if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
+                and 0 < args.holdout < 1 and args.head_hidden >= 1):
+            raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, --holdout "
+                            f"in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, {args.head_hidden}, "
+                            f"{args.holdout}")
+        check_writable(Path(args.out))
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           holdout=args.holdout, hidden=args.head_hidden)
