@@ -47,6 +47,12 @@ def main() -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the CSV and PNG from what the seeds have logged so far")
     args = parser.parse_args()
+    if args.parallel < 1 or (args.threads is not None and args.threads < 1):
+        parser.error(f"--parallel and --threads must be >= 1, got {args.parallel} and {args.threads}")
+    if min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
+        parser.error(f"--seeds must be distinct and >= 0 (each is a run of its own), got {args.seeds}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file; pass a folder for the seeds' runs")
 
     try:
         cfg = load_config(args.config, args.set)  # a bad config or --set fails here once, not in every seed
@@ -84,6 +90,10 @@ def main() -> None:
         results = [summarise(out, seed, None, args.target, args.target_success) for seed in args.seeds]
         print("\n".join(json.dumps(r) for r in results), flush=True)
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
+    if not rows:
+        print(f"error: no seed has logged an evaluation in {out / 'runs'}: nothing to plot; train the seeds (without "
+              "--report), with evaluations on (training.eval_every_episodes > 0)", file=sys.stderr)
+        sys.exit(2)
     with open(out / "learn.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["frames", "seed", "return", "success", "env_step", "wall_s"])
@@ -113,7 +123,9 @@ def warp_share(cfg: Config, threads: int) -> list[str]:
 
 
 def read_eval(out: Path, seed: int) -> list[dict]:
-    return [row | {"seed": seed} for row in read_rows(out / "runs" / f"seed{seed}" / "eval.csv")]
+    """The seed's evaluations so far; none before its first (or before it started: `--report` early)."""
+    path = out / "runs" / f"seed{seed}" / "eval.csv"
+    return [row | {"seed": seed} for row in read_rows(path)] if path.exists() else []
 
 
 def first_step(rows: list[dict], key: str, target: float | None) -> int | None:

@@ -49,6 +49,22 @@ def test_each_seed_gets_its_share_of_the_cores_as_warp_processes_where_the_key_a
         assert load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml", [*overrides, expected[1]])
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--parallel", "0", "--threads", "1"], "error: --parallel and --threads must be >= 1, got 0 and 1"),
+    (["--threads", "0"], "error: --parallel and --threads must be >= 1"),
+    (["--seeds", "1", "1"], "error: --seeds must be distinct and >= 0 (each is a run of its own), got [1, 1]"),
+    (["--report"], "error: no seed has logged an evaluation in {out}/runs: nothing to plot"),
+])
+def test_settings_it_cannot_run_are_refused_before_any_seed_starts(tmp_path, args, message):
+    """--parallel 0 with --threads used to wait forever for a free slot; a seed twice would share its run."""
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"), "--config",
+                             str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--out", str(out), *args],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and message.format(out=out) in result.stderr.strip().splitlines()[-1], result.stderr
+    assert "Traceback" not in result.stderr and not (out / "runs").exists()
+
+
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):
     """Learning runs longer than a session: the second command picks each seed up where the first stopped."""
     tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
