@@ -3,9 +3,12 @@
 import csv
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from trainer.config import Config
+from errors import UserError
+from tests.conftest import ROOT
+from trainer.config import Config, load_config
 from trainer.logger import Logger
 
 
@@ -31,6 +34,26 @@ def test_resume_trims_eval_rows_past_the_checkpoint_step(tmp_path):
     with open(tmp_path / "run" / "eval.csv", newline="") as f:
         assert [(row["env_step"], row["wall_s"]) for row in csv.DictReader(f)] == [("10", "2.5"), ("20", "5.0")]
     assert (tmp_path / "run" / "curve.png").exists() and (tmp_path / "run" / "videos" / "eval_ep3.gif").exists()
+
+
+def test_a_resume_drops_eval_rows_that_do_not_parse_with_a_warning(tmp_path, capsys):
+    """An edited eval.csv, or one whose last row a full disk cut short, does not stop the run from resuming."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "eval.csv").write_text("env_step,frames,episode,return,success,wall_s\n10,20,1,-5.0,,2.5\n"
+                                               "abc,1,1,1,,1\n\n20,40,2,-4.0,,5.0\n30,6")
+    Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2).close()
+    with open(tmp_path / "run" / "eval.csv", newline="") as f:
+        assert [row["env_step"] for row in csv.DictReader(f)] == ["10", "20"]
+    assert "eval.csv: dropped 2 rows that do not parse" in capsys.readouterr().err
+
+
+def test_logs_that_cannot_be_written_or_read_are_one_line_errors(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(UserError, match="lies in .*file, which is a file; set it to a folder"):
+        load_config(ROOT / "configs" / "default.yaml", [f"logging.tensorboard_dir={tmp_path / 'file' / 'runs'}"])
+    (tmp_path / "run" / "eval.csv").mkdir(parents=True)
+    with pytest.raises(UserError, match=r"cannot read .*eval.csv \(.*\); move it aside and the run starts a new one"):
+        Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2)
 
 
 def test_resuming_a_run_logged_before_wall_s_was_a_column_keeps_one_header(tmp_path):

@@ -589,6 +589,10 @@ def _check_outside(cfg: Config) -> None:
         except (ImportError, ValueError) as err:
             raise UserError(f"checkpoint.dir {ckpt.dir} needs a filesystem package ({str(err).splitlines()[0]}); "
                             "install it (s3fs for s3://, gcsfs for gs://) or use a local folder") from None
+    logs = Path(cfg.logging.tensorboard_dir)
+    existing = next(folder for folder in (logs, *logs.parents) if folder.exists())  # a relative path ends in "."
+    if not existing.is_dir():  # checked here, before a --start-over moves the checkpoints aside
+        raise UserError(f"logging.tensorboard_dir {logs} lies in {existing}, which is a file; set it to a folder")
     if cfg.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, "
                         "or set logging.wandb=false")

@@ -32,8 +32,12 @@ class Logger:
     def __init__(self, cfg: Config, *, start_step: int, total_episodes: int, start_episode: int):
         self.cfg = cfg
         self.dir = Path(cfg.logging.tensorboard_dir) / cfg.run_name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "config.yaml").write_text(to_yaml(cfg))
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "config.yaml").write_text(to_yaml(cfg))
+        except OSError as err:
+            raise UserError(f"cannot write the run's logs to {self.dir} ({err.strerror or err}); set "
+                            "logging.tensorboard_dir to a folder this process may write to") from None
         self.writer = None
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -103,13 +107,29 @@ class Logger:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
     def _truncate_eval_csv(self, start_step: int) -> None:
+        """Keep the evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that
+        do not parse (an edit, a disk that filled mid-row) are dropped with a warning rather than failing the resume."""
         if not self.eval_csv.exists():
             return
-        with open(self.eval_csv, newline="") as f:
-            rows = list(csv.reader(f))
+        try:
+            with open(self.eval_csv, newline="") as f:
+                rows = list(csv.reader(f))
+        except (OSError, UnicodeDecodeError, csv.Error) as err:
+            raise UserError(f"cannot read {self.eval_csv} ({err}); move it aside and the run starts a new one"
+                            ) from None
+
+        def step(row: list[str]) -> int | None:
+            try:
+                return int(row[0])
+            except (IndexError, ValueError):
+                return None
+
+        readable = [row for row in rows[1:] if step(row) is not None]
+        if len(readable) < len(rows) - 1:
+            self.warning(f"{self.eval_csv}: dropped {len(rows) - 1 - len(readable)} rows that do not parse")
         # rows of a run logged before wall_s was a column get it empty: one header for the whole file
-        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row in rows[1:]
-                                       if int(row[0]) <= start_step]
+        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row in readable
+                                       if step(row) <= start_step]
         with open(self.eval_csv, "w", newline="") as f:
             csv.writer(f).writerows(kept)
 
