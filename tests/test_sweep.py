@@ -97,14 +97,45 @@ def test_three_tiny_trials_run_stop_mid_trial_and_continue_from_storage(tmp_path
     ({**SPACE, "early_terminate": "hyperband"}, "early_terminate must be a mapping with type: hyperband"),
     ({**SPACE, "metric": "eval/return"}, "metric.name must be one of eval/return, eval/success_rate"),
     ("method: random\nmethod: bayes\n", "duplicate key 'method'"),
+    ({**SPACE, "early_terminate": {"type": "hyperband", "eta": 1}}, "an integer eta >= 2 (both optional)"),
+    ({**SPACE, "early_terminate": {"type": "hyperband", "min_iter": "abc"}}, "an integer min_iter >= 1"),
+    ({**SPACE, "parameters": {"sac.lr": {"min": 0.01, "max": 0.001}}},
+     "sweep parameter sac.lr: min must be at most max, and above 0 for log_uniform_values; got min 0.01, max 0.001"),
+    ({**SPACE, "parameters": {"sac.lr": {"distribution": "log_uniform_values", "min": 0, "max": 0.001}}},
+     "sweep parameter sac.lr: min must be at most max, and above 0"),
+    ({**SPACE, "parameters": {"sac.lr": {"min": float("nan"), "max": 0.001}}},
+     "use value, a list of values, or numbers"),
 ])
 def test_bad_sweep_file_is_a_one_line_error_before_any_trial(tmp_path, space, expected):
     (tmp_path / "space.yaml").write_text(space if isinstance(space, str) else yaml.safe_dump(space))
-    result = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG,
-                             "--space", str(tmp_path / "space.yaml"), "--trials", "1", "--out", str(tmp_path / "out")],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"))
     assert result.returncode == 2 and expected in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert not (tmp_path / "out" / "runs").exists()
+
+
+def sweep_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """One trial of CONFIG into tmp_path/out, with `args` after (the last of a flag given twice counts)."""
+    return subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--trials", "1",
+                           "--out", str(tmp_path / "out"), *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--study", "bad name/x"], "error: --study 'bad name/x' cannot name the trials' runs (bad name/x_t0, ...)"),
+    (["--seed", "-1"], "error: --trials must be >= 1 and --seed in [0, 1073741824); got 1 and -1"),
+    (["--out", "{tmp}/file"], "error: cannot keep the study in {tmp}/file/study.db ("),
+    (["--out", "{tmp}/notadb"], "error: cannot keep the study in {tmp}/notadb/study.db (file is not a database)"),
+])
+def test_sweep_settings_it_cannot_use_are_one_line_errors_before_any_trial(tmp_path, args, expected):
+    """Each of these ended in a traceback: the study name inside its first trial, the others from numpy, the
+    filesystem or SQLite."""
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "notadb").mkdir()
+    (tmp_path / "notadb" / "study.db").write_text("not a database")
+    result = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"), *(a.format(tmp=tmp_path) for a in args))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert expected.format(tmp=tmp_path) in result.stderr
+    assert not [path for path in tmp_path.rglob("*") if "runs" in path.parts]
 
 
 def test_a_sweep_file_reads_numbers_as_configs_do(tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import ctypes
+import math
 import signal
 import subprocess
 import sys
@@ -34,9 +35,10 @@ import warnings
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 
 from errors import UserError
-from trainer.config import explain, load_config, read_yaml
+from trainer.config import RUN_NAME, SEED_LIMIT, explain, load_config, read_yaml
 from trainer.signals import GracefulStop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,17 +84,24 @@ def run_sweep(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     space = read_space(Path(args.space))
     check_parameters(args.config, args.set, space["parameters"])
-    if args.trials < 1:
-        raise UserError(f"--trials must be >= 1, got {args.trials}")
+    if args.trials < 1 or not 0 <= args.seed < SEED_LIMIT:
+        raise UserError(f"--trials must be >= 1 and --seed in [0, {SEED_LIMIT}); got {args.trials} and {args.seed}")
     name = args.study or Path(args.config).stem
+    if not RUN_NAME.fullmatch(f"{name}_t{args.trials}"):
+        raise UserError(f"--study {name!r} cannot name the trials' runs ({name}_t0, ...); use letters, digits and "
+                        "_ . + = - (not first: . or -), short enough for a trial's run name (100 characters)")
     out = Path(args.out or ROOT / "runs" / "sweeps" / name).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    storage = optuna.storages.RDBStorage(
-        f"sqlite:///{out / 'study.db'}", heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_PERIOD_S,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback())
     metric = space["metric"]
     direction = "maximize" if metric.get("goal", "maximize") == "maximize" else "minimize"
-    study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        storage = optuna.storages.RDBStorage(
+            f"sqlite:///{out / 'study.db'}", heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_PERIOD_S,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback())
+        study = optuna.create_study(study_name=name, storage=storage, direction=direction, load_if_exists=True)
+    except (OSError, sqlalchemy.exc.SQLAlchemyError) as err:
+        reason = " ".join(str(getattr(err, "orig", None) or err).split())
+        raise UserError(f"cannot keep the study in {out / 'study.db'} ({reason}); pass another --out") from None
     # A restarted sweep must not redraw the parameters of its first trials: the seed moves on with the study.
     seed = args.seed + len(study.trials)
     sampler = optuna.samplers.TPESampler if space["method"] == "bayes" else optuna.samplers.RandomSampler
@@ -124,6 +133,15 @@ def run_sweep(args: argparse.Namespace) -> int:
     return status
 
 
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A finite int or float (YAML's .nan and .inf are floats)."""
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
 def read_space(path: Path) -> dict:
     if not path.is_file():
         raise UserError(f"sweep file not found: {path}; pass --space scripts/cloud/sweep.yaml or another sweep file")
@@ -137,8 +155,11 @@ def read_space(path: Path) -> dict:
         raise UserError(f"{path}: metric.name must be one of {', '.join(METRIC_COLUMNS)} (what the trainer writes to "
                         f"eval.csv) and metric.goal maximize or minimize; got {metric}")
     early = space.get("early_terminate")
-    if early is not None and (not isinstance(early, dict) or early.get("type") != "hyperband"):
-        raise UserError(f"{path}: early_terminate must be a mapping with type: hyperband; got {early!r}")
+    if early is not None and (not isinstance(early, dict) or early.get("type") != "hyperband"
+                              or not is_int(early.get("min_iter", 1)) or early.get("min_iter", 1) < 1
+                              or not is_int(early.get("eta", 3)) or early.get("eta", 3) < 2):
+        raise UserError(f"{path}: early_terminate must be a mapping with type: hyperband, an integer min_iter >= 1 "
+                        f"and an integer eta >= 2 (both optional); got {early!r}")
     parameters = space.get("parameters")
     if not isinstance(parameters, dict) or not parameters:
         raise UserError(f"{path}: parameters must map config keys (e.g. sac.lr) to W&B parameter specs")
@@ -159,12 +180,6 @@ def check_parameters(config: str, sets: list[str], parameters: dict) -> None:
 
 def suggest(trial, name: str, spec: dict):
     """One parameter of a W&B sweep file, drawn by an Optuna trial with the distribution W&B's scheduler maps it to."""
-    def is_int(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    def is_number(value) -> bool:
-        return is_int(value) or isinstance(value, float)
-
     distribution = spec.get("distribution")
     if "value" in spec or distribution == "constant":
         return trial.suggest_categorical(name, [spec["value"]])
@@ -173,6 +188,9 @@ def suggest(trial, name: str, spec: dict):
     if is_number(spec.get("min")) and is_number(spec.get("max")):
         low, high = spec["min"], spec["max"]
         distribution = distribution or ("int_uniform" if is_int(low) and is_int(high) else "uniform")
+        if low > high or (distribution == "log_uniform_values" and low <= 0):
+            raise UserError(f"sweep parameter {name}: min must be at most max, and above 0 for log_uniform_values; "
+                            f"got min {low}, max {high}")
         if distribution == "int_uniform":
             return trial.suggest_int(name, low, high)
         if distribution in ("uniform", "log_uniform_values"):
