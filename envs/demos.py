@@ -134,10 +134,16 @@ def read(path: str | Path) -> Demonstrations:
             f"no Minari dataset at {path} (no {where / 'metadata.json'}); record one with "
             "python3 -m trainer.record --out PATH, or fix the path"
         )
-    with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
-        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
-        dataset = MinariDataset(where)
-    space, metadata = dataset.observation_space, dataset.storage.metadata
+    try:
+        with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+            dataset = MinariDataset(where)
+        space, metadata = dataset.observation_space, dataset.storage.metadata
+        raw = list(dataset.iterate_episodes())
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged file: JSON, HDF5 or Minari's own checks
+        reason = " ".join(str(err).split())[:200]
+        raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
+                        "record it again with python3 -m trainer.record") from None
     if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector
         key = PIXELS if space.dtype == np.uint8 and len(space.shape) == 3 else STATE
         space = gym.spaces.Dict({key: space})
@@ -156,7 +162,7 @@ def read(path: str | Path) -> Demonstrations:
             np.asarray(e.terminations, bool),
             np.asarray(e.truncations, bool),
         )
-        for e in dataset.iterate_episodes()
+        for e in raw
     ]
     return Demonstrations(
         episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}), fingerprint(path), Path(path)

@@ -97,6 +97,23 @@ def test_recording_loads_back_exactly_as_the_env_returned_it(dataset):
     assert np.array_equal(store.stacks(ends, np.zeros_like(ends)).numpy(), np.array(stacks))
 
 
+@pytest.mark.parametrize("damage", ["metadata", "data"])
+def test_a_damaged_dataset_is_a_one_line_error(dataset, tmp_path, damage):
+    """Cut-off copies (a full disk, an interrupted download): its JSON metadata or its HDF5 file."""
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset[0], copy)
+    files = copy / demos.DATA_DIR
+    if damage == "metadata":
+        (files / "metadata.json").write_text("{")
+    else:
+        data = (files / "main_data.hdf5").read_bytes()
+        (files / "main_data.hdf5").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match=rf"cannot read the Minari dataset at {copy} \(.*\); it is damaged: record it "
+                       "again with python3 -m trainer.record") as err:
+        demos.read(copy)
+    assert "\n" not in str(err.value)
+
+
 def test_recording_never_overwrites_a_dataset(dataset):
     path, _ = dataset
     done = subprocess.run(
