@@ -1,6 +1,7 @@
 """Plotting any run's eval.csv, or several seeds' bench/learn.py CSVs side by side, from the command line."""
 
 import csv
+import os
 
 import matplotlib.axes
 import pytest
@@ -73,6 +74,22 @@ def test_a_folder_without_eval_csv_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         main([str(tmp_path)])
     assert exit.value.code == 2 and "no eval.csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, out, message", [
+    ("env_step,frames,episode,return\n1,8,1,abc\n", "c.png", "cannot read {tmp}/run.csv as an eval.csv or bench/learn"),
+    ("step,return\n1,5\n", "c.png", "cannot read {tmp}/run.csv as an eval.csv or bench/learn.py CSV (KeyError"),
+    ("env_step,frames,episode,return\n1,8\n", "c.png", "cannot read {tmp}/run.csv as an eval.csv or bench/learn"),
+    ("env_step,frames,episode,return\n1,8,1,5\n", "curves", "--out {tmp}/curves: pass an image file in an existing"),
+    ("env_step,frames,episode,return\n1,8,1,5\n", "no/c.png", "--out {tmp}/no/c.png: pass an image file in an"),
+])
+def test_a_file_it_cannot_read_or_write_is_a_usage_error(tmp_path, capsys, text, out, message):
+    """Each was a traceback; `--out curves` wrote curves.png and reported `wrote curves`."""
+    (tmp_path / "run.csv").write_text(text)
+    with pytest.raises(SystemExit) as exit:
+        main([str(tmp_path / "run.csv"), "--out", str(tmp_path / out)])
+    assert exit.value.code == 2 and message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["run.csv"]
 
 
 def test_tasks_that_report_success_get_a_success_panel_beside_the_return(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ import numpy as np
 
 matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
 X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 
@@ -91,7 +92,17 @@ def main(argv: list[str] | None = None) -> None:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no eval.csv at {', '.join(missing)}; pass run folders such as runs/sac_video")
-    rows = [read_rows(p) for p in paths]
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if args.out.suffix.lstrip(".").lower() not in formats or not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: pass an image file in an existing folder, with a suffix matplotlib writes "
+                     f"({', '.join('.' + f for f in formats)}), e.g. curves.png")
+    rows = []
+    for path in paths:
+        try:
+            rows.append(read_rows(path))
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+            parser.error(f"cannot read {path} as an eval.csv or bench/learn.py CSV ({type(err).__name__}: {err}); "
+                         "pass the file a run or bench/learn.py wrote")
     empty = [str(p) for p, r in zip(paths, rows) if not r]
     if empty:
         parser.error(f"no evaluations yet in {', '.join(empty)}; plot it after the run's first evaluation")
