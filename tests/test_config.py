@@ -253,6 +253,9 @@ def test_print_helper_shows_resolved_values_one_per_line(capsys):
 @pytest.mark.parametrize("args, expected", [
     (["--set", "sac.nope=1", "--print", "run_name"], "unknown config key 'sac.nope'"),
     (["--print", "logging.nope"], "unknown config key 'logging.nope'; pass a dotted key"),
+    (["--print", "sac.lr.real"], "unknown config key 'sac.lr.real'"),  # attributes of a value are not keys
+    (["--print", "__class__"], "unknown config key '__class__'"),
+    (["--print", "run_name.upper"], "unknown config key 'run_name.upper'"),
 ])
 def test_print_helper_reports_bad_keys_in_one_line_with_status_2(capsys, args, expected):
     assert main([DEFAULT, *args]) == 2

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import importlib.util
 import math
 import re
@@ -627,11 +626,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _resolved(cfg: Config, key: str):
-    try:
-        return functools.reduce(getattr, key.split("."), cfg)
-    except AttributeError:
-        raise UserError(f"unknown config key {key!r}; pass a dotted key such as logging.tensorboard_dir, "
-                        "or run_name") from None
+    """The value of a dotted config key (a field of the config's sections), or `run_name`; nothing else of the
+    objects (`sac.lr.real`, `__class__`) is a key."""
+    value = cfg
+    for part in key.split("."):
+        names = {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()
+        if value is cfg:
+            names.add("run_name")
+        if part not in names:
+            raise UserError(f"unknown config key {key!r}; pass a dotted key such as logging.tensorboard_dir, "
+                            "or run_name")
+        value = getattr(value, part)
+    return value
 
 
 if __name__ == "__main__":
