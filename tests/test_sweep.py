@@ -56,6 +56,7 @@ def test_three_tiny_trials_run_stop_mid_trial_and_continue_from_storage(tmp_path
     stdout, stderr = first.communicate(timeout=120)
     assert first.returncode == 128 + signal.SIGTERM, stderr
     assert "trial 1 (tiny_t1) saved its run and is queued again; run the same command to continue" in stderr
+    assert "Trial 1 failed" in stderr and "Traceback" not in stderr, "the stop is logged without a traceback"
 
     storage = f"sqlite:///{out / 'study.db'}"
     trials = optuna.load_study(study_name="tiny", storage=storage).trials

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import ctypes
+import logging
 import math
 import signal
 import subprocess
@@ -59,6 +60,14 @@ class Stopped(Exception):
     def __init__(self, signum: int):
         super().__init__(f"stopped by signal {signum}")
         self.signum = signum
+
+
+def _no_traceback_for_our_exits(record: logging.LogRecord) -> bool:
+    """Optuna logs a failed trial with the objective's traceback. For a run that exited, or a stop signal, the
+    message (exit status and log, or the signal) says it all; the traceback would show only this module's raise."""
+    if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, Stopped)):
+        record.exc_info = None
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +122,8 @@ def run_sweep(args: argparse.Namespace) -> int:
                                                       reduction_factor=early.get("eta", 3))
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
+    for handler in optuna.logging.get_logger("optuna").handlers:  # trials' records reach it from child loggers
+        handler.addFilter(_no_traceback_for_our_exits)
     status = 0
     if len(study.get_trials(states=finished)) < args.trials:
         with GracefulStop() as stop:
