@@ -124,12 +124,12 @@ class Logger:
             except (IndexError, ValueError):
                 return None
 
-        readable = [row for row in rows[1:] if step(row) is not None]
-        if len(readable) < len(rows) - 1:
-            self.warning(f"{self.eval_csv}: dropped {len(rows) - 1 - len(readable)} rows that do not parse")
+        steps = [step(row) for row in rows[1:]]
+        if None in steps:
+            self.warning(f"{self.eval_csv}: dropped {steps.count(None)} rows that do not parse")
         # rows of a run logged before wall_s was a column get it empty: one header for the whole file
-        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row in readable
-                                       if step(row) <= start_step]
+        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
+                                       if at is not None and at <= start_step]
         with open(self.eval_csv, "w", newline="") as f:
             csv.writer(f).writerows(kept)
 
