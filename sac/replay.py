@@ -50,6 +50,25 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
     return int(np.prod(frame_shape)) * np.dtype(frame_dtype).itemsize
 
 
+def state_problem(state: dict) -> str | None:
+    """What in a saved replay state (`ReplayBuffer.state_dict`) does not hold together (None: nothing): checked before
+    `load_state_dict` trusts its counters to index the arrays."""
+    missing = [key for key in (*ARRAYS, "count", "num_transitions", "capacity", "rng") if key not in state]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    if not all(isinstance(state[name], torch.Tensor) for name in ARRAYS):
+        return f"its {', '.join(ARRAYS)} are not all tensors"
+    count, capacity, pos = state["count"], state["capacity"], state["pos"]
+    if not all(type(value) is int and value >= 0 for value in (count, capacity, state["num_transitions"])):
+        return "its count, num_transitions and capacity are not all counts"
+    rows = {tuple(state[name].shape[:2]) for name in ARRAYS}
+    if len(rows) > 1 or len(state["frames"]) != min(count, capacity) or pos.dim() != 2:
+        return f"its arrays' (slots, envs) {sorted(rows)} do not match its count {count} and capacity {capacity}"
+    if state["num_transitions"] != int((pos > 0).sum()):
+        return f"its num_transitions {state['num_transitions']} is not the {int((pos > 0).sum())} its slots hold"
+    return None
+
+
 def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_host: bool) -> int:
     """Host memory one slot takes: its frame (unless frames live on a device), action, reward, flag and pos. numpy
     allocates lazily, so a buffer too large for the RAM fails only as it fills: callers check this up front."""

@@ -8,22 +8,39 @@ import random
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from errors import UserError
+from sac.replay import ReplayBuffer
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
 
 
 def payload(step: int) -> dict:
+    rng = {"torch": torch.get_rng_state(), "cuda": [], "numpy": np.random.default_rng(0).bit_generator.state}
     return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))},
-            "progress": {"episode": step, "env_step": step}, "rng": {}}
+            "progress": {"episode": step, "env_step": step}, "rng": rng}
+
+
+def replay_state(step: int) -> dict:
+    """A replay of one env's `step` state frames 0, 1, ..., step - 1 (`frames` reads them back)."""
+    replay = ReplayBuffer(capacity=step + 8, frame_shape=(1,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
+                          seed=0, discount=0.99)
+    for i in range(step):
+        replay.add_batch(np.full((1, 1), i, np.float32), np.zeros((1, 1)), np.zeros(1), np.zeros(1, bool),
+                         np.array([i == 0]))
+    return replay.state_dict()
+
+
+def frames(replay: dict) -> list[float]:
+    return replay["frames"].flatten().tolist()
 
 
 def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0) -> Path:
-    return checkpoint.save(directory, "run", payload(step), {"frames": torch.arange(step)}, env_step=step,
+    return checkpoint.save(directory, "run", payload(step), replay_state(step), env_step=step,
                            episode=episode, keep_replays=keep_replays, keep_last=keep_last).latest
 
 
@@ -31,7 +48,7 @@ def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_
     latest = save(tmp_path, step=10, episode=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run_ep1.pt", "run_latest.pt", "run_step10.replay.pt"]
     data, replay = checkpoint.load(latest)
-    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
+    assert data["progress"]["env_step"] == 10 and frames(replay) == list(range(10))
     assert torch.equal(torch.load(tmp_path / "run_ep1.pt", weights_only=True)["agent"]["w"], torch.full((3,), 10.0))
 
 
@@ -64,7 +81,7 @@ def test_load_fetches_the_checkpoint_and_its_sidecar_through_the_callback(tmp_pa
 
     path, data, replay = checkpoint.load_newest(local, "run", names=[p.name for p in remote.iterdir()], fetch=fetch)
     assert path == local / "run_latest.pt" and fetched == ["run_latest.pt", "run_step10.replay.pt"]
-    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
+    assert data["progress"]["env_step"] == 10 and frames(replay) == list(range(10))
 
 
 def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
@@ -174,7 +191,7 @@ def test_a_checkpoint_with_flipped_bytes_fails_its_checksum_and_auto_falls_back(
     flip_value(tmp_path / "run_latest.pt", 20.0, 21.0)  # a finite change: only the checksum can see it
     path, data, replay = checkpoint.load_newest(tmp_path, "run")
     assert path.name == "run_ep1.pt" and torch.equal(data["agent"]["w"], torch.full((3,), 10.0))
-    assert torch.equal(replay["frames"], torch.arange(10)), "its own sidecar"
+    assert frames(replay) == list(range(10)), "its own sidecar"
     assert capsys.readouterr().err.count("checksum does not match") == 2
 
 
@@ -218,7 +235,7 @@ def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
     save(keep, step=20, episode=2, keep_replays=5)
     (keep / "run_step20.replay.pt").write_bytes(b"\0" * 4096)
     path, data, replay = checkpoint.load_newest(keep, "run")
-    assert path.name == "run_latest.pt" and torch.equal(replay["frames"], torch.arange(10))
+    assert path.name == "run_latest.pt" and frames(replay) == list(range(10))
     assert "with the older replay run_step10.replay.pt (10 steps)" in capsys.readouterr().err
 
 
@@ -233,9 +250,65 @@ def test_auto_never_reports_no_checkpoint_where_the_run_has_only_damaged_ones(tm
 def test_a_checkpoint_from_before_checksums_still_loads(tmp_path):
     old = {**payload(10), "format": 1, "replay_file": "run_step10.replay.pt"}
     torch.save(old, tmp_path / "run_latest.pt")
-    torch.save({"frames": torch.arange(10)}, tmp_path / "run_step10.replay.pt")
+    torch.save(replay_state(10), tmp_path / "run_step10.replay.pt")
     data, replay = checkpoint.load(tmp_path / "run_latest.pt")
-    assert data["progress"]["env_step"] == 10 and torch.equal(replay["frames"], torch.arange(10))
+    assert data["progress"]["env_step"] == 10 and frames(replay) == list(range(10))
+
+
+def old_format(tmp_path: Path, *, damage_payload=None, damage_replay=None) -> Path:
+    """A format-1 checkpoint and sidecar (no checksums: nothing catches damage but the structure), damaged by the
+    functions given, which edit the dicts in place."""
+    old, replay = {**payload(10), "format": 1, "replay_file": "run_step10.replay.pt"}, replay_state(10)
+    for damage, state in ((damage_payload, old), (damage_replay, replay)):
+        if damage:
+            damage(state)
+    torch.save(old, tmp_path / "run_latest.pt")
+    torch.save(replay, tmp_path / "run_step10.replay.pt")
+    return tmp_path / "run_latest.pt"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.update(progress="x"), r"its progress is not \{episode, env_step, evaluation_due, next_seed\}"),
+    (lambda p: p["progress"].update(bogus=1), r"its progress is not"),
+    (lambda p: p["progress"].update(episode=-5), r"progress.episode is -5, not a count"),
+    (lambda p: p["progress"].update(env_step="7"), r"progress.env_step is '7', not a count"),
+    (lambda p: p["progress"].update(evaluation_due=1), r"progress.evaluation_due is 1, not a bool"),
+    (lambda p: p.update(rng="x"), r"its random generators' states are not torch's and numpy's"),
+    (lambda p: p["rng"].update(torch=torch.zeros(3)), r"its random generators' states"),
+    (lambda p: p["rng"].update(numpy={"bit_generator": "MT19937"}), r"its random generators' states"),
+    (lambda p: p.update(agent=[1]), r"its agent is not a dict of weights"),
+    (lambda p: p.update(config=[1]), r"its config is not a config of sections"),
+    (lambda p: p["config"].update(sac="x"), r"its config is not a config of sections"),
+    (lambda p: p.update(replay_file="../../elsewhere.replay.pt"),
+     r"its replay_file '../../elsewhere.replay.pt' is not the name of a .replay.pt file beside it"),
+    (lambda p: p.update(learning_steps="x"), r"learning_steps is 'x', not a count"),
+    (lambda p: p.update(wall_s=float("nan")), r"wall_s is nan, not seconds"),
+    (lambda p: p.update(demos="x"), r"its demonstrations' sampling state is not the trainer's"),
+])
+def test_an_old_checkpoint_that_is_not_what_save_writes_is_one_line_naming_the_damage(tmp_path, damage, message):
+    """Format 1 has no checksum: without these checks each of these failed deep in the trainer with a traceback."""
+    path = old_format(tmp_path, damage_payload=damage)
+    with pytest.raises(CheckpointError, match=rf"checkpoint .*run_latest.pt is damaged or not from this trainer: "
+                                              rf"{message}.*; resume from an older"):
+        checkpoint.load(path)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.update(count=10**6), r"its arrays' \(slots, envs\) \[\(10, 1\)\] do not match its count 1000000"),
+    (lambda r: r.update(count=-1), r"its count, num_transitions and capacity are not all counts"),
+    (lambda r: r.update(num_transitions=999), r"its num_transitions 999 is not the 9 its slots hold"),
+    (lambda r: r.pop("pos"), r"it lacks pos"),
+    (lambda r: r.update(frames=[1]), r"its frames, actions, rewards, terminated, pos are not all tensors"),
+    (lambda r: r.update(actions=r["actions"][:5]), r"its arrays' \(slots, envs\) \[\(5, 1\), \(10, 1\)\]"),
+    (lambda r: r.update(rng=3), r"its sampler's state is not numpy's"),
+])
+def test_an_old_sidecar_that_does_not_hold_together_is_damage_that_costs_only_the_replay(tmp_path, damage, message):
+    path = old_format(tmp_path, damage_replay=damage)
+    with pytest.raises(CheckpointError, match=rf"replay sidecar .*run_step10.replay.pt is damaged or not from this "
+                                              rf"trainer: {message}.*; move it aside"):
+        checkpoint.load(path)
+    found, data, replay = checkpoint.load_newest(tmp_path, "run")
+    assert found == path and data["progress"]["env_step"] == 10 and replay is None
 
 
 def test_a_save_after_resuming_an_older_checkpoint_keeps_its_own_sidecar(tmp_path):

@@ -27,9 +27,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from errors import UserError
+from sac.replay import state_problem
 from trainer.config import Config
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
@@ -54,6 +56,18 @@ class CheckpointError(UserError):
 
 class ReplayDamaged(CheckpointError):
     """A replay sidecar that cannot be read or fails its checksum; it costs the replay, never the weights."""
+
+
+@dataclass
+class Progress:
+    """The counters a checkpoint carries (`progress` in its payload)."""
+
+    episode: int = 0  # completed training episodes
+    env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
+    # the evaluation at `episode` that a stop signal cut short: saved with the run, so the resume runs it first
+    evaluation_due: bool = False
+    # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
+    next_seed: int = 0
 
 
 @dataclass
@@ -293,11 +307,67 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         if stored != digest(payload):
             raise CheckpointError(
                 f"checkpoint {path} is corrupt (its checksum does not match its contents); {RESUME_FIX}")
+    problem = _payload_problem(payload)
+    if problem:  # format 1 has no checksum: a damaged or hand-made file would fail deep in the trainer
+        raise CheckpointError(f"checkpoint {path} is damaged or not from this trainer: {problem}; {RESUME_FIX}")
     bad = _non_finite(payload["agent"])
     if bad:
         raise CheckpointError(f"checkpoint {path} holds NaN or inf in {bad} (damaged, or the run diverged before "
                               f"this save); {RESUME_FIX}")
     return payload
+
+
+def _payload_problem(payload: dict) -> str | None:
+    """What in a payload is not what `save` writes (None: nothing), checked before the trainer reads it."""
+    progress, rng = payload["progress"], payload["rng"]
+    sections = [name for name, value in dataclasses.asdict(Config()).items() if isinstance(value, dict)]
+    if not isinstance(payload["config"], dict) or any(
+            not isinstance(payload["config"].get(name, {}), dict) for name in sections):
+        return "its config is not a config of sections"
+    if not isinstance(payload["agent"], dict):
+        return "its agent is not a dict of weights"
+    if not isinstance(progress, dict) or not set(progress) <= {f.name for f in dataclasses.fields(Progress)}:
+        return f"its progress is not {{{', '.join(f.name for f in dataclasses.fields(Progress))}}}"
+    for name, value in progress.items():
+        wanted = bool if name == "evaluation_due" else int
+        if type(value) is not wanted or value < 0:
+            return f"progress.{name} is {value!r}, not a {'bool' if wanted is bool else 'count'}"
+    if not isinstance(rng, dict) or _rng_problem(rng):
+        return "its random generators' states are not torch's and numpy's"
+    name = payload["replay_file"]
+    if not isinstance(name, str) or not name.endswith(".replay.pt") or Path(name).name != name:
+        return f"its replay_file {name!r} is not the name of a .replay.pt file beside it"
+    steps = payload.get("learning_steps", 0)
+    if type(steps) is not int or steps < 0:
+        return f"learning_steps is {steps!r}, not a count"
+    wall = payload.get("wall_s", 0.0)
+    if not isinstance(wall, (int, float)) or not 0 <= wall < float("inf"):
+        return f"wall_s is {wall!r}, not seconds"
+    demos = payload.get("demos")
+    if demos is not None and (not isinstance(demos, dict) or not {"rng", "fingerprint", "path"} <= set(demos)
+                              or _numpy_state_problem(demos["rng"])):
+        return "its demonstrations' sampling state is not the trainer's"
+    return None
+
+
+def _rng_problem(rng: dict) -> bool:
+    """True unless `rng` holds torch's CPU generator state, CUDA's (a list, empty without CUDA) and numpy's."""
+    torch_state, cuda = rng.get("torch"), rng.get("cuda")
+    return (not _byte_tensor(torch_state) or torch_state.shape != torch.get_rng_state().shape
+            or not isinstance(cuda, list) or not all(map(_byte_tensor, cuda)) or _numpy_state_problem(rng.get("numpy")))
+
+
+def _byte_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype == torch.uint8
+
+
+def _numpy_state_problem(state) -> bool:
+    """True unless `state` is a numpy generator state this trainer's generators accept (np.random.default_rng's)."""
+    try:
+        np.random.default_rng().bit_generator.state = state
+    except (TypeError, ValueError, KeyError):
+        return True
+    return False
 
 
 def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | None = None) -> dict | None:
@@ -323,6 +393,10 @@ def _read_replay(path: Path, expected: str | None) -> dict:
     stored = state.pop("checksum", None)
     if stored is not None and stored != digest(state) or expected is not None and stored != expected:
         raise ReplayDamaged(f"replay sidecar {path} is corrupt or from another save (its checksum does not match)")
+    problem = state_problem(state) or ("its sampler's state is not numpy's" if _numpy_state_problem(state["rng"])
+                                       else None)
+    if problem:
+        raise ReplayDamaged(f"replay sidecar {path} is damaged or not from this trainer: {problem}")
     bad = _non_finite(state)
     if bad:
         raise ReplayDamaged(f"replay sidecar {path} holds NaN or inf in {bad}")

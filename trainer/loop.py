@@ -33,7 +33,7 @@ import dataclasses
 import math
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,7 @@ from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
+from trainer.checkpoint import Progress
 from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
@@ -62,16 +63,6 @@ from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger
 from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
-
-
-@dataclass
-class Progress:
-    episode: int = 0  # completed training episodes
-    env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
-    # the evaluation at `episode` that a stop signal cut short: saved with the run, so the resume runs it first
-    evaluation_due: bool = False
-    # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
-    next_seed: int = 0
 
 
 def every(n: int, i: int) -> bool:
