@@ -1,0 +1,14 @@
+"""bench/throughput.py's command line: a bad config is one error before any row starts, not one per row."""
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_a_bad_setting_is_one_line_before_any_row_runs():
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--rows", "collect", "phases", "--set",
+                             "sac.batch_size=-3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        "throughput.py: error: config key 'sac.batch_size' must be in [1, 65536], got -3")
