@@ -121,6 +121,27 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
     return [{"params": heads}, {"params": list(critic.encoder.parameters()), "lr": encoder_lr}]
 
 
+NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
+
+
+def state_problem(state: dict) -> str | None:
+    """What in a saved agent state (`SAC.state_dict`) is not laid out as it is written, as the end of "its agent
+    ..."; None when nothing. Checked before `load_state_dict`, whose errors for these are tracebacks."""
+    missing = [key for key in (*NETWORKS, "log_alpha", *OPTIMISERS, "updates") if key not in state]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    if not all(isinstance(state[key], dict) and all(isinstance(t, torch.Tensor) for t in state[key].values())
+               for key in NETWORKS):
+        return f"holds {', '.join(NETWORKS)} that are not all dicts of tensors"
+    if not isinstance(state["log_alpha"], torch.Tensor) or state["log_alpha"].numel() != 1:
+        return "holds a log_alpha that is not one number"
+    if not all(isinstance(state[key], dict) and {"state", "param_groups"} <= state[key].keys() for key in OPTIMISERS):
+        return f"holds {', '.join(OPTIMISERS)} that are not all torch optimiser states"
+    if type(state["updates"]) is not int or state["updates"] < 0:
+        return f"counts {state['updates']!r} updates"
+    return None
+
+
 class SAC:
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True):

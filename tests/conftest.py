@@ -6,6 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from trainer.config import EncoderConfig
 from trainer.headless import configure
 
@@ -40,3 +43,8 @@ def encoder_config(arch: str, **video) -> EncoderConfig:
     for key, value in video.items():
         setattr(cfg.video, key, value)
     return cfg
+
+
+def rng_state() -> dict:
+    """A checkpoint's `rng` entry, as the trainer saves it on a machine without CUDA."""
+    return {"torch": torch.get_rng_state(), "cuda": [], "numpy": np.random.default_rng(0).bit_generator.state}

@@ -14,15 +14,22 @@ import torch
 
 from errors import UserError
 from sac.replay import ReplayBuffer
+from tests.conftest import rng_state
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
 
 
 def payload(step: int) -> dict:
-    rng = {"torch": torch.get_rng_state(), "cuda": [], "numpy": np.random.default_rng(0).bit_generator.state}
-    return {"config": to_dict(Config()), "agent": {"w": torch.full((3,), float(step))},
-            "progress": {"episode": step, "env_step": step}, "rng": rng}
+    return {"config": to_dict(Config()), "agent": agent_state(step), "progress": {"episode": step, "env_step": step},
+            "rng": rng_state()}
+
+
+def agent_state(step: int) -> dict:
+    """Laid out as SAC.state_dict, with one weight tensor per network: `step` three times."""
+    network, optimiser = {"w": torch.full((3,), float(step))}, {"state": {}, "param_groups": []}
+    return {"critic": network, "critic_target": dict(network), "actor": dict(network), "log_alpha": torch.zeros(()),
+            "critic_opt": optimiser, "actor_opt": dict(optimiser), "alpha_opt": dict(optimiser), "updates": step}
 
 
 def replay_state(step: int) -> dict:
@@ -49,7 +56,8 @@ def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run_ep1.pt", "run_latest.pt", "run_step10.replay.pt"]
     data, replay = checkpoint.load(latest)
     assert data["progress"]["env_step"] == 10 and frames(replay) == list(range(10))
-    assert torch.equal(torch.load(tmp_path / "run_ep1.pt", weights_only=True)["agent"]["w"], torch.full((3,), 10.0))
+    episode_file = torch.load(tmp_path / "run_ep1.pt", weights_only=True)
+    assert torch.equal(episode_file["agent"]["critic"]["w"], torch.full((3,), 10.0))
 
 
 def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path):
@@ -190,7 +198,7 @@ def test_a_checkpoint_with_flipped_bytes_fails_its_checksum_and_auto_falls_back(
         checkpoint.load(tmp_path / "run_ep2.pt")
     flip_value(tmp_path / "run_latest.pt", 20.0, 21.0)  # a finite change: only the checksum can see it
     path, data, replay = checkpoint.load_newest(tmp_path, "run")
-    assert path.name == "run_ep1.pt" and torch.equal(data["agent"]["w"], torch.full((3,), 10.0))
+    assert path.name == "run_ep1.pt" and torch.equal(data["agent"]["critic"]["w"], torch.full((3,), 10.0))
     assert frames(replay) == list(range(10)), "its own sidecar"
     assert capsys.readouterr().err.count("checksum does not match") == 2
 
@@ -212,10 +220,10 @@ def test_a_replay_sidecar_with_flipped_bytes_or_of_another_save_is_damage(tmp_pa
 
 def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
     diverged = payload(10)
-    diverged["agent"]["critic_optim"] = {"state": {0: {"exp_avg": torch.tensor([1.0, float("inf")])}}}
+    diverged["agent"]["critic_opt"] = {"state": {0: {"exp_avg": torch.tensor([1.0, float("inf")])}}, "param_groups": []}
     latest = checkpoint.save(tmp_path, "run", diverged, {}, env_step=10, episode=None, keep_replays=1,
                              keep_last=0).latest
-    with pytest.raises(CheckpointError, match=r"holds NaN or inf in critic_optim.state.0.exp_avg"):
+    with pytest.raises(CheckpointError, match=r"holds NaN or inf in critic_opt.state.0.exp_avg"):
         checkpoint.load(latest)
 
 
@@ -277,6 +285,13 @@ def old_format(tmp_path: Path, *, damage_payload=None, damage_replay=None) -> Pa
     (lambda p: p["rng"].update(torch=torch.zeros(3)), r"its random generators' states"),
     (lambda p: p["rng"].update(numpy={"bit_generator": "MT19937"}), r"its random generators' states"),
     (lambda p: p.update(agent=[1]), r"its agent is not a dict of weights"),
+    (lambda p: p["agent"].pop("actor_opt"), r"its agent lacks actor_opt"),
+    (lambda p: p["agent"].update(critic="x"), r"its agent holds critic, critic_target, actor that are not all dicts of "
+                                               r"tensors"),
+    (lambda p: p["agent"].update(log_alpha=torch.zeros(2)), r"its agent holds a log_alpha that is not one number"),
+    (lambda p: p["agent"].update(alpha_opt={}), r"its agent holds critic_opt, actor_opt, alpha_opt that are not all "
+                                                r"torch optimiser states"),
+    (lambda p: p["agent"].update(updates=2.5), r"its agent counts 2.5 updates"),
     (lambda p: p.update(config=[1]), r"its config is not a config of sections"),
     (lambda p: p["config"].update(sac="x"), r"its config is not a config of sections"),
     (lambda p: p.update(replay_file="../../elsewhere.replay.pt"),

@@ -14,7 +14,7 @@ from encoders.state import StateEncoder
 from errors import UserError
 from sac.agent import SAC
 from sac.replay import ReplayBuffer
-from tests.conftest import DEFAULT_CONFIG, encoder_config
+from tests.conftest import DEFAULT_CONFIG, encoder_config, rng_state
 from trainer import checkpoint
 from trainer.config import Config, SACConfig, load_config, to_dict
 from trainer.encoders import build_encoders, build_video_encoder
@@ -185,7 +185,7 @@ def save_run(directory, arch: str = "simple2dcnn", freeze: bool = False, **video
     with torch.no_grad():
         for parameter in agent.critic.encoder.parameters():
             parameter.add_(1.0)
-    payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {}, "rng": {}}
+    payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {}, "rng": rng_state()}
     saved = checkpoint.save(directory, "pre", payload, {}, env_step=1, episode=1, keep_replays=1, keep_last=0)
     return saved.latest, agent
 
@@ -208,6 +208,19 @@ def test_a_checkpoint_without_a_fitting_encoder_is_a_one_line_error(tmp_path, sa
     path, _ = save_run(tmp_path, **saved)
     cfg = encoder_config("simple2dcnn", **({"num_filters": 8, "pretrained": True, "weights": str(path)} | video))
     with pytest.raises(UserError, match=message) as err:
+        build_video_encoder(cfg, OBS)
+    assert "\n" not in str(err.value)
+
+
+def test_a_damaged_checkpoint_as_weights_is_a_one_line_error(tmp_path):
+    """Its weights went into the encoder unchecked: NaN in them failed at the first forward pass with a traceback."""
+    path, _ = save_run(tmp_path)
+    payload = torch.load(path, weights_only=True)
+    next(iter(payload["agent"]["critic"].values())).fill_(float("nan"))
+    torch.save(payload, path)
+    cfg = encoder_config("simple2dcnn", num_filters=8, pretrained=True, weights=str(path))
+    with pytest.raises(UserError, match=r"encoder.video.weights=.*pre_latest.pt: checkpoint is corrupt \(its checksum "
+                                        r"does not match its contents\); pass another checkpoint of the run") as err:
         build_video_encoder(cfg, OBS)
     assert "\n" not in str(err.value)
 

@@ -133,6 +133,25 @@ def test_weights_of_an_older_format_are_a_one_line_error(pretrained, tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda w: w.update(encoder="x"), r"its encoder settings are not an encoder block"),
+    (lambda w: w.update(obs_shape=5), r"its obs_shape 5 is not a frame stack's shape"),
+    (lambda w: w.update(state_dict=[1]), r"its state_dict or projection is not a dict of tensors"),
+    (lambda w: w.update(projection="x"), r"its state_dict or projection is not a dict of tensors"),
+    (lambda w: next(iter(w["state_dict"].values())).fill_(float("inf")), r"NaN or inf in state_dict\."),
+])
+def test_a_damaged_weights_file_is_a_one_line_error(pretrained, tmp_path, damage, message):
+    """Weights files carry no checksum: each of these failed with a traceback, or (inf) at the first forward pass."""
+    out, _ = pretrained
+    weights = torch.load(out, weights_only=True)
+    damage(weights)
+    torch.save(weights, tmp_path / "damaged.pt")
+    with pytest.raises(UserError, match=rf"encoder.video.weights=.*damaged.pt is damaged or not from trainer.pretrain: "
+                                        rf"{message}.*; pretrain it again") as err:
+        build_video_encoder(frozen_config(tmp_path / "damaged.pt").encoder, (3, 3, 32, 32))
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("holdout, held", [(0.1, 1), (0.5, 2), (0.95, EPISODES - 1)])
 def test_the_holdout_share_leaves_at_least_one_episode_each_side(dataset, holdout, held):
     """A share that rounds to every episode (0.95 of 3) still trains on one: an empty training split failed on an

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from errors import UserError
-from sac.replay import state_problem
+from sac import agent, replay
 from trainer.config import Config
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
@@ -128,7 +128,7 @@ def _tensors(tree, prefix: str = ""):
             yield from _tensors(value, f"{prefix}.{i}")
 
 
-def _non_finite(tree) -> str | None:
+def non_finite(tree) -> str | None:
     """The first floating-point tensor holding NaN or inf, by key; None when all are finite."""
     return next((key for key, t in _tensors(tree) if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
 
@@ -296,25 +296,38 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         payload = _read(path, "checkpoint")
     except CheckpointError as err:
         raise CheckpointError(f"{err}; {RESUME_FIX}") from None
-    known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
-    if not known or payload["format"] not in READABLE_FORMATS:
+    if not is_checkpoint(payload):
         raise CheckpointError(
             f"{path} is not a checkpoint of this trainer (format {FORMAT}); "
             "pass a <run>_latest.pt or <run>_ep<N>.pt file"
         )
+    problem = damage(payload)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} {problem}; {RESUME_FIX}")
+    return payload
+
+
+def is_checkpoint(payload) -> bool:
+    """Whether a loaded file is a checkpoint of this trainer, of a format it reads (`damage` says if it is intact)."""
+    known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
+    return known and payload["format"] in READABLE_FORMATS
+
+
+def damage(payload: dict) -> str | None:
+    """What makes a loaded checkpoint (`is_checkpoint`) unusable, as the end of "checkpoint <file> ...": a checksum
+    that does not match, a layout that is not the one `save` writes, NaN or inf in the agent; None when intact.
+    Removes the checksum from `payload`."""
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt (its checksum does not match its contents); {RESUME_FIX}")
+            return "is corrupt (its checksum does not match its contents)"
     problem = _payload_problem(payload)
     if problem:  # format 1 has no checksum: a damaged or hand-made file would fail deep in the trainer
-        raise CheckpointError(f"checkpoint {path} is damaged or not from this trainer: {problem}; {RESUME_FIX}")
-    bad = _non_finite(payload["agent"])
+        return f"is damaged or not from this trainer: {problem}"
+    bad = non_finite(payload["agent"])
     if bad:
-        raise CheckpointError(f"checkpoint {path} holds NaN or inf in {bad} (damaged, or the run diverged before "
-                              f"this save); {RESUME_FIX}")
-    return payload
+        return f"holds NaN or inf in {bad} (damaged, or the run diverged before this save)"
+    return None
 
 
 def _payload_problem(payload: dict) -> str | None:
@@ -326,6 +339,8 @@ def _payload_problem(payload: dict) -> str | None:
         return "its config is not a config of sections"
     if not isinstance(payload["agent"], dict):
         return "its agent is not a dict of weights"
+    if problem := agent.state_problem(payload["agent"]):
+        return f"its agent {problem}"
     if not isinstance(progress, dict) or not set(progress) <= {f.name for f in dataclasses.fields(Progress)}:
         return f"its progress is not {{{', '.join(f.name for f in dataclasses.fields(Progress))}}}"
     for name, value in progress.items():
@@ -393,11 +408,11 @@ def _read_replay(path: Path, expected: str | None) -> dict:
     stored = state.pop("checksum", None)
     if stored is not None and stored != digest(state) or expected is not None and stored != expected:
         raise ReplayDamaged(f"replay sidecar {path} is corrupt or from another save (its checksum does not match)")
-    problem = state_problem(state) or ("its sampler's state is not numpy's" if _numpy_state_problem(state["rng"])
+    problem = replay.state_problem(state) or ("its sampler's state is not numpy's" if _numpy_state_problem(state["rng"])
                                        else None)
     if problem:
         raise ReplayDamaged(f"replay sidecar {path} is damaged or not from this trainer: {problem}")
-    bad = _non_finite(state)
+    bad = non_finite(state)
     if bad:
         raise ReplayDamaged(f"replay sidecar {path} holds NaN or inf in {bad}")
     return state

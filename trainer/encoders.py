@@ -29,6 +29,7 @@ from encoders import arch_class, build_encoder
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
 from errors import UserError
+from trainer import checkpoint
 from trainer.checkpoint import atomic_save
 
 CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
@@ -62,9 +63,14 @@ Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (enco
 
 
 def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...]) -> Loaded:
-    """The state dicts of an encoder weights file, or a one-line UserError when it was built for another network
-    (arch and the keys that shape it) or for other frame stacks than `obs_shape`."""
-    saved = payload["encoder"].get("video", {})
+    """The state dicts of an encoder weights file, or a one-line UserError when it is damaged (not laid out as
+    `save_encoder_weights` writes it, or NaN/inf in a weight), or was built for another network (arch and the keys
+    that shape it) or for other frame stacks than `obs_shape`."""
+    problem = _weights_file_problem(payload)
+    if problem:
+        raise UserError(f"encoder.video.weights={weights} is damaged or not from trainer.pretrain: {problem}; "
+                        "pretrain it again (python3 -m trainer.pretrain) or pass another file")
+    saved = payload["encoder"]["video"]
     if saved.get("arch") != video.arch:
         raise UserError(f"encoder.video.weights={weights} holds {saved.get('arch')} encoder weights; "
                         f"set encoder.video.arch={saved.get('arch')} or pass weights of a {video.arch} encoder")
@@ -76,6 +82,22 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
     return payload["state_dict"], payload["projection"]
+
+
+def _weights_file_problem(payload: dict) -> str | None:
+    def weights(value) -> bool:
+        return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())
+
+    if not isinstance(payload.get("encoder"), dict) or not isinstance(payload["encoder"].get("video"), dict):
+        return "its encoder settings are not an encoder block"
+    shape = payload.get("obs_shape")
+    if not isinstance(shape, list) or not all(type(n) is int and n > 0 for n in shape):
+        return f"its obs_shape {shape!r} is not a frame stack's shape"
+    if not weights(payload.get("state_dict")) or payload.get("projection") is not None and not weights(
+            payload["projection"]):
+        return "its state_dict or projection is not a dict of tensors"
+    bad = checkpoint.non_finite({"state_dict": payload["state_dict"], "projection": payload["projection"] or {}})
+    return f"NaN or inf in {bad}" if bad else None
 
 
 def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loaded | None:
@@ -95,8 +117,12 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loade
     if isinstance(payload, dict) and str(payload.get("format")).startswith(ENCODER_WEIGHTS):
         raise UserError(f"encoder.video.weights={weights} is in the format \"{payload['format']}\" where this "
                         f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again (python3 -m trainer.pretrain)")
-    if not (isinstance(payload, dict) and {"agent", "config", "format"} <= payload.keys()):
+    if not checkpoint.is_checkpoint(payload):
         return None
+    problem = checkpoint.damage(payload)
+    if problem:
+        raise UserError(f"encoder.video.weights={weights}: checkpoint {problem}; pass another checkpoint of the run "
+                        "(an older <run>_ep<N>.pt)")
     encoder = payload["config"].get("encoder", {})
     video = encoder.get("video", {})
     if encoder.get("type") != "video" or video.get("arch") != arch:
