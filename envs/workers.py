@@ -203,6 +203,8 @@ class InProcessEnv:
 
     def __init__(self, env: gym.Env):
         self.env, self.num_envs = env, 1
+        # whether a terminated episode is a success (the tasks that say so: envs/dishwashing), as the batched envs say
+        self.terminates_on_success = getattr(env.unwrapped, "terminates_on_success", False)
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
         self.obs = None  # (1, ...) the observation the next action is chosen for
         self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it

@@ -314,7 +314,7 @@ def test_a_stop_during_an_evaluation_leaves_it_due_and_the_resume_runs_it_first(
     assert straight.train() == 0
 
     run = trainer(tmp_path / "stopped", "inverted_pendulum_state.yaml", **settings)
-    run.eval_env = SignalAtReset(run.eval_env, at=3)  # the first episode of the second evaluation
+    run.eval_env.env = SignalAtReset(run.eval_env.env, at=3)  # the first episode of the second evaluation
     assert run.train() == 128 + signal.SIGTERM
     saved = checkpoint.load(tmp_path / "stopped" / "ckpt" / "inverted_pendulum_state_latest.pt")[0]["progress"]
     assert saved["episode"] == 4 and saved["evaluation_due"]
@@ -331,7 +331,7 @@ def test_an_evaluation_stopped_at_the_last_episode_runs_once_on_resume_and_is_sa
     done, so extending the run later (a resume may raise training.episodes) does not log it a second time."""
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=10, episodes=4, eval_every_episodes=2,
                   eval_episodes=2)
-    run.eval_env = SignalAtReset(run.eval_env, at=3)  # the second evaluation, after the last episode
+    run.eval_env.env = SignalAtReset(run.eval_env.env, at=3)  # the second evaluation, after the last episode
     assert run.train() == 128 + signal.SIGTERM
     assert Trainer(run.cfg, resume="auto").train() == 0
     latest = tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt"

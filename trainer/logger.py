@@ -74,8 +74,8 @@ class Logger:
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
                    wall_s: float, clip: list[np.ndarray]) -> None:
-        """`success_rate` is None for tasks that report no `info["success"]`; `clip`: uint8 (H, W, 3) frames of the
-        first eval episode (empty when eval videos are off)."""
+        """`success_rate` is None for tasks without success (trainer/loop.py `evaluate`); `clip`: uint8 (H, W, 3)
+        frames of the first eval episode (empty when eval videos are off)."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
                      "eval")
         new = not self.eval_csv.exists()

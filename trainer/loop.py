@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs import make_batched_env, make_env, make_vector_env
+from envs import InProcessEnv, make_batched_env, make_env, make_vector_env
 from envs.pixels import Camera
 from errors import UserError
 from sac.agent import SAC
@@ -171,16 +171,16 @@ class Trainer:
         self.start_episodes()
 
     def make_eval_env(self):
-        """(eval env, eval camera or None): the ordinary single env with its own camera for the GIF, or with
-        `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
+        """(eval env, eval camera or None): the ordinary single env as a vector of one, with its own camera for the
+        GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
         env, logging = self.cfg.env, self.cfg.logging
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
             return make_batched_env(worlds, True, self.device), None
-        eval_env = make_env(env, self.cfg.pixels)
+        eval_env = InProcessEnv(make_env(env, self.cfg.pixels))
         if not logging.eval_video:
             return eval_env, None
-        return eval_env, Camera(eval_env, size=logging.video_size, camera=env.camera,
+        return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
                                 shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
@@ -306,48 +306,39 @@ class Trainer:
         return mixed_sample(self.replay, self.demos.store, batch_size, self.cfg.demos.share, self.device)
 
     def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
-        """The deterministic policy over `training.eval_episodes` fixed starts: mean return; success rate when the
-        task reports `info["success"]` (an episode counts if its last step does), else None; and the first episode's
-        frames for the eval video. None when a stop signal cuts it short: the run saves and exits instead."""
-        if self.eval_batched:
-            return self.evaluate_batched()
+        """The deterministic policy over `training.eval_episodes` fixed starts, episode i from `training.seed +
+        EVAL_SEED_OFFSET + i`, run `eval_env.num_envs` at a time (one env, or one world per episode; what an env does
+        after its episode ends is ignored). Returns the mean return; the success rate where the task terminates only on
+        success (else None); and the first episode's frames for the eval video: the eval camera's, or without one
+        the observed frames. None when a stop signal cuts it short: the run saves and exits instead."""
+        env, episodes, n = self.eval_env, self.cfg.training.eval_episodes, self.eval_env.num_envs
+        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
         returns, successes, clip = [], [], []
-        for i in range(self.cfg.training.eval_episodes):
-            obs, _ = self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + i)
-            total, done = 0.0, False
-            while not done:
-                if self.stop.requested:
+        for first in range(0, episodes, n):
+            env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
+            total, done, success = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
+            while not done.all():
+                if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
                     return None
-                if i == 0 and self.eval_camera and len(clip) < self.cfg.logging.video_max_frames:
-                    clip.append(self.eval_camera.render().copy())
-                action = self.agent.act(self.observe(obs[None]), sample=False)[0]
-                obs, reward, terminated, truncated, info = self.eval_env.step(action)
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
-            if "success" in info:
-                successes.append(float(info["success"]))
-        return float(np.mean(returns)), float(np.mean(successes)) if successes else None, clip
+                if first == 0 and not done[0] and len(clip) < max_frames:
+                    clip.append(self.eval_frame())
+                _, _, reward, terminated, truncated = env.step(lambda batch: self.agent.act(batch, sample=False),
+                                                               self.observe)
+                reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
+                total += np.where(done, 0.0, reward)
+                success |= ~done & terminated
+                done |= terminated | truncated
+            count = min(n, episodes - first)
+            returns.extend(total[:count])
+            successes.extend(success[:count])
+        return float(np.mean(returns)), float(np.mean(successes)) if env.terminates_on_success else None, clip
 
-    def evaluate_batched(self) -> tuple[float, float | None, list[np.ndarray]] | None:
-        """`evaluate` in MuJoCo Warp: world i runs one episode from `training.seed + EVAL_SEED_OFFSET + i` (its
-        reset after the episode is ignored); success is termination where the task terminates only on success; the
-        clip is world 0's observed frames. None when a stop signal cuts it short."""
-        n, max_frames = self.eval_env.num_envs, self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
-        self.eval_env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET)
-        returns, done, success, clip = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), []
-        while not done.all():
-            if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
-                return None
-            if not done[0] and len(clip) < max_frames:  # the worlds' frames, whatever a frozen trunk made of them
-                clip.append(to_host(self.eval_env.obs[0, -1].permute(1, 2, 0).clone()))  # obs changes in place
-            step = self.eval_env.step(lambda batch: self.agent.act(batch, sample=False), self.observe)
-            _, _, reward, terminated, truncated = step
-            reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
-            returns += np.where(done, 0.0, reward)
-            success |= ~done & terminated
-            done |= terminated | truncated
-        return float(returns.mean()), float(success.mean()) if self.eval_env.terminates_on_success else None, clip
+    def eval_frame(self) -> np.ndarray:
+        """uint8 (H, W, 3): the eval camera's picture of env 0, or its newest observed frame where there is no camera
+        (MuJoCo Warp's worlds: their frames, whatever a frozen trunk made of them)."""
+        if self.eval_camera:
+            return self.eval_camera.render().copy()
+        return to_host(self.eval_env.obs[0, -1].permute(1, 2, 0).clone())  # obs changes in place
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
