@@ -48,6 +48,8 @@ import time
 
 import numpy as np
 
+from errors import UserError
+
 ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
 OURS = {
     "train": {},
@@ -66,13 +68,15 @@ def config(args, **overrides):
         "sac.batch_size": args.batch_size,
         "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
-        "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6, "checkpoint.dir": tempfile.mkdtemp(),
+        "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
         "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
-        "logging.tensorboard_dir": tempfile.mkdtemp(),
         # float32 unless a row says otherwise, whatever the profile
         "training.autocast": False, "training.compile": False,
         **overrides,
     }
+    for key in ("checkpoint.dir", "logging.tensorboard_dir"):  # a folder of its own, unless the caller names one
+        if key not in sets:
+            sets[key] = tempfile.mkdtemp()
     return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
 
 
@@ -439,8 +443,6 @@ def main() -> None:
         configure()  # before any row imports mujoco
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
-    from errors import UserError
-
     try:  # once here, not once per row: every row would print the same error
         config(args, **{"checkpoint.dir": tempfile.gettempdir(), "logging.tensorboard_dir": tempfile.gettempdir()})
     except UserError as err:

@@ -124,14 +124,18 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
 
 
+def is_state_dict(value) -> bool:
+    """Whether `value` is laid out as a module's saved weights: a dict of tensors."""
+    return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())
+
+
 def state_problem(state: dict) -> str | None:
     """What in a saved agent state (`SAC.state_dict`) is not laid out as it is written, as the end of "its agent
     ..."; None when nothing. Checked before `load_state_dict`, whose errors for these are tracebacks."""
     missing = [key for key in (*NETWORKS, "log_alpha", *OPTIMISERS, "updates") if key not in state]
     if missing:
         return f"lacks {', '.join(missing)}"
-    if not all(isinstance(state[key], dict) and all(isinstance(t, torch.Tensor) for t in state[key].values())
-               for key in NETWORKS):
+    if not all(is_state_dict(state[key]) for key in NETWORKS):
         return f"holds {', '.join(NETWORKS)} that are not all dicts of tensors"
     if not isinstance(state["log_alpha"], torch.Tensor) or state["log_alpha"].numel() != 1:
         return "holds a log_alpha that is not one number"

@@ -51,22 +51,34 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
 
 
 def state_problem(state: dict) -> str | None:
-    """What in a saved replay state (`ReplayBuffer.state_dict`) does not hold together (None: nothing): checked before
-    `load_state_dict` trusts its counters to index the arrays."""
+    """What in a saved replay state (`ReplayBuffer.state_dict`) does not hold together, as the end of "it ..." (None:
+    nothing): checked before `load_state_dict` trusts its counters to index the arrays."""
     missing = [key for key in (*ARRAYS, "count", "num_transitions", "capacity", "rng") if key not in state]
     if missing:
-        return f"it lacks {', '.join(missing)}"
-    if not all(isinstance(state[name], torch.Tensor) for name in ARRAYS):
-        return f"its {', '.join(ARRAYS)} are not all tensors"
+        return f"lacks {', '.join(missing)}"
+    if not all(isinstance(state[name], torch.Tensor) and state[name].dim() >= 2 for name in ARRAYS):
+        return f"holds {', '.join(ARRAYS)} that are not all (slots, envs, ...) tensors"
     count, capacity, pos = state["count"], state["capacity"], state["pos"]
     if not all(type(value) is int and value >= 0 for value in (count, capacity, state["num_transitions"])):
-        return "its count, num_transitions and capacity are not all counts"
+        return "holds a count, num_transitions or capacity that is not a count"
     rows = {tuple(state[name].shape[:2]) for name in ARRAYS}
     if len(rows) > 1 or len(state["frames"]) != min(count, capacity) or pos.dim() != 2:
-        return f"its arrays' (slots, envs) {sorted(rows)} do not match its count {count} and capacity {capacity}"
+        return f"holds arrays of (slots, envs) {sorted(rows)} that do not fit its count {count} and capacity {capacity}"
     if state["num_transitions"] != int((pos > 0).sum()):
-        return f"its num_transitions {state['num_transitions']} is not the {int((pos > 0).sum())} its slots hold"
+        return f"counts {state['num_transitions']} transitions where its slots hold {int((pos > 0).sum())}"
+    if numpy_state_problem(state["rng"]):
+        return "holds a sampler state that is not numpy's"
     return None
+
+
+def numpy_state_problem(state) -> bool:
+    """True unless `state` is a numpy generator state that np.random.default_rng's generators accept (the replay's,
+    and the other samplers' a checkpoint saves)."""
+    try:
+        np.random.default_rng().bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError):  # numpy's setter raises each for some damage
+        return True
+    return False
 
 
 def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_host: bool) -> int:

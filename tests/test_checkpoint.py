@@ -284,6 +284,7 @@ def old_format(tmp_path: Path, *, damage_payload=None, damage_replay=None) -> Pa
     (lambda p: p.update(rng="x"), r"its random generators' states are not torch's and numpy's"),
     (lambda p: p["rng"].update(torch=torch.zeros(3)), r"its random generators' states"),
     (lambda p: p["rng"].update(numpy={"bit_generator": "MT19937"}), r"its random generators' states"),
+    (lambda p: p["rng"]["numpy"]["state"].update(state=-1), r"its random generators' states"),  # numpy: OverflowError
     (lambda p: p.update(agent=[1]), r"its agent is not a dict of weights"),
     (lambda p: p["agent"].pop("actor_opt"), r"its agent lacks actor_opt"),
     (lambda p: p["agent"].update(critic="x"), r"its agent holds critic, critic_target, actor that are not all dicts of "
@@ -309,13 +310,17 @@ def test_an_old_checkpoint_that_is_not_what_save_writes_is_one_line_naming_the_d
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda r: r.update(count=10**6), r"its arrays' \(slots, envs\) \[\(10, 1\)\] do not match its count 1000000"),
-    (lambda r: r.update(count=-1), r"its count, num_transitions and capacity are not all counts"),
-    (lambda r: r.update(num_transitions=999), r"its num_transitions 999 is not the 9 its slots hold"),
+    (lambda r: r.update(count=10**6), r"it holds arrays of \(slots, envs\) \[\(10, 1\)\] that do not fit its count "
+                                      r"1000000"),
+    (lambda r: r.update(count=-1), r"it holds a count, num_transitions or capacity that is not a count"),
+    (lambda r: r.update(num_transitions=999), r"it counts 999 transitions where its slots hold 9"),
     (lambda r: r.pop("pos"), r"it lacks pos"),
-    (lambda r: r.update(frames=[1]), r"its frames, actions, rewards, terminated, pos are not all tensors"),
-    (lambda r: r.update(actions=r["actions"][:5]), r"its arrays' \(slots, envs\) \[\(5, 1\), \(10, 1\)\]"),
-    (lambda r: r.update(rng=3), r"its sampler's state is not numpy's"),
+    (lambda r: r.update(frames=[1]), r"it holds frames, actions, rewards, terminated, pos that are not all \(slots, "
+                                     r"envs, ...\) tensors"),
+    (lambda r: r.update(pos=torch.tensor(0)), r"it holds .* that are not all \(slots, envs, ...\) tensors"),
+    (lambda r: r.update(actions=r["actions"][:5]), r"it holds arrays of \(slots, envs\) \[\(5, 1\), \(10, 1\)\]"),
+    (lambda r: r.update(rng=3), r"it holds a sampler state that is not numpy's"),
+    (lambda r: r["rng"].update(uinteger=-1), r"it holds a sampler state that is not numpy's"),  # numpy: OverflowError
 ])
 def test_an_old_sidecar_that_does_not_hold_together_is_damage_that_costs_only_the_replay(tmp_path, damage, message):
     path = old_format(tmp_path, damage_replay=damage)

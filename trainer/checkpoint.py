@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from errors import UserError
@@ -360,7 +359,7 @@ def _payload_problem(payload: dict) -> str | None:
         return f"wall_s is {wall!r}, not seconds"
     demos = payload.get("demos")
     if demos is not None and (not isinstance(demos, dict) or not {"rng", "fingerprint", "path"} <= set(demos)
-                              or _numpy_state_problem(demos["rng"])):
+                              or replay.numpy_state_problem(demos["rng"])):
         return "its demonstrations' sampling state is not the trainer's"
     return None
 
@@ -369,20 +368,12 @@ def _rng_problem(rng: dict) -> bool:
     """True unless `rng` holds torch's CPU generator state, CUDA's (a list, empty without CUDA) and numpy's."""
     torch_state, cuda = rng.get("torch"), rng.get("cuda")
     return (not _byte_tensor(torch_state) or torch_state.shape != torch.get_rng_state().shape
-            or not isinstance(cuda, list) or not all(map(_byte_tensor, cuda)) or _numpy_state_problem(rng.get("numpy")))
+            or not isinstance(cuda, list) or not all(map(_byte_tensor, cuda))
+            or replay.numpy_state_problem(rng.get("numpy")))
 
 
 def _byte_tensor(value) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype == torch.uint8
-
-
-def _numpy_state_problem(state) -> bool:
-    """True unless `state` is a numpy generator state this trainer's generators accept (np.random.default_rng's)."""
-    try:
-        np.random.default_rng().bit_generator.state = state
-    except (TypeError, ValueError, KeyError):
-        return True
-    return False
 
 
 def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | None = None) -> dict | None:
@@ -408,10 +399,9 @@ def _read_replay(path: Path, expected: str | None) -> dict:
     stored = state.pop("checksum", None)
     if stored is not None and stored != digest(state) or expected is not None and stored != expected:
         raise ReplayDamaged(f"replay sidecar {path} is corrupt or from another save (its checksum does not match)")
-    problem = replay.state_problem(state) or ("its sampler's state is not numpy's" if _numpy_state_problem(state["rng"])
-                                       else None)
+    problem = replay.state_problem(state)
     if problem:
-        raise ReplayDamaged(f"replay sidecar {path} is damaged or not from this trainer: {problem}")
+        raise ReplayDamaged(f"replay sidecar {path} is damaged or not from this trainer: it {problem}")
     bad = non_finite(state)
     if bad:
         raise ReplayDamaged(f"replay sidecar {path} holds NaN or inf in {bad}")

@@ -29,8 +29,8 @@ from encoders import arch_class, build_encoder
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
 from errors import UserError
+from sac.agent import is_state_dict
 from trainer import checkpoint
-from trainer.checkpoint import atomic_save
 
 CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
@@ -55,7 +55,7 @@ def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: n
     a frozen trunk applies (through a ReLU) to the encoder's features."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
     head = None if projection is None else cpu_state(projection)
-    atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
+    checkpoint.atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
                  "state_dict": cpu_state(encoder), "projection": head}, Path(path))
 
 
@@ -81,22 +81,19 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
     if differ:
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
-    return payload["state_dict"], payload["projection"]
+    return payload["state_dict"], payload.get("projection")
 
 
 def _weights_file_problem(payload: dict) -> str | None:
-    def weights(value) -> bool:
-        return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())
-
     if not isinstance(payload.get("encoder"), dict) or not isinstance(payload["encoder"].get("video"), dict):
         return "its encoder settings are not an encoder block"
     shape = payload.get("obs_shape")
     if not isinstance(shape, list) or not all(type(n) is int and n > 0 for n in shape):
         return f"its obs_shape {shape!r} is not a frame stack's shape"
-    if not weights(payload.get("state_dict")) or payload.get("projection") is not None and not weights(
-            payload["projection"]):
+    projection = payload.get("projection")
+    if not is_state_dict(payload.get("state_dict")) or projection is not None and not is_state_dict(projection):
         return "its state_dict or projection is not a dict of tensors"
-    bad = checkpoint.non_finite({"state_dict": payload["state_dict"], "projection": payload["projection"] or {}})
+    bad = checkpoint.non_finite({"state_dict": payload["state_dict"], "projection": projection or {}})
     return f"NaN or inf in {bad}" if bad else None
 
 

@@ -47,7 +47,6 @@ from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
-from trainer.checkpoint import Progress
 from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
@@ -100,7 +99,7 @@ class Trainer:
         if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
-        self.progress = Progress(**found[1]["progress"]) if found else Progress()
+        self.progress = checkpoint.Progress(**found[1]["progress"]) if found else checkpoint.Progress()
         self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
         self.saved_step = self.progress.env_step  # and the agent step of the last checkpoint
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
