@@ -60,6 +60,10 @@ class Camera:
         self.camera = resolve_camera(self.model, camera, free_config)
         self.model.vis.quality.shadowsize = shadow_size
         self.model.vis.quality.offsamples = offsamples
+        # mujoco.Renderer refuses images larger than the model's offscreen buffer (MuJoCo's default 640x480); a
+        # context made earlier keeps the buffer it was made with, so smaller cameras of this model are unchanged
+        buffer = self.model.vis.global_
+        buffer.offwidth, buffer.offheight = max(buffer.offwidth, size), max(buffer.offheight, size)
         self.renderer = mujoco.Renderer(self.model, size, size)
         self._frame = np.empty((size, size, 3), dtype=np.uint8)
 

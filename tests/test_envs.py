@@ -10,6 +10,7 @@ import pytest
 
 from envs import make_env, make_task, make_worker_env
 from envs.action_repeat import ActionRepeat
+from envs.pixels import Camera
 from errors import UserError
 from trainer.config import EnvConfig, explain
 
@@ -85,6 +86,19 @@ def test_action_repeat_sums_rewards_of_the_repeated_steps():
     expected = sum(plain.step(action)[1] for _ in range(3))
     obs, reward, *_ = repeated.step(action)
     assert reward == pytest.approx(expected) and np.allclose(obs, plain.unwrapped._get_obs())
+
+
+def test_frames_larger_than_mujoco_s_default_offscreen_buffer_render_and_smaller_ones_are_unchanged():
+    """MuJoCo's 640x480 offscreen buffer refused a 481 px camera (the config allows 1024 px frames, 2048 px videos)
+    with a ValueError traceback; the buffer now grows to fit the largest camera of the model."""
+    env = make_env(config("dm_control/cartpole-swingup-v0", image_size=64), pixels=True)
+    before = env.reset(seed=0)[0]
+    large = Camera(env, size=481, camera=None, shadow_size=1024, offsamples=0)
+    frame = large.render()
+    assert frame.shape == (481, 481, 3) and frame.std() > 5
+    assert np.array_equal(env.reset(seed=0)[0], before), "the env's own 64 px camera draws as before"
+    large.close()
+    env.close()
 
 
 def test_max_episode_steps_truncates_in_agent_steps():
