@@ -147,6 +147,29 @@ def test_structural_config_changes_are_refused_with_the_key_named():
     checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
 
 
+@pytest.mark.parametrize("backend, key, value, refused", [
+    ("mujoco", "backend", "mujoco_warp", True),
+    ("mujoco", "camera", "close", True),
+    ("mujoco_warp", "warp_shadows", True, True),
+    ("mujoco_warp", "warp_skybox", True, True),
+    ("mujoco", "warp_shadows", True, False),  # the OpenGL renderer does not read it
+])
+def test_a_pixel_run_resumes_only_with_the_frames_it_stored(backend, key, value, refused):
+    """The replay's frames and what the encoder learnt are of one picture: another renderer, camera, or warp's
+    shadows or skybox would mix two (changing them was accepted with an info line)."""
+    saved = to_dict(Config())
+    saved["env"]["backend"] = backend
+    current = to_dict(Config())
+    current["env"] |= {"backend": backend, key: value}
+    if not refused:
+        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+        return
+    with pytest.raises(UserError, match=rf"trained with env.{key}=\S+ but the config says env.{key}={value}"):
+        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    saved["encoder"]["type"] = current["encoder"]["type"] = "state"  # state vectors: one look whatever draws them
+    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+
+
 def test_settings_a_resume_may_change_are_listed_old_to_new():
     saved, current = to_dict(Config()), to_dict(Config())
     assert checkpoint.changed_settings(saved, current) == []

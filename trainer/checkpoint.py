@@ -31,7 +31,7 @@ import torch
 
 from errors import UserError
 from sac import agent, replay
-from trainer.config import Config
+from trainer.config import Config, frame_settings
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
 READABLE_FORMATS = (1, 2)
@@ -501,8 +501,10 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
 
 
 def check_compatible(saved: dict, current: dict, path: Path) -> None:
-    """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay."""
-    keys = STRUCTURAL_KEYS + (PIXEL_KEYS if current["encoder"]["type"] == "video" else ())
+    """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay: for pixels
+    also what the frames look like (the replay's frames and the encoder's training would mix two pictures)."""
+    frames = tuple(f"env.{key}" for key in frame_settings(current["env"]["backend"]))
+    keys = STRUCTURAL_KEYS + (PIXEL_KEYS + frames if current["encoder"]["type"] == "video" else ())
     old, new = _saved_settings(saved), _flat(current)
     for key in keys:
         if old[key] != new[key]:

@@ -83,6 +83,13 @@ EVAL_SEED_OFFSET = 2 * SEED_LIMIT
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def frame_settings(backend: str) -> tuple[str, ...]:
+    """The `env` settings frames depend on beyond their size, for `env.backend` = `backend`: the camera, whose
+    renderer, and MuJoCo Warp's shadows and skybox (each another picture, docs/warp.md). Recorded demonstrations and
+    resumed replays hold frames of these settings."""
+    return ("camera", "backend", *(("warp_shadows", "warp_skybox") if backend == "mujoco_warp" else ()))
+
+
 @dataclass
 class EnvConfig:
     id: str = "dm_control/cartpole-swingup-v0"

@@ -19,7 +19,7 @@ from envs import demos as demo_files
 from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer.config import Config
+from trainer.config import Config, frame_settings
 
 RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> [its --set ...] --out PATH"
 
@@ -125,7 +125,7 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
     # frames another renderer made look different (docs/warp.md): a dataset that does not say is an OpenGL one
     recorded_defaults = {"backend": "mujoco"}
-    for setting in ("action_repeat", *frame_settings(cfg.env)) if pixels else ("action_repeat",):
+    for setting in ("action_repeat", *frame_settings(cfg.env.backend)) if pixels else ("action_repeat",):
         configured = getattr(cfg.env, setting)
         recorded = data.recording.get(setting, recorded_defaults.get(setting, configured))
         if recorded != configured:
@@ -133,7 +133,3 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
     return key
 
 
-def frame_settings(env_cfg) -> tuple[str, ...]:
-    """The env settings recorded frames depend on beyond their size: the camera, whose renderer, and MuJoCo Warp's
-    shadows and skybox (each another picture, docs/warp.md)."""
-    return ("camera", "backend", *(("warp_shadows", "warp_skybox") if env_cfg.backend == "mujoco_warp" else ()))
