@@ -10,6 +10,7 @@ aside first. What each case does: docs/checkpoints.md.
 """
 
 import argparse
+import signal
 import sys
 
 
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {explain(err)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's save or shutdown ran (trainer/signals.py)
+        print("interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
+              "continue with --resume auto", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -291,3 +291,19 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
         assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
     finally:
         subprocess.run(["umount", disk], check=True)
+
+
+def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path):
+    """The first Ctrl-C saves and shuts down; a second one (the user's, impatient) used to end in a KeyboardInterrupt
+    traceback from wherever shutdown was, e.g. joining a MuJoCo Warp process. Sent here deterministically, by the
+    run's own auto_shutdown command, after the run has finished and saved."""
+    result = run_cli("--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), *sets(
+        training__episodes=1, env__max_episode_steps=10, training__seed_steps=5, checkpoint__dir=tmp_path / "ckpt",
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",
+        training__auto_shutdown="kill -INT $PPID",  # the shell's parent: the trainer
+    ))
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
+        "continue with --resume auto")
+    assert checkpoint.load(tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt")[0]["progress"]["episode"] == 1
