@@ -823,3 +823,19 @@ def test_the_frame_rate_benchmark_refuses_bad_input_in_one_line(args, expected):
                          timeout=300)
     assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
     assert run.stderr.splitlines()[-1].startswith(f"mjwarp.py: error: {expected}"), run.stderr
+
+
+def test_an_unusable_kernel_cache_folder_is_one_line_naming_the_fix(tmp_path):
+    """Warp creates its kernel cache under the user's cache folder as it starts: a read-only home or a file in the way
+    was a NotADirectoryError traceback relayed from each MuJoCo Warp process."""
+    (tmp_path / "cache").write_text("a file where the cache folder would go")
+    env = {k: v for k, v in os.environ.items() if k != "WARP_CACHE_PATH"} | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, str(ROOT / "train_sac.py"), "--config",
+                             str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml"), *sets(
+                                 env__backend="mujoco_warp", env__num_envs=2, env__warp_processes=2,
+                                 checkpoint__dir=tmp_path / "ckpt", logging__tensorboard_dir=tmp_path / "runs")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: MuJoCo Warp cannot create its kernel cache folder (Not a directory: {tmp_path / 'cache' / 'warp'}); "
+        "make it writable, or set WARP_CACHE_PATH to a writable folder")

@@ -22,6 +22,8 @@ import mujoco_warp as mjw
 import torch
 import warp as wp
 
+from errors import UserError
+
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
 # overflows that drop contacts or constraint rows: the world's physics is wrong from there (the solver's iteration
 # limits, the other bits, leave a usable step, as MuJoCo C's do)
@@ -46,7 +48,11 @@ class Simulation:
         per world (None: MuJoCo Warp's guess); rows beyond it are dropped, flagged in `overflow`. `graphs`: replay
         captured graphs (`_replay`), or False to launch directly, the reference the graphs are tested against."""
         self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
-        wp.init()  # idempotent; device lookups need the runtime
+        try:
+            wp.init()  # idempotent; device lookups need the runtime
+        except OSError as err:  # Warp's first step: creating its kernel cache folder
+            raise UserError(f"MuJoCo Warp cannot create its kernel cache folder ({err.strerror}: {err.filename}); "
+                            "make it writable, or set WARP_CACHE_PATH to a writable folder") from None
         # by name: "cuda" without an index is the current GPU (wp.device_from_torch needs an index)
         self._wp_device = wp.get_device(str(self.device))
         self._stream = wp.Stream(self._wp_device) if self.device.type == "cuda" else None
