@@ -24,6 +24,7 @@ random step of the env, so the states are the ones random actions visit.
 
 import argparse
 import json
+import math
 import platform
 import sys
 import time
@@ -45,7 +46,7 @@ import envs  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.config import Config, explain  # noqa: E402
+from trainer.config import Config, explain, validate  # noqa: E402
 from trainer.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
@@ -59,6 +60,7 @@ def config(env_id: str, *, num_envs: int, image_size: int, backend: str, process
     cfg.env.id, cfg.env.num_envs, cfg.env.image_size, cfg.env.backend = env_id, num_envs, image_size, backend
     cfg.env.action_repeat, cfg.env.warp_processes = 1, processes
     cfg.env.warp_shadows = cfg.env.warp_skybox = lit
+    validate(cfg)  # the trainer's limits: image sizes 32-1024, at most MAX_WORLDS worlds
     return cfg
 
 
@@ -127,8 +129,9 @@ class Warp:
 
 
 def timed_frames(contender, seconds: float) -> tuple[int, float]:
-    """Frames a contender (Workers or Warp) collects stepping for `seconds` of wall time, and the seconds taken."""
-    frames, start = 0, time.perf_counter()
+    """Frames a contender (Workers or Warp) collects stepping for `seconds` of wall time (at least one step, so
+    that no rate divides by zero), and the seconds taken."""
+    frames, start = contender.step(), time.perf_counter()
     while time.perf_counter() - start < seconds:
         frames += contender.step()
     return frames, time.perf_counter() - start
@@ -271,11 +274,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def positive(kind):
-    """An argparse type: `kind` (int or float) above zero, else a one-line usage error."""
+    """An argparse type: `kind` (int or float) finite and above zero, else a one-line usage error."""
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
         return value
     return parse
 
@@ -298,6 +301,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available here; use --device cpu")
+    try:  # the sizes against the trainer's limits, before any contender holds a renderer or processes
+        for n in args.worlds:
+            config(args.tasks[0], num_envs=n, image_size=args.image_size, backend="mujoco_warp")
+    except UserError as err:
+        parser.error(explain(err))
     device = torch.device(args.device)
     try:
         measure(args, device)

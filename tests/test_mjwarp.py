@@ -815,8 +815,12 @@ def test_a_process_killed_while_the_others_start_takes_them_down_with_it():
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--worlds", "0"], "argument --worlds: must be above 0, got 0"),
+    (["--worlds", "0"], "argument --worlds: must be a finite number above 0, got 0"),
     (["--tasks", "dm_control/cheetah-run-v0"], "argument --tasks: invalid choice: 'dm_control/cheetah-run-v0'"),
+    (["--seconds", "nan"], "argument --seconds: must be a finite number above 0, got nan"),  # divided by zero
+    (["--seconds", "inf"], "argument --seconds: must be a finite number above 0, got inf"),  # never ended
+    (["--image-size", "20000"], "config key 'env.image_size' must be in [32, 1024], got 20000"),  # a traceback
+    (["--worlds", "70000"], "config key 'env.num_envs' must be in [1, 65536], got 70000"),  # built for minutes
 ])
 def test_the_frame_rate_benchmark_refuses_bad_input_in_one_line(args, expected):
     run = subprocess.run([sys.executable, str(ROOT / "bench/mjwarp.py"), *args], capture_output=True, text=True,

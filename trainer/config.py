@@ -281,7 +281,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
-    # single keys now, so a bad value fails before choosing a profile imports torch; _validate checks all again
+    # single keys now, so a bad value fails before choosing a profile imports torch; validate checks all again
     _check_settings(cfg)
     _check_outside(cfg)
     named = cfg.profile != "auto"
@@ -296,7 +296,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     for override in sets:  # --set always has the last word
         _apply(cfg, override)
     cfg.profile = _choose_profile(cfg.profile, profiles)
-    _validate(cfg)
+    validate(cfg)
     return cfg
 
 
@@ -475,7 +475,8 @@ def _coerce(path: str, value, hint):
     raise UserError(f"config key '{path}' must be {names}, got {value!r} ({type(value).__name__})")
 
 
-def _validate(cfg: Config) -> None:
+def validate(cfg: Config) -> None:
+    """Every rule a config must meet (load_config applies it; configs built in code call it themselves)."""
     video = cfg.encoder.video
     if video.arch not in VIDEO_ARCHS:
         raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(VIDEO_ARCHS)}")
