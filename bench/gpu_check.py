@@ -26,6 +26,7 @@ Each row runs in its own subprocess, so one that runs out of memory or crashes i
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -521,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="this command's wall time: rows get what is left, those past it are marked not run "
                              "(for machines that limit a command's time)")
     args = parser.parse_args(argv)
+    if args.minutes is not None and not 0 < args.minutes < math.inf:  # 0 marked every row not run, over saved ones
+        parser.error(f"--minutes must be a finite number above 0 (or left out: no limit), got {args.minutes}")
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
