@@ -27,8 +27,9 @@ def mujoco_handles(env: gym.Env):
                     "video mode renders MuJoCo scenes only")
 
 
-def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
-    """A camera for `Renderer.update_scene`: a fixed camera id, or a free camera set up like Gymnasium's viewer."""
+def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None, *, free: bool = True):
+    """A camera for `Renderer.update_scene`: a fixed camera id, or a free camera set up like Gymnasium's viewer.
+    `free` False: a renderer of fixed cameras only (MuJoCo Warp's), where -1 is out of range."""
     names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
     if isinstance(camera, str):
         if camera not in names:
@@ -36,9 +37,9 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None):
                             f"this task's cameras: {', '.join(map(str, names)) or 'none (use null)'}")
         return names.index(camera)
     if isinstance(camera, int):
-        if not -1 <= camera < model.ncam:
+        if not (-1 if free else 0) <= camera < model.ncam:
             raise UserError(f"`camera` {camera} is out of range; this task has cameras 0..{model.ncam - 1} "
-                            f"({', '.join(map(str, names))}) and -1 (free)")
+                            f"({', '.join(map(str, names))})" + (" and -1 (free)" if free else ""))
         return camera
     if free_config is None:
         return 0 if model.ncam else -1

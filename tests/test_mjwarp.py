@@ -38,7 +38,8 @@ from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.shards import WarpShards  # noqa: E402
 from envs.mjwarp.simulation import Simulation, WarpCamera  # noqa: E402
-from envs.mjwarp.vector import WarpVectorEnv  # noqa: E402
+from envs.mjwarp.vector import WarpVectorEnv, camera_index  # noqa: E402
+from envs.pixels import resolve_camera  # noqa: E402
 from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
@@ -843,3 +844,16 @@ def test_an_unusable_kernel_cache_folder_is_one_line_naming_the_fix(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: MuJoCo Warp cannot create its kernel cache folder (Not a directory: {tmp_path / 'cache' / 'warp'}); "
         "make it writable, or set WARP_CACHE_PATH to a writable folder")
+
+
+@pytest.mark.parametrize("camera, free", [(2, False), (-1, False), (2, True)])
+def test_a_camera_out_of_range_names_only_the_cameras_the_backend_draws(camera, free):
+    """MuJoCo Warp draws fixed cameras only: its message offered "-1 (free)", which it then refused."""
+    mjm = suite.load("cartpole", "swingup").physics.model.ptr
+    with pytest.raises(UserError) as err:
+        if free:
+            resolve_camera(mjm, camera, None)
+        else:
+            camera_index(mjm, camera)
+    assert str(err.value) == f"`camera` {camera} is out of range; this task has cameras 0..1 (fixed, lookatcart)" + (
+        " and -1 (free)" if free else "")

@@ -194,8 +194,6 @@ def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.B
 def camera_index(mjm, camera) -> int:
     """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
     when the task sets no free camera)."""
-    if camera is None:
-        camera = 0
-    if camera == -1 or mjm.ncam == 0:
-        raise UserError("the `backend` mujoco_warp renders a fixed camera; set `camera` to one of the task's cameras")
-    return resolve_camera(mjm, camera, None)
+    if mjm.ncam == 0:
+        raise UserError("the `backend` mujoco_warp renders a fixed camera and this task has none; use `backend` mujoco")
+    return resolve_camera(mjm, 0 if camera is None else camera, None, free=False)
