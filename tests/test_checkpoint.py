@@ -99,6 +99,12 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
         checkpoint.load(latest)
 
 
+def test_a_folder_is_named_as_a_folder_not_as_missing(tmp_path):
+    save(tmp_path, step=10, episode=1)
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path} is a folder, not a file; resume from"):
+        checkpoint.load(tmp_path)
+
+
 def test_a_foreign_file_is_rejected(tmp_path):
     torch.save({"state_dict": {}}, tmp_path / "model.pt")
     with pytest.raises(CheckpointError, match="not a checkpoint of this trainer"):

@@ -409,6 +409,8 @@ def _read_replay(path: Path, expected: str | None) -> dict:
 
 
 def _read(path: Path, kind: str):
+    if path.is_dir():
+        raise CheckpointError(f"{kind} {path} is a folder, not a file")  # "not found" would mislead
     if not path.is_file():
         raise CheckpointError(f"{kind} not found: {path}")
     try:
