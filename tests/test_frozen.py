@@ -212,6 +212,16 @@ def test_a_checkpoint_without_a_fitting_encoder_is_a_one_line_error(tmp_path, sa
     assert "\n" not in str(err.value)
 
 
+def test_a_checkpoint_frozen_into_a_run_that_draws_its_frames_otherwise_is_a_one_line_error(tmp_path):
+    path, _ = save_run(tmp_path)  # an OpenGL run's, from the default camera
+    cfg = encoder_config("simple2dcnn", num_filters=8, pretrained=True, weights=str(path), freeze=True)
+    frames = {"camera": None, "backend": "mujoco_warp", "warp_shadows": False, "warp_skybox": False}
+    with pytest.raises(UserError, match=r"pre_latest.pt learnt from frames drawn with env.backend=mujoco, which this "
+                                        r"run draws otherwise"):
+        build_video_encoder(cfg, OBS, frames=frames)
+    build_video_encoder(cfg, OBS, frames=frames | {"backend": "mujoco"})
+
+
 def test_a_damaged_checkpoint_as_weights_is_a_one_line_error(tmp_path):
     """Its weights went into the encoder unchecked: NaN in them failed at the first forward pass with a traceback."""
     path, _ = save_run(tmp_path)

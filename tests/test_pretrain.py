@@ -18,8 +18,8 @@ from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT
-from trainer.config import load_config
-from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_video_encoder, save_encoder_weights
+from trainer.config import frames_of, load_config
+from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
 from trainer.pretrain import Standardiser, build_regressor, read_datasets, split_of, train
 from trainer.record import record, recording_settings
@@ -84,6 +84,22 @@ def test_the_command_writes_weights_that_the_trainer_loads_with_the_same_paramet
     assert not all(torch.equal(value, fresh.state_dict()[key]) for key, value in tuned.state_dict().items())
     assert not any(p.requires_grad for p in frozen.parameters())  # freeze: true still applies
     assert any(p.requires_grad for p in tuned.parameters()) and tuned.repr_dim == fresh.repr_dim
+
+
+@pytest.mark.parametrize("setting", ["env.backend=mujoco_warp", "env.camera=close"])
+def test_frozen_weights_load_only_into_runs_whose_frames_are_drawn_as_those_they_learnt_from(pretrained, setting):
+    """Weights pretrained on OpenGL frames loaded silently into a MuJoCo Warp run (found by fuzzing): frozen, they
+    never adapt to another picture. Fine-tuning (freeze: false) may start from them."""
+    out, _ = pretrained
+    assert torch.load(out, weights_only=True)["frames"] == frames_of(load_config(VIDEO, SETS).env)
+    key, value = setting.split("=")
+    cfg = frozen_config(out, setting)
+    obs_shape = tuple(torch.load(out, weights_only=True)["obs_shape"])
+    with pytest.raises(UserError, match=rf"encoder.video.weights=.*encoder.pt learnt from frames drawn with {key}=\S+, "
+                                        r"which this run draws otherwise; .* set encoder.video.freeze=false"):
+        build_encoders(cfg, obs_shape, torch.device("cpu"))
+    tuned = frozen_config(out, setting, "encoder.video.freeze=false")
+    assert build_encoders(tuned, obs_shape, torch.device("cpu"))[1] is None
 
 
 def test_the_frozen_encoder_is_the_pretrained_encoder_under_the_heads_first_layer(dataset, pretrained):

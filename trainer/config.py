@@ -90,6 +90,11 @@ def frame_settings(backend: str) -> tuple[str, ...]:
     return ("camera", "backend", *(("warp_shadows", "warp_skybox") if backend == "mujoco_warp" else ()))
 
 
+def frames_of(env) -> dict:
+    """{setting: value} of `frame_settings` in `env`, the config's env section."""
+    return {key: getattr(env, key) for key in frame_settings(env.backend)}
+
+
 @dataclass
 class EnvConfig:
     id: str = "dm_control/cartpole-swingup-v0"

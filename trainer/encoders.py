@@ -7,7 +7,8 @@
 - an encoder weights file (`save_encoder_weights`; `python3 -m trainer.pretrain` writes them): a torch file
   {"format": ENCODER_WEIGHTS_FORMAT, "encoder": the `encoder` config section it was built from, "obs_shape": [T, C,
   H, W], "state_dict": the encoder's, "projection": the state dict of a Linear(repr_dim, P) read through a ReLU, or
-  None}, read weights-only. With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's
+  None, "frames": the frame settings of the recordings it learnt from (config.frames_of; absent in older files)},
+  read weights-only. With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's
   ProjectedEncoder), so the replay stores P features a step instead of the arch's repr_dim (simple2dcnn at 84 px:
   256 against 39,200) and the SAC heads read P; pretraining learnt it with the encoder, so the frozen pair is what
   it shaped. With `freeze: false` only the encoder is loaded: fine-tuning trains the SAC trunk's own projection
@@ -31,6 +32,7 @@ from encoders.state import StateEncoder
 from errors import UserError
 from sac.agent import is_state_dict
 from trainer import checkpoint
+from trainer.config import EnvConfig, frame_settings, frames_of
 
 CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
@@ -48,21 +50,22 @@ def untrained(cfg, **video):
     return dataclasses.replace(cfg, video=dataclasses.replace(cfg.video, pretrained=False, weights=None, **video))
 
 
-def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module,
-                         projection: nn.Linear | None = None) -> None:
+def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module, *,
+                         projection: nn.Linear | None = None, frames: dict | None = None) -> None:
     """An encoder weights file for `encoder.video.weights`, written atomically; `cfg` is the `encoder` block the
     encoder was built from, `obs_shape` (T, C, H, W) its input, `projection` a Linear(encoder.repr_dim, P) that
-    a frozen trunk applies (through a ReLU) to the encoder's features."""
+    a frozen trunk applies (through a ReLU) to the encoder's features, `frames` the frame settings of what it
+    learnt from (config.frames_of), checked where it is loaded frozen."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
     head = None if projection is None else cpu_state(projection)
     checkpoint.atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
-                 "state_dict": cpu_state(encoder), "projection": head}, Path(path))
+                            "state_dict": cpu_state(encoder), "projection": head, "frames": frames}, Path(path))
 
 
 Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (encoder's state, projection's or None)
 
 
-def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...]) -> Loaded:
+def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...], frames: dict | None) -> Loaded:
     """The state dicts of an encoder weights file, or a one-line UserError when it is damaged (not laid out as
     `save_encoder_weights` writes it, or NaN/inf in a weight), or was built for another network (arch and the keys
     that shape it) or for other frame stacks than `obs_shape`."""
@@ -81,7 +84,19 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
     if differ:
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
+    _check_frames(weights, payload.get("frames"), frames)
     return payload["state_dict"], payload.get("projection")
+
+
+def _check_frames(weights: str, saved: dict | None, frames: dict | None) -> None:
+    """Refuse an encoder that learnt from frames drawn otherwise than the run's `frames` (config.frames_of; None: no
+    check): frozen, it never adapts to another renderer's picture, and the run would learn on what it makes of one.
+    `saved`: the frame settings it learnt from (None: not recorded, files from before they were)."""
+    differ = [f"env.{key}={saved[key]}" for key in frames or {} if key in (saved or {}) and saved[key] != frames[key]]
+    if differ:
+        raise UserError(f"encoder.video.weights={weights} learnt from frames drawn with {', '.join(differ)}, which "
+                        "this run draws otherwise; use those settings, pretrain on frames of this run's "
+                        "(trainer.record, trainer.pretrain), or set encoder.video.freeze=false to fine-tune it")
 
 
 def _weights_file_problem(payload: dict) -> str | None:
@@ -93,15 +108,17 @@ def _weights_file_problem(payload: dict) -> str | None:
     projection = payload.get("projection")
     if not is_state_dict(payload.get("state_dict")) or projection is not None and not is_state_dict(projection):
         return "its state_dict or projection is not a dict of tensors"
+    if not isinstance(payload.get("frames") or {}, dict):
+        return f"its frames {payload['frames']!r} are not frame settings"
     bad = checkpoint.non_finite({"state_dict": payload["state_dict"], "projection": projection or {}})
     return f"NaN or inf in {bad}" if bad else None
 
 
-def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loaded | None:
+def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: dict | None = None) -> Loaded | None:
     """(the encoder's weights, the projection's or None) in `weights` when it is a checkpoint of this trainer (its
     critic's encoder, no projection) or an encoder weights file; None for any other file (the arch's own weights).
     UserError when it holds no encoder that fits `video` (the `encoder.video` block), or is a weights file of
-    another format version."""
+    another format version, or learnt from other frames than the run's `frames` (config.frames_of; None: no check)."""
     arch, path = video.arch, Path(weights)
     if not path.is_file():
         return None
@@ -110,7 +127,7 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loade
     except Exception:  # not a torch zip file (or damaged): the arch's own loader says what it expected
         return None
     if isinstance(payload, dict) and payload.get("format") == ENCODER_WEIGHTS_FORMAT:
-        return weights_file_encoder(weights, payload, video, obs_shape)
+        return weights_file_encoder(weights, payload, video, obs_shape, frames)
     if isinstance(payload, dict) and str(payload.get("format")).startswith(ENCODER_WEIGHTS):
         raise UserError(f"encoder.video.weights={weights} is in the format \"{payload['format']}\" where this "
                         f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again (python3 -m trainer.pretrain)")
@@ -131,15 +148,19 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...]) -> Loade
     if not state:
         raise UserError(f"encoder.video.weights={weights} holds no encoder weights (that run learnt on a frozen "
                         "trunk's stored features); pass the weights it was started from")
+    env = dataclasses.asdict(EnvConfig()) | payload["config"].get("env", {})  # keys newer than it: the defaults
+    _check_frames(weights, {key: env[key] for key in frame_settings(env["backend"])}, frames)
     return state, None
 
 
-def build_video_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
+def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None = None) -> nn.Module:
     """`cfg` is the `encoder` block. A checkpoint or an encoder weights file in `encoder.video.weights` initialises
     the arch's network; with `freeze: true` a weights file's projection goes on top (a ProjectedEncoder, whose
-    repr_dim is the projection's width)."""
+    repr_dim is the projection's width), and the weights must have learnt from frames drawn as the run's `frames`
+    (config.frames_of; None: not checked)."""
     video = cfg.video
-    loaded = checkpoint_encoder(video.weights, video, obs_shape) if video.pretrained and video.weights else None
+    frames = frames if video.freeze else None  # fine-tuning adapts the encoder to the run's frames
+    loaded = checkpoint_encoder(video.weights, video, obs_shape, frames) if video.pretrained and video.weights else None
     if loaded is None:
         if video.weights and not arch_class(video.arch).PRETRAINED:
             where = "not found" if not Path(video.weights).is_file() else "not a checkpoint of this trainer"
@@ -169,7 +190,7 @@ def build_encoders(cfg, obs_shape: tuple[int, ...], device: torch.device) -> tup
     encoder_cfg = cfg.encoder
     if encoder_cfg.type != "video":
         return build_encoder(encoder_cfg, obs_shape), None
-    encoder = build_video_encoder(encoder_cfg, obs_shape)
+    encoder = build_video_encoder(encoder_cfg, obs_shape, frames=frames_of(cfg.env))
     if not encoder_cfg.video.freeze:
         return encoder, None
     trunk = FrozenTrunk(encoder, encoder_cfg.video.arch, device, autocast=cfg.training.autocast)

@@ -49,7 +49,7 @@ from errors import UserError
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer.config import Config, explain, load_config
+from trainer.config import Config, explain, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
 
@@ -263,7 +263,8 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         raise UserError(f"pretraining diverged (training loss {losses[-1]:.3g}): its weights are not finite; lower "
                         f"--lr (was {lr}); {out} was not written")
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0])
+    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0],
+                         frames=frames_of(cfg.env))
     report["wall_s"] = round(time.monotonic() - started, 1)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -31,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
-from trainer.config import SEED_LIMIT, Config, explain, frame_settings, load_config
+from trainer.config import SEED_LIMIT, Config, explain, frames_of, load_config
 from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
@@ -148,8 +148,8 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Gen
 
 def recording_settings(cfg: Config) -> dict:
     """What the stored frames and steps depend on; the trainer checks them against its config."""
-    frames = {setting: getattr(cfg.env, setting) for setting in frame_settings(cfg.env.backend)}
-    return {"env_id": cfg.env.id, "image_size": cfg.env.image_size, "action_repeat": cfg.env.action_repeat, **frames}
+    return {"env_id": cfg.env.id, "image_size": cfg.env.image_size, "action_repeat": cfg.env.action_repeat,
+            **frames_of(cfg.env)}
 
 
 def main(argv: list[str] | None = None) -> int:
