@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.config import EncoderConfig
+from sac.replay import ReplayBuffer
+from trainer.config import Config, EncoderConfig, to_dict
 from trainer.headless import configure
 
 configure()
@@ -43,6 +44,29 @@ def encoder_config(arch: str, **video) -> EncoderConfig:
     for key, value in video.items():
         setattr(cfg.video, key, value)
     return cfg
+
+
+def checkpoint_payload(step: int) -> dict:
+    """A payload for checkpoint.save laid out as the trainer's (its checks read the layout), at `step`."""
+    return {"config": to_dict(Config()), "agent": agent_state(step), "progress": {"episode": step, "env_step": step},
+            "rng": rng_state()}
+
+
+def agent_state(step: int) -> dict:
+    """Laid out as SAC.state_dict, with one weight tensor per network: `step` three times."""
+    network, optimiser = {"w": torch.full((3,), float(step))}, {"state": {}, "param_groups": []}
+    return {"critic": network, "critic_target": dict(network), "actor": dict(network), "log_alpha": torch.zeros(()),
+            "critic_opt": optimiser, "actor_opt": dict(optimiser), "alpha_opt": dict(optimiser), "updates": step}
+
+
+def replay_state(step: int) -> dict:
+    """A replay of one env's `step` state frames 0, 1, ..., step - 1."""
+    replay = ReplayBuffer(capacity=step + 8, frame_shape=(1,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
+                          seed=0, discount=0.99)
+    for i in range(step):
+        replay.add_batch(np.full((1, 1), i, np.float32), np.zeros((1, 1)), np.zeros(1), np.zeros(1, bool),
+                         np.array([i == 0]))
+    return replay.state_dict()
 
 
 def rng_state() -> dict:

@@ -14,7 +14,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, run_cli, sets
+from tests.conftest import ROOT, checkpoint_payload, replay_state, run_cli, sets
 from trainer import checkpoint
 from trainer.remote import RemoteDir
 
@@ -50,8 +50,8 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
     local = tmp_path / "local"
     remote = RemoteDir(f"{s3}/unit", local, retries=2, backoff_s=0.01, report=messages.append)
     for step, episode in [(10, 1), (20, 2)]:
-        saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": step}, "rng": {}},
-                                {}, env_step=step, episode=episode, keep_replays=1, keep_last=1)
+        saved = checkpoint.save(local, "run", checkpoint_payload(step), replay_state(step), env_step=step,
+                                episode=episode, keep_replays=1, keep_last=1)
         remote.upload(saved.written, saved.deleted)
     assert remote.close(timeout_s=30) and messages == [], "no warning"
     assert sorted(remote.listdir()) == ["run_ep2.pt", "run_latest.pt", "run_step20.replay.pt"]
@@ -59,7 +59,7 @@ def test_uploads_mirror_the_folder_in_write_order_and_fetch_brings_files_back(s3
     shutil.rmtree(local)
     again = RemoteDir(f"{s3}/unit", local, retries=1, backoff_s=0.01, report=messages.append)
     path, data, replay = checkpoint.load_newest(local, "run", again.listdir(), again.fetch)
-    assert path.name == "run_latest.pt" and data["progress"]["env_step"] == 20 and replay == {}
+    assert path.name == "run_latest.pt" and data["progress"]["env_step"] == 20 and replay["count"] == 20
     again.close(timeout_s=5)
 
 
