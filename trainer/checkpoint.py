@@ -340,12 +340,12 @@ def _payload_problem(payload: dict) -> str | None:
         return "its agent is not a dict of weights"
     if problem := agent.state_problem(payload["agent"]):
         return f"its agent {problem}"
-    if not isinstance(progress, dict) or not set(progress) <= {f.name for f in dataclasses.fields(Progress)}:
-        return f"its progress is not {{{', '.join(f.name for f in dataclasses.fields(Progress))}}}"
+    kinds = {f.name: type(f.default) for f in dataclasses.fields(Progress)}  # int counters and a bool flag
+    if not isinstance(progress, dict) or not set(progress) <= kinds.keys():
+        return f"its progress is not {{{', '.join(kinds)}}}"
     for name, value in progress.items():
-        wanted = bool if name == "evaluation_due" else int
-        if type(value) is not wanted or value < 0:
-            return f"progress.{name} is {value!r}, not a {'bool' if wanted is bool else 'count'}"
+        if type(value) is not kinds[name] or value < 0:
+            return f"progress.{name} is {value!r}, not a {'bool' if kinds[name] is bool else 'count'}"
     if not isinstance(rng, dict) or _rng_problem(rng):
         return "its random generators' states are not torch's and numpy's"
     name = payload["replay_file"]
