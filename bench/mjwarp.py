@@ -60,7 +60,6 @@ def config(env_id: str, *, num_envs: int, image_size: int, backend: str, process
     cfg.env.id, cfg.env.num_envs, cfg.env.image_size, cfg.env.backend = env_id, num_envs, image_size, backend
     cfg.env.action_repeat, cfg.env.warp_processes = 1, processes
     cfg.env.warp_shadows = cfg.env.warp_skybox = lit
-    validate(cfg)  # the trainer's limits: image sizes 32-1024, at most MAX_WORLDS worlds
     return cfg
 
 
@@ -301,9 +300,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available here; use --device cpu")
-    try:  # the sizes against the trainer's limits, before any contender holds a renderer or processes
-        for n in args.worlds:
-            config(args.tasks[0], num_envs=n, image_size=args.image_size, backend="mujoco_warp")
+    try:  # the trainer's limits (image sizes 32-1024, at most MAX_WORLDS worlds), before any contender holds a
+        for n in args.worlds:  # renderer or processes
+            validate(config(args.tasks[0], num_envs=n, image_size=args.image_size, backend="mujoco_warp"))
     except UserError as err:
         parser.error(explain(err))
     device = torch.device(args.device)
