@@ -815,6 +815,21 @@ def test_a_process_killed_while_the_others_start_takes_them_down_with_it():
     assert not second.is_alive(), "the process that started fine should be gone with the constructor's error"
 
 
+def test_the_frame_rate_benchmark_times_every_step_it_counts():
+    """A contender slower a step than the timed window counts its one step and that step's seconds. The first step
+    was once taken before the clock started, free: 4096 dishwashing worlds in 2 processes, 3 steps a round, read
+    5.1x two workers, 1.5x their timed steps' rate."""
+    from bench.mjwarp import timed_frames
+
+    class Slow:
+        def step(self) -> int:
+            time.sleep(0.2)
+            return 7
+
+    frames, seconds = timed_frames(Slow(), 0.05)
+    assert frames == 7 and seconds >= 0.2
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--worlds", "0"], "argument --worlds: must be a finite number above 0, got 0"),
     (["--tasks", "dm_control/cheetah-run-v0"], "argument --tasks: invalid choice: 'dm_control/cheetah-run-v0'"),
