@@ -122,6 +122,7 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
+ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder: Critic holds it as `encoder`
 
 
 def is_state_dict(value) -> bool:
@@ -151,7 +152,7 @@ class SAC:
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True):
         """`pixels`: the encoder's features are projected and normalised by the heads' trunk (sac.feature_dim);
         `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features)."""
-        self.cfg, self.device, self.pixels, self.autocast = cfg, device, pixels, autocast
+        self.cfg, self.device, self.autocast = cfg, device, autocast
         self.augment = pixels and augment
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
         trainable = any(p.requires_grad for p in encoder.parameters())
@@ -275,12 +276,12 @@ class SAC:
         self.critic.load_state_dict(state["critic"])
         target = state["critic_target"]
         if self.critic_target.encoder is None:  # a checkpoint from before frozen encoders lost their target copy
-            target = {key: value for key, value in target.items() if not key.startswith("encoder.")}
+            target = {key: value for key, value in target.items() if not key.startswith(ENCODER_PREFIX)}
         self.critic_target.load_state_dict(target)
         self.actor.load_state_dict(state["actor"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        for name in ("critic_opt", "actor_opt", "alpha_opt"):
+        for name in OPTIMISERS:
             optimiser = getattr(self, name)
             # torch restores the saved groups' lr and betas too; a resumed run trains with its config's, as it says
             settings = [{key: group[key] for key in ("lr", "betas")} for group in optimiser.param_groups]

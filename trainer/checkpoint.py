@@ -31,7 +31,7 @@ import torch
 
 from errors import UserError
 from sac import agent, replay
-from trainer.config import Config, frame_settings
+from trainer.config import ARCH_KEYS, Config, frame_settings
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
 READABLE_FORMATS = (1, 2)
@@ -42,8 +42,7 @@ PROBE_BYTES = 4096  # the start-up probe write: one page, so a full disk fails i
 STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size",
                    "sac.critic_layer_norm")
 PIXEL_KEYS = (
-    "env.image_size", "env.frame_stack", "sac.feature_dim", "encoder.video.arch", "encoder.video.num_filters",
-    "encoder.video.num_layers", "encoder.video.preset", "encoder.video.input_size",
+    "env.image_size", "env.frame_stack", "sac.feature_dim", *(f"encoder.video.{key}" for key in ARCH_KEYS),
     "sac.target_encoder", "encoder.video.freeze",  # whether the target critic holds encoder weights
     "encoder.lr",  # null <-> a value changes the critic optimiser's parameter groups
 )

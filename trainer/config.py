@@ -141,6 +141,10 @@ class VideoEncoderConfig:
     channels_last: bool = False  # channels-last memory for the conv archs: faster convolutions on GPUs
 
 
+# the encoder.video keys that shape the network and what it sees; the others say how a run uses it
+ARCH_KEYS = ("arch", "num_filters", "num_layers", "input_size", "preset")
+
+
 @dataclass
 class EncoderConfig:
     type: str = setting("video", choices=ENCODER_TYPES)

@@ -30,15 +30,12 @@ from encoders import arch_class, build_encoder
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
 from errors import UserError
-from sac.agent import is_state_dict
+from sac.agent import ENCODER_PREFIX, is_state_dict
 from trainer import checkpoint
-from trainer.config import EnvConfig, frame_settings, frames_of
+from trainer.config import ARCH_KEYS, EnvConfig, frame_settings, frames_of
 
-CRITIC_ENCODER = "encoder."  # state-dict prefix of the critic's encoder in a checkpoint's agent state
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
 ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder
-# the encoder.video keys that shape the network and what it sees; the others say how a run uses it
-ARCH_KEYS = ("arch", "num_filters", "num_layers", "input_size", "preset")
 
 
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -143,8 +140,8 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: 
         saved = video.get("arch") if encoder.get("type") == "video" else "state (no encoder)"
         raise UserError(f"encoder.video.weights={weights} is a checkpoint of a {saved} run; "
                         f"set encoder.video.arch={saved} or pass a checkpoint of a {arch} run")
-    state = {key.removeprefix(CRITIC_ENCODER): value for key, value in payload["agent"]["critic"].items()
-             if key.startswith(CRITIC_ENCODER)}
+    state = {key.removeprefix(ENCODER_PREFIX): value for key, value in payload["agent"]["critic"].items()
+             if key.startswith(ENCODER_PREFIX)}
     if not state:
         raise UserError(f"encoder.video.weights={weights} holds no encoder weights (that run learnt on a frozen "
                         "trunk's stored features); pass the weights it was started from")

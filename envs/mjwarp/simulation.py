@@ -3,7 +3,7 @@
 MuJoCo Warp keeps every world's state in arrays with a leading world axis; `wp.to_torch` views them as torch tensors
 on the same memory, so the tasks (envs/mjwarp/cartpole.py, dishwashing.py) read and write state with batched torch
 ops and nothing crosses to the host. Views (N = worlds; float32 as MuJoCo Warp computes):
-    qpos (N, nq), qvel (N, nv), ctrl (N, nu), act (N, na), time (N,), qacc_warmstart (N, nv), eq_active (N, neq) bool
+    qpos (N, nq), qvel (N, nv), ctrl (N, nu), eq_active (N, neq) bool
     xpos (N, nbody, 3), xquat (N, nbody, 4), xmat (N, nbody, 3, 3), site_xpos (N, nsite, 3)
     cvel (N, nbody, 6) [angular, linear], subtree_com (N, nbody, 3)
     eq_data (N, neq, 12): the model's, one row per world (a task that edits it per world asks for the batch)
@@ -73,8 +73,7 @@ class Simulation:
                     cam_active=[camera.index], use_shadows=camera.shadows, render_skybox=camera.skybox)
         view = wp.to_torch
         d = self.data
-        self.qpos, self.qvel, self.ctrl, self.act = view(d.qpos), view(d.qvel), view(d.ctrl), view(d.act)
-        self.time, self.qacc_warmstart, self.eq_active = view(d.time), view(d.qacc_warmstart), view(d.eq_active)
+        self.qpos, self.qvel, self.ctrl, self.eq_active = view(d.qpos), view(d.qvel), view(d.ctrl), view(d.eq_active)
         self.xpos, self.xquat, self.xmat = view(d.xpos), view(d.xquat), view(d.xmat)
         self.site_xpos, self.cvel, self.subtree_com = view(d.site_xpos), view(d.cvel), view(d.subtree_com)
         self.eq_data = view(self.model.eq_data)
