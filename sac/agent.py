@@ -202,7 +202,8 @@ class SAC:
             obs = random_shift(obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
             next_obs = random_shift(next_obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
         features = self.encode(self.critic.encoder, obs)
-        metrics = self.update_critic(features, batch["action"], batch["reward"], batch["discount"], next_obs)
+        metrics = self.update_critic(features, action=batch["action"], reward=batch["reward"],
+                                     discount=batch["discount"], next_obs=next_obs)
         if self.updates % self.cfg.actor_update_every == 0:
             self.actor_metrics = self.update_actor(features[: len(batch["action"])].detach())
         metrics |= self.actor_metrics  # the trainer logs every N updates, which may never be an actor update
@@ -211,7 +212,7 @@ class SAC:
         self.updates += 1
         return metrics
 
-    def update_critic(self, features, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
+    def update_critic(self, features, *, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
         """`features` and `next_obs` may hold several augmented copies of the batch, stacked (DrQ's K = M): the
         target is averaged over the next_obs copies, each with its own next action, and the loss summed over the
         obs copies."""

@@ -60,7 +60,7 @@ def demo_count(batch_size: int, share: float) -> int:
 
 
 def mixed_sample(
-    replay: ReplayBuffer, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
+    replay: ReplayBuffer, *, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """`batch_size` transitions: `demo_count(batch_size, share)` from `demos`, the rest from `replay`, the
     demonstrations last."""

@@ -67,7 +67,8 @@ def test_encoder_is_trained_by_the_critic_loss_only():
     assert not changed(encoder_before, agent.critic.encoder), "the actor loss must not move the encoder"
     assert changed(actor_before, agent.actor)
     agent.update_critic(
-        agent.critic.encoder(data["obs"]), data["action"], data["reward"], data["discount"], data["next_obs"]
+        agent.critic.encoder(data["obs"]), action=data["action"], reward=data["reward"], discount=data["discount"],
+        next_obs=data["next_obs"],
     )
     assert changed(encoder_before, agent.critic.encoder)
 

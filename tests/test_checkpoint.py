@@ -124,10 +124,10 @@ def test_structural_config_changes_are_refused_with_the_key_named():
     saved, current = to_dict(Config()), to_dict(Config())
     current["env"]["frame_stack"] = 4
     with pytest.raises(UserError, match="trained with env.frame_stack=3 but the config says env.frame_stack=4"):
-        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     current = to_dict(Config())
     current["training"]["episodes"] = 5000
-    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 @pytest.mark.parametrize("backend, key, value, refused", [
@@ -145,44 +145,44 @@ def test_a_pixel_run_resumes_only_with_the_frames_it_stored(backend, key, value,
     current = to_dict(Config())
     current["env"] |= {"backend": backend, key: value}
     if not refused:
-        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
         return
     with pytest.raises(UserError, match=rf"trained with env.{key}=\S+ but the config says env.{key}={value}"):
-        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     saved["encoder"]["type"] = current["encoder"]["type"] = "state"  # state vectors: one look whatever draws them
-    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 def test_settings_a_resume_may_change_are_listed_old_to_new():
     saved, current = to_dict(Config()), to_dict(Config())
-    assert checkpoint.changed_settings(saved, current) == []
+    assert checkpoint.changed_settings(saved=saved, current=current) == []
     current["sac"]["batch_size"], current["sac"]["nstep"], current["training"]["episodes"] = 64, 3, 130
     del saved["sac"]["augment_samples"]  # a checkpoint older than the key trained with its default, as now
-    assert checkpoint.changed_settings(saved, current) == [
+    assert checkpoint.changed_settings(saved=saved, current=current) == [
         f"sac.batch_size {Config().sac.batch_size} -> 64", "sac.nstep 1 -> 3",
         f"training.episodes {Config().training.episodes} -> 130",
     ]
     del saved["sac"]["nstep"]  # a checkpoint from before n-step returns trained with the default, one step
-    assert "sac.nstep 1 -> 3" in checkpoint.changed_settings(saved, current)
+    assert "sac.nstep 1 -> 3" in checkpoint.changed_settings(saved=saved, current=current)
 
 
 def test_a_config_gaining_a_profile_block_is_no_changed_setting_but_the_settings_it_chooses_are():
     saved, current = to_dict(Config()), to_dict(Config())
     current["profiles"] = {"cpu_bf16": {"sac": {"batch_size": 128}}}
-    assert checkpoint.changed_settings(saved, current) == []
+    assert checkpoint.changed_settings(saved=saved, current=current) == []
     current["profile"], current["sac"]["batch_size"] = "cpu_bf16", 128
-    assert checkpoint.changed_settings(saved, current) == ["profile auto -> cpu_bf16",
+    assert checkpoint.changed_settings(saved=saved, current=current) == ["profile auto -> cpu_bf16",
                                                            f"sac.batch_size {Config().sac.batch_size} -> 128"]
 
 
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     saved, current = to_dict(Config()), to_dict(Config())
     del saved["sac"]["target_encoder"]
-    checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     current["sac"]["target_encoder"] = False
     with pytest.raises(UserError,
                        match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
-        checkpoint.check_compatible(saved, current, Path("run_latest.pt"))
+        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 # ---- damage beyond truncation, full disks, fresh starts (issues 25 and 26) ---------------------------------------

@@ -228,7 +228,7 @@ def synthetic_store(marker: float, frame_stack: int | None, episodes: int = 3, l
 def test_batches_hold_the_configured_share_of_demonstrations(share):
     replay, shown = synthetic_store(-1.0, None), synthetic_store(1.0, None)
     for _ in range(5):
-        batch = mixed_sample(replay, shown, 64, share)
+        batch = mixed_sample(replay, demos=shown, batch_size=64, share=share)
         from_demos = (batch["action"][:, 0] == 1.0).numpy()
         assert len(from_demos) == 64 and from_demos.sum() == demo_count(64, share) == round(64 * share)
         assert from_demos[64 - demo_count(64, share) :].all(), "the demonstrations fill the end of the batch"
@@ -297,7 +297,7 @@ def test_a_frozen_trunks_batches_hold_the_configured_share_of_demonstration_feat
                      frame_stack=None, seed=0, discount=cfg.sac.discount, nstep=cfg.sac.nstep, frames_on=None)
     demo_features = torch.from_numpy(loaded.store.frames[: loaded.store.count, 0])
     for _ in range(3):
-        batch = mixed_sample(own, loaded.store, 64, share)
+        batch = mixed_sample(own, demos=loaded.store, batch_size=64, share=share)
         assert batch["obs"].dtype == torch.float16 and batch["obs"].shape == (64, trunk.repr_dim)
         from_demos = (batch["action"].abs() <= 1).all(1).numpy()
         assert from_demos.sum() == demo_count(64, share) == round(64 * share)

@@ -182,7 +182,7 @@ def test_a_few_steps_lower_the_training_loss(dataset):
     data = split_of(episodes, cfg)
     scaler = Standardiser.fit(data.labels)
     torch.manual_seed(0)
-    model = build_regressor(cfg, obs_shape, scaler.outputs, hidden=32)
+    model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=32)
     losses = train(model, data, scaler, cfg, epochs=15, batch_size=16, lr=3e-3, device=torch.device("cpu"),
                    progress=False)
     assert len(losses) >= 50

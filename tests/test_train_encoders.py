@@ -80,4 +80,4 @@ def test_resuming_under_another_arch_is_a_clear_error_not_a_shape_mismatch(first
     other_arch = load_config(CONFIG, run_args(tmp, "simple2dcnn", episodes=2)[1::2])
     expected = "trained with encoder.video.arch=simple3dcnn but the config says encoder.video.arch=simple2dcnn"
     with pytest.raises(UserError, match=expected):
-        checkpoint.check_compatible(saved["config"], to_dict(other_arch), path)
+        checkpoint.check_compatible(saved=saved["config"], current=to_dict(other_arch), path=path)

@@ -501,7 +501,7 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
 
-def check_compatible(saved: dict, current: dict, path: Path) -> None:
+def check_compatible(*, saved: dict, current: dict, path: Path) -> None:
     """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay: for pixels
     also what the frames look like (the replay's frames and the encoder's training would mix two pictures)."""
     frames = tuple(f"env.{key}" for key in frame_settings(current["env"]["backend"]))
@@ -515,7 +515,7 @@ def check_compatible(saved: dict, current: dict, path: Path) -> None:
             )
 
 
-def check_trunk(saved: str | None, current: str | None, path: Path) -> None:
+def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
     """Refuse to resume a replay of stored features with another frozen trunk (fingerprints from
     encoders/frozen.py; None: no trunk, frames stored): the stored features would silently mean something else."""
     if saved != current:
@@ -528,7 +528,7 @@ def check_trunk(saved: str | None, current: str | None, path: Path) -> None:
         )
 
 
-def changed_settings(saved: dict, current: dict) -> list[str]:
+def changed_settings(*, saved: dict, current: dict) -> list[str]:
     """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
     "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed. The config's
     table of profiles is left out: what counts is the settings the chosen one gave."""

@@ -120,7 +120,8 @@ class Trainer:
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
         if found:  # stored features that another trunk computed would silently mean something else
-            checkpoint.check_trunk(found[1].get("trunk"), self.trunk.fingerprint if self.trunk else None, found[0])
+            checkpoint.check_trunk(saved=found[1].get("trunk"), current=self.trunk.fingerprint if self.trunk else None,
+                                   path=found[0])
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
                          augment=self.trunk is None)
@@ -230,7 +231,7 @@ class Trainer:
                 return None
         else:
             found = (Path(target), *checkpoint.load(Path(target)))
-        checkpoint.check_compatible(found[1]["config"], to_dict(self.cfg), found[0])
+        checkpoint.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
         return found
 
     def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
@@ -254,7 +255,7 @@ class Trainer:
         )
         if self.demos:
             self.logger.message(self.demos.load_state_dict(payload.get("demos")))
-        changes = checkpoint.changed_settings(payload["config"], to_dict(self.cfg))
+        changes = checkpoint.changed_settings(saved=payload["config"], current=to_dict(self.cfg))
         if changes:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
@@ -302,7 +303,8 @@ class Trainer:
         """A batch from the replay, `demos.share` of it from the demonstrations when the run has them."""
         if self.demos is None:
             return self.replay.sample(batch_size, self.device)
-        return mixed_sample(self.replay, self.demos.store, batch_size, self.cfg.demos.share, self.device)
+        return mixed_sample(self.replay, demos=self.demos.store, batch_size=batch_size, share=self.cfg.demos.share,
+                            device=self.device)
 
     def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts, episode i from `training.seed +

@@ -133,7 +133,7 @@ class StateRegressor(nn.Module):
     """The encoder and an MLP head: uint8 (B, T, C, H, W) in, the standardised varying state dimensions (B,
     outputs) out."""
 
-    def __init__(self, encoder: nn.Module, outputs: int, hidden: int):
+    def __init__(self, encoder: nn.Module, *, outputs: int, hidden: int):
         super().__init__()
         self.encoder = encoder
         # the first layer and its ReLU become the frozen trunk's projection (encoders/frozen.ProjectedEncoder)
@@ -143,10 +143,11 @@ class StateRegressor(nn.Module):
         return self.head(self.encoder(stacks)).float()
 
 
-def build_regressor(cfg: Config, obs_shape: tuple[int, ...], outputs: int, hidden: int) -> StateRegressor:
+def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hidden: int) -> StateRegressor:
     """A fresh encoder from the config's `encoder` section (trainable, whatever its freeze and weights settings say)
     under a head with `outputs` outputs."""
-    return StateRegressor(build_encoder(untrained(cfg.encoder, freeze=False), obs_shape), outputs, hidden)
+    return StateRegressor(build_encoder(untrained(cfg.encoder, freeze=False), obs_shape), outputs=outputs,
+                          hidden=hidden)
 
 
 @dataclasses.dataclass
@@ -240,7 +241,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     training, held = split_of(train_episodes, cfg), split_of(held_episodes, cfg)
     device = resolve_device(cfg.training.device)
     scaler = Standardiser.fit(training.labels)
-    model = build_regressor(cfg, obs_shape, scaler.outputs, hidden).to(device)
+    model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=hidden).to(device)
     losses = train(model, training, scaler, cfg, epochs=epochs, batch_size=batch_size, lr=lr, device=device,
                    progress=progress)
     predicted = predict(model, held, cfg, batch_size=batch_size, device=device, scaler=scaler)
