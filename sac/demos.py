@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sac.replay import ReplayBuffer
+from sac.replay import ReplayBuffer, min_ring_slots
 
 
 def fill_store(
@@ -35,7 +35,7 @@ def fill_store(
     frames = sum(len(obs) for obs in observations)
     first = observations[0]
     store = ReplayBuffer(
-        capacity=frames + (frame_stack or 1) + 2,  # + the ring's minimum window: stores of one short episode work too
+        capacity=frames + min_ring_slots(frame_stack),  # stores of one short episode work too
         frame_shape=first.shape[1:],
         frame_dtype=first.dtype,
         action_dim=episodes[0][1].shape[-1],

@@ -87,6 +87,12 @@ def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_hos
     return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + 4 * action_dim + 4 + 1 + 4
 
 
+def min_ring_slots(frame_stack: int | None) -> int:
+    """Slots one env's ring needs at least: a stack's window (its frames and the next observation's) and one more,
+    so that a write never overwrites the only window a draw could take."""
+    return (frame_stack or 1) + 2
+
+
 class ReplayBuffer:
     def __init__(self, *, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
                  discount: float, num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1):
@@ -98,10 +104,10 @@ class ReplayBuffer:
         self.frame_stack = frame_stack
         self.nstep, self.discount = nstep, discount
         self._window = (frame_stack or 1) + 1
-        if self.capacity <= self._window:
+        if self.capacity < min_ring_slots(frame_stack):
             raise UserError(
                 f"`capacity`={capacity} leaves {self.capacity} slots per env; "
-                f"raise it to {(self._window + 1) * num_envs} or more, or lower `num_envs`"
+                f"raise it to {min_ring_slots(frame_stack) * num_envs} or more, or lower `num_envs`"
             )
         shape = (self.capacity, num_envs)
         if frames_on is None:

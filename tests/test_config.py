@@ -3,10 +3,12 @@
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from errors import UserError
+from sac.replay import ReplayBuffer, min_ring_slots
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer import device
@@ -182,7 +184,9 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
          "env.warp_processes (8) exceeds env.num_envs (4): a process steps one world at least; lower it, or set it to "
          "null (one per core, at most one per world)"),
         ("", ["env.num_envs=2", "env.frame_stack=3", "sac.buffer_size=9"],
-         "sac.buffer_size must be at least env.num_envs * (env.frame_stack + 2) (a ring per env), got 9"),
+         "sac.buffer_size must be at least 10 (a ring of 5 slots per env), got 9; raise it"),
+        ("", ["encoder.type=state", "env.frame_stack=3", "sac.buffer_size=2"],  # states are stored one per slot
+         "sac.buffer_size must be at least 3 (a ring of 3 slots per env), got 2; raise it"),
         ("", ["env.warp_processes=0"],
          "config key 'env.warp_processes' must be in [1, 1024] or null (null = one per core"),
     ],
@@ -190,6 +194,23 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):
     with pytest.raises(UserError, match=re.escape(expected)):
         load_config(write(tmp_path, text), overrides)
+
+
+def test_the_smallest_replay_is_the_replays_own_rule(tmp_path):
+    """The config refuses exactly what ReplayBuffer would: frame stacks need their window, states and a frozen trunk's
+    features (stored one per slot, no stacks) only one slot more than a transition."""
+    for overrides, frame_stack in ((["env.frame_stack=4"], 4), (["encoder.type=state"], None),
+                                   (["encoder.video.freeze=true"], None)):
+        fits = min_ring_slots(frame_stack) * 2
+        cfg = load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits}"])
+        ReplayBuffer(capacity=fits, frame_shape=(3,), frame_dtype=np.uint8, action_dim=1, frame_stack=frame_stack,
+                     seed=0, discount=0.99, num_envs=2)
+        assert cfg.sac.buffer_size == fits
+        with pytest.raises(UserError, match=f"at least {fits} "):
+            load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits - 1}"])
+        with pytest.raises(UserError, match="slots per env"):
+            ReplayBuffer(capacity=fits - 1, frame_shape=(3,), frame_dtype=np.uint8, action_dim=1,
+                         frame_stack=frame_stack, seed=0, discount=0.99, num_envs=2)
 
 
 def test_warp_worlds_may_outnumber_worker_processes(tmp_path):

@@ -547,9 +547,12 @@ def _check_cross_keys(cfg: Config) -> None:
     if env.backend == "mujoco_warp" and env.warp_processes is not None and env.warp_processes > env.num_envs:
         raise UserError(f"env.warp_processes ({env.warp_processes}) exceeds env.num_envs ({env.num_envs}): a process "
                         "steps one world at least; lower it, or set it to null (one per core, at most one per world)")
-    if sac.buffer_size // env.num_envs <= env.frame_stack + 1:
-        raise UserError("sac.buffer_size must be at least env.num_envs * (env.frame_stack + 2) (a ring per env), "
-                        f"got {sac.buffer_size}")
+    from sac.replay import min_ring_slots
+
+    slots = min_ring_slots(env.frame_stack if pixels and not video.freeze else None)  # features and states: no stacks
+    if sac.buffer_size // env.num_envs < slots:
+        raise UserError(f"sac.buffer_size must be at least {slots * env.num_envs} (a ring of {slots} slots per env), "
+                        f"got {sac.buffer_size}; raise it")
     if sac.augment_samples > 1 and (not pixels or sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would "
                         "be identical); set sac.augment_samples=1")

@@ -274,9 +274,13 @@ class Trainer:
         # a copy: a worker's frames live in shared memory that its next step overwrites
         return obs.copy() if isinstance(obs, np.ndarray) else obs.clone()
 
+    def seeding(self) -> bool:
+        """Still in the seed phase: `training.seed_steps` agent steps of uniform actions and no updates."""
+        return until(self.cfg.training.seed_steps, self.progress.env_step)
+
     def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
         """A batch of observations (N, ...) in, (N, A) actions out: uniform during the seed steps, then sampled."""
-        if self.progress.env_step < self.cfg.training.seed_steps:
+        if self.seeding():
             return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
         return self.agent.act(obs, sample=True)
 
@@ -284,8 +288,7 @@ class Trainer:
         """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
         seed phase is over and the replay can fill a batch: after k such steps, floor(k * ratio) updates in all."""
         sac = self.cfg.sac
-        ready = len(self.replay) >= max(sac.batch_size, self.cfg.env.frame_stack + 2)
-        if self.progress.env_step < self.cfg.training.seed_steps or not ready:
+        if self.seeding() or len(self.replay) < sac.batch_size:
             return
         due = math.floor(sac.updates_per_step * self.learning_steps)
         self.learning_steps += env_steps
@@ -391,7 +394,7 @@ class Trainer:
             self.lengths += stepped
             self.learn(int(stepped.sum()))
             self.first = stepped & (terminated | truncated)
-            complete = self.first.any() and self.end_episodes(np.flatnonzero(self.first))
+            complete = self.end_episodes(np.flatnonzero(self.first)) if self.first.any() else False
             # after the episodes' bookkeeping: a checkpoint at a step holds everything logged at that step
             if crossed(cfg.checkpoint.every_steps, before, progress.env_step) and self.saved_step != progress.env_step:
                 self.save(final_of_episode=False)
