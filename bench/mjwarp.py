@@ -83,9 +83,7 @@ class Workers:
         self.action_dim = self.env.single_action_space.shape[0]
         self.replay = replay(cfg, self.env, device)
         self.rng = np.random.default_rng(0)
-        obs = self.env.reset(seed=0)
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool),
-                              np.ones(n, bool))
+        self.replay.add_resets(self.env.reset(seed=0))
         self.first = np.zeros(n, bool)
 
     def step(self) -> int:
@@ -99,23 +97,22 @@ class Workers:
         self.env.close()
 
 
+def uniform_actions(action_dim: int, device: torch.device):
+    """A batched env's policy: uniform random actions (N, action_dim) on the env's device, from a seeded generator."""
+    generator = torch.Generator(device).manual_seed(0)
+    return lambda obs: torch.rand(len(obs), action_dim, generator=generator, device=obs.device) * 2 - 1
+
+
 class Warp:
     """make_batched_env(cfg.env, pixels, device): N MuJoCo Warp worlds; frames stay on the device into a device-resident
     replay; the per-env scalars (action, reward, flags) go to the replay's host arrays."""
 
     def __init__(self, cfg: Config, device: torch.device):
         self.env = envs.make_batched_env(cfg.env, True, device)
-        self.action_dim = self.env.single_action_space.shape[0]
+        self.act = uniform_actions(self.env.single_action_space.shape[0], device)
         self.replay = replay(cfg, self.env, device)
-        self.generator = torch.Generator(device).manual_seed(0)
-        n = cfg.env.num_envs
-        obs = self.env.reset(seed=0)
-        self.replay.add_batch(obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool),
-                              np.ones(n, bool))
-        self.first = np.zeros(n, bool)
-
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.rand(len(obs), self.action_dim, generator=self.generator, device=obs.device) * 2 - 1
+        self.replay.add_resets(self.env.reset(seed=0))
+        self.first = np.zeros(cfg.env.num_envs, bool)
 
     def step(self) -> int:
         action, obs, reward, terminated, truncated = self.env.step(self.act)
@@ -166,12 +163,14 @@ class OpenGLParts:
         self.env.close()
 
 
-class WarpParts(Warp):
+class WarpParts:
     """N MuJoCo Warp worlds in this process, the parts of their frames timed apart (`--breakdown`): physics, then
     sync and render (sync computes the positions the render draws)."""
 
     def __init__(self, cfg: Config, device: torch.device):
-        super().__init__(cfg, device)
+        self.env = envs.make_batched_env(cfg.env, True, device)
+        self.act = uniform_actions(self.env.single_action_space.shape[0], device)
+        self.env.reset(seed=0)
         self.sim, self.substeps, self.worlds = self.env.sim, self.env.task.substeps, cfg.env.num_envs
 
     def random_step(self) -> None:
@@ -190,6 +189,9 @@ class WarpParts(Warp):
         """Wait for the device's work, so that the host's clock times it (a CPU runs it before returning)."""
         if self.sim.device.type == "cuda":
             torch.cuda.synchronize(self.sim.device)
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def timed_parts(parts, seconds: float) -> dict[str, float]:

@@ -133,10 +133,13 @@ class ReplayBuffer:
 
     def add_first(self, obs: np.ndarray) -> None:
         """Single env: the observation returned by `reset`."""
-        self.add_batch(
-            obs[None], np.zeros((1, self.actions.shape[-1]), np.float32), np.zeros(1), np.zeros(1, bool),
-            np.ones(1, bool),
-        )
+        self.add_resets(obs[None])
+
+    def add_resets(self, obs: np.ndarray | torch.Tensor) -> None:
+        """Every env's observation returned by `reset`, (N, ...): no action, reward or termination led to them."""
+        n = self.num_envs
+        self.add_batch(obs, np.zeros((n, self.actions.shape[-1]), np.float32), np.zeros(n), np.zeros(n, bool),
+                       np.ones(n, bool))
 
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
         """Single env: one step, the action taken, its outcome, and the observation it led to."""

@@ -417,9 +417,7 @@ class Trainer:
         obs = self.observe(self.env.reset(seed=self.cfg.training.seed + first))
         if n > 1:
             progress.next_seed = first + n
-        self.replay.add_batch(
-            obs, np.zeros((n, self.action_dim), np.float32), np.zeros(n), np.zeros(n, bool), np.ones(n, bool)
-        )
+        self.replay.add_resets(obs)
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
