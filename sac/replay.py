@@ -31,6 +31,8 @@ import torch
 from errors import UserError
 
 ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
+# each slot's scalars beside its frame (actions: one per action dimension)
+SLOT_DTYPES = {"actions": np.float32, "rewards": np.float32, "terminated": np.bool_, "pos": np.int32}
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -84,7 +86,9 @@ def numpy_state_problem(state) -> bool:
 def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_host: bool) -> int:
     """Host memory one slot takes: its frame (unless frames live on a device), action, reward, flag and pos. numpy
     allocates lazily, so a buffer too large for the RAM fails only as it fills: callers check this up front."""
-    return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + 4 * action_dim + 4 + 1 + 4
+    scalars = sum(np.dtype(dtype).itemsize * (action_dim if name == "actions" else 1)
+                  for name, dtype in SLOT_DTYPES.items())
+    return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + scalars
 
 
 def min_ring_slots(frame_stack: int | None) -> int:
@@ -115,10 +119,10 @@ class ReplayBuffer:
         else:
             dtype = torch.from_numpy(np.zeros(0, dtype=frame_dtype)).dtype
             self.frames = torch.zeros((*shape, *frame_shape), dtype=dtype, device=frames_on)
-        self.actions = np.zeros((*shape, action_dim), dtype=np.float32)
-        self.rewards = np.zeros(shape, dtype=np.float32)
-        self.terminated = np.zeros(shape, dtype=bool)
-        self.pos = np.zeros(shape, dtype=np.int32)
+        self.actions = np.zeros((*shape, action_dim), dtype=SLOT_DTYPES["actions"])
+        self.rewards = np.zeros(shape, dtype=SLOT_DTYPES["rewards"])
+        self.terminated = np.zeros(shape, dtype=SLOT_DTYPES["terminated"])
+        self.pos = np.zeros(shape, dtype=SLOT_DTYPES["pos"])
         self.count = 0  # frames ever written per env; slot of frame n is n % capacity
         self.num_transitions = 0
         self.rng = np.random.default_rng(seed)

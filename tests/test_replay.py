@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from errors import UserError
-from sac.replay import ReplayBuffer
+from sac.replay import ReplayBuffer, host_bytes_per_slot
 from trainer.config import explain
 
 T = 3
@@ -196,6 +196,17 @@ def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacke
     frame_bytes = 3 * 84 * 84
     assert replay.bytes_per_slot <= 22 * 1024
     assert 2 * T * frame_bytes / replay.bytes_per_slot > 5.9
+
+
+@pytest.mark.parametrize("action_dim", [1, 6])
+def test_the_host_memory_check_counts_what_a_slot_allocates(action_dim):
+    """The trainer refuses a replay too large for the RAM from host_bytes_per_slot, before allocating: it must match
+    the arrays the buffer then allocates, with frames on the host or on a device."""
+    for frames_on in (None, torch.device("cpu")):
+        replay = ReplayBuffer(capacity=100, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=action_dim,
+                              frame_stack=T, seed=0, discount=GAMMA, frames_on=frames_on)
+        on_host = replay.bytes_per_slot - (0 if frames_on is None else 3 * 84 * 84)
+        assert host_bytes_per_slot((3, 84, 84), np.uint8, action_dim, frames_on is None) == on_host
 
 
 def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_samples():
