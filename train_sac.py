@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     from errors import UserError
-    from trainer.config import explain, load_config
+    from trainer.config import error_exit, load_config
     from trainer.headless import configure
 
     try:
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return Trainer(cfg, resume=args.resume, start_over=args.start_over).train()
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
     except KeyboardInterrupt:  # a second Ctrl-C, while the first one's save or shutdown ran (trainer/signals.py)
         print("interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
               "continue with --resume auto", file=sys.stderr)

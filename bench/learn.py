@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's mo
 
 from bench.references import FRAMES, PUBLISHED  # noqa: E402
 from errors import UserError  # noqa: E402
-from trainer.config import Config, explain, load_config  # noqa: E402
+from trainer.config import Config, error_exit, load_config  # noqa: E402
 from trainer.device import resolve_device  # noqa: E402
 from trainer.plot import plot_curves, read_rows  # noqa: E402
 
@@ -57,8 +57,7 @@ def main() -> None:
     try:
         cfg = load_config(args.config, args.set)  # a bad config or --set fails here once, not in every seed
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(error_exit(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pending, running, results = ([] if args.report else list(args.seeds)), {}, []

@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from trainer.headless import configure  # noqa: E402
+from trainer.headless import configure_script  # noqa: E402
 
-configure()  # headless GL set-up before mujoco loads
+configure_script()  # headless GL set-up before mujoco loads
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
@@ -46,7 +46,7 @@ import envs  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.config import Config, explain, validate  # noqa: E402
+from trainer.config import Config, error_exit, explain, validate  # noqa: E402
 from trainer.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
@@ -313,8 +313,7 @@ def main() -> int:
     try:
         measure(args, device)
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
     return 0
 
 

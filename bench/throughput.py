@@ -443,10 +443,12 @@ def main() -> None:
         configure()  # before any row imports mujoco
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
+    from trainer.config import explain
+
     try:  # once here, not once per row: every row would print the same error
         config(args, **{"checkpoint.dir": tempfile.gettempdir(), "logging.tensorboard_dir": tempfile.gettempdir()})
     except UserError as err:
-        parser.error(str(err))
+        parser.error(explain(err))
     rows = {}
     forwarded = [arg for arg in sys.argv[1:] if arg != "--rows" and arg not in ROWS]
     for name in args.rows:

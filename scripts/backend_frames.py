@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from trainer.config import load_config  # noqa: E402
-from trainer.headless import configure  # noqa: E402
+from trainer.headless import configure_script  # noqa: E402
 
-configure()  # before mujoco is imported
+configure_script()  # before mujoco is imported
 
 from envs import make_batched_env, make_env  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402

@@ -309,9 +309,18 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     return cfg
 
 
+USER_ERROR_STATUS = 2  # argparse's status for a usage error: bad input from the command line or a file
+
+
 def explain(err: UserError) -> str:
     """The error's message with config keys in place of the parameters low layers name in backticks."""
     return re.sub(r"`(\w+)`", lambda m: PARAMETER_KEYS.get(m.group(1), m.group(0)), str(err))
+
+
+def error_exit(err: UserError) -> int:
+    """Every command's way out on bad input: the explained message as one line on stderr, and the exit status."""
+    print(f"error: {explain(err)}", file=sys.stderr)
+    return USER_ERROR_STATUS
 
 
 def config_from_dict(data: dict) -> Config:
@@ -639,8 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, args.set)
         values = [_resolved(cfg, key) for key in args.keys]
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
     print("\n".join(str(value) for value in values))
     return 0
 

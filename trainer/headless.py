@@ -13,6 +13,7 @@ Two facts of this torch build and headless Mesa drive it:
 
 import ctypes.util
 import os
+import sys
 
 from errors import UserError
 
@@ -35,6 +36,17 @@ def configure() -> str:
     if backend in _BACKEND_LIBRARIES:
         os.environ.setdefault("PYOPENGL_PLATFORM", backend)
     return backend
+
+
+def configure_script() -> str:
+    """`configure()` for a script that sets up as it is imported, before its imports load mujoco: a backend that
+    cannot render here ends the process with the one-line error, as the commands' `main`s do, not a traceback."""
+    try:
+        return configure()
+    except UserError as err:
+        from trainer.config import error_exit
+
+        sys.exit(error_exit(err))
 
 
 def _check(backend: str) -> None:

@@ -49,7 +49,7 @@ from errors import UserError
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer.config import Config, explain, frames_of, load_config
+from trainer.config import Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
 
@@ -324,8 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           holdout=args.holdout, hidden=args.head_hidden)
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
     print(describe(report))
     return 0
 

@@ -31,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
-from trainer.config import SEED_LIMIT, Config, explain, frames_of, load_config
+from trainer.config import SEED_LIMIT, Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
         demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
     steps = sum(len(e) for e in episodes)
     print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
     return 0

@@ -39,7 +39,7 @@ import optuna
 import sqlalchemy
 
 from errors import UserError
-from trainer.config import RUN_NAME, SEED_LIMIT, explain, load_config, read_yaml
+from trainer.config import RUN_NAME, SEED_LIMIT, error_exit, load_config, read_yaml
 from trainer.signals import GracefulStop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_sweep(args)
     except UserError as err:
-        print(f"error: {explain(err)}", file=sys.stderr)
-        return 2
+        return error_exit(err)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
