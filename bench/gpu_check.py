@@ -114,7 +114,7 @@ def update_row(config: str, device: str, batch: int, seconds: float, settings: d
     cfg = load_config(ROOT / config, [f"{key}={value}" for key, value in sets.items()])
     trainer = Trainer(cfg)
     replay, agent, rng = trainer.replay, trainer.agent, np.random.default_rng(0)
-    shape = trainer.eval_env.single_observation_space.shape
+    shape = trainer.env.single_observation_space.shape
 
     def stored() -> np.ndarray:  # what the replay keeps of a random stack: its frame, or a frozen trunk's features
         return trainer.observe(rng.integers(0, 256, (1, *shape), dtype=np.uint8))[0]

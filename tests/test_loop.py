@@ -159,6 +159,26 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     run.close()
 
 
+def test_without_evaluation_no_eval_env_is_built_and_a_due_one_waits_for_evaluation_back_on(tmp_path):
+    """training.eval_every_episodes 0 builds no evaluation env (a MuJoCo Warp pixel run's would hold a renderer of
+    eval_episodes worlds all run). An evaluation a stop left due is kept due across a resume without evaluation, and
+    runs first when one resumes with it back on."""
+    settings = dict(seed_steps=10, episodes=4, eval_every_episodes=2, eval_episodes=2)
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", **settings)
+    run.eval_env.env = SignalAtReset(run.eval_env.env, at=1)  # the first evaluation, at episode 2
+    assert run.train() == 128 + signal.SIGTERM
+    latest = tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt"
+    off = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, eval_every_episodes=0))
+    quiet = Trainer(off, resume="auto")
+    assert quiet.eval_env is None and quiet.eval_camera is None
+    assert quiet.train() == 0
+    assert checkpoint.load(latest)[0]["progress"]["evaluation_due"] is True
+    assert not (tmp_path / "runs" / run.cfg.run_name / "eval.csv").exists()
+    longer = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, episodes=6))
+    assert Trainer(longer, resume="auto").train() == 0
+    assert [episode for _, episode, _ in curves(tmp_path / "runs" / run.cfg.run_name)[0]] == [4, 6]
+
+
 def test_evaluation_starts_stay_clear_of_training_starts_and_within_dm_control_s_seed_bound(tmp_path):
     """Evaluation episode i starts from training.seed + EVAL_SEED_OFFSET + i: training starts (training.seed +
     episodes + env) reach the first only after 2**30 episodes, and at the largest training.seed the config takes,

@@ -172,8 +172,11 @@ class Trainer:
 
     def make_eval_env(self):
         """(eval env, eval camera or None): the ordinary single env as a vector of one, with its own camera for the
-        GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF."""
+        GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF;
+        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run."""
         env, logging = self.cfg.env, self.cfg.logging
+        if self.cfg.training.eval_every_episodes == 0:
+            return None, None
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
             return make_batched_env(worlds, True, self.device), None
@@ -450,9 +453,9 @@ class Trainer:
     def evaluate_if_due(self) -> bool:
         """Evaluate and log, if an evaluation is due; returns whether one ran. A stop signal leaves it due: the
         checkpoint saved on the way out records it, and the resume runs it before acting, so no scheduled evaluation
-        is ever lost."""
+        is ever lost; one due from a run that evaluated stays due while evaluation is off."""
         progress = self.progress
-        evaluation = self.evaluate() if progress.evaluation_due else None
+        evaluation = self.evaluate() if progress.evaluation_due and self.eval_env else None
         if evaluation is None:
             return False
         progress.evaluation_due = False
@@ -467,6 +470,7 @@ class Trainer:
         self.env.close()
         if self.eval_camera:
             self.eval_camera.close()
-        self.eval_env.close()
+        if self.eval_env:
+            self.eval_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)
