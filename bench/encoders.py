@@ -10,7 +10,6 @@ time the forward only, which is all an update computes for them. Prints a Markdo
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -20,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import cpu_name  # noqa: E402
 from encoders import build_encoder  # noqa: E402
 from trainer.config import EncoderConfig, EnvConfig  # noqa: E402
 
@@ -77,7 +77,7 @@ def main() -> None:
 
     rows = [(arch, settings) for arch, settings in ROWS if not args.only or arch in args.only]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-          f"{platform.processor() or platform.machine()}, batch {args.batch}, CPU\n")
+          f"{cpu_name()}, batch {args.batch}, CPU\n")
     print("| arch | settings | params | repr_dim | pass | ms |\n| --- | --- | ---: | ---: | --- | ---: |", flush=True)
     results = []
     for arch, settings in rows:

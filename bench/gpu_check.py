@@ -26,9 +26,7 @@ Each row runs in its own subprocess, so one that runs out of memory or crashes i
 
 import argparse
 import json
-import math
 import os
-import platform
 import re
 import signal
 import subprocess
@@ -37,6 +35,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.common import cpu_name, positive
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("updates", "variants", "envs", "smoke", "warp", "warp_learn")
@@ -364,15 +364,7 @@ def device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(0)
-    return f"CPU {cpu_model()}"
-
-
-def cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        return re.search(r"model name\s*:\s*(.+)", text).group(1).strip()
-    except (OSError, AttributeError):
-        return platform.processor() or platform.machine()
+    return f"CPU {cpu_name()}"
 
 
 def slug(name: str) -> str:
@@ -515,15 +507,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_const", const="quick", dest="size", default="full",
                         help="small sizes: minutes on a CPU")
     parser.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="smallest sizes: the tests")
-    parser.add_argument("--smoke-minutes", type=float, help="the smoke section's wall time (default: the size's)")
+    parser.add_argument("--smoke-minutes", type=positive(float),
+                        help="the smoke section's wall time (default: the size's)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
-    parser.add_argument("--minutes", type=float,
+    parser.add_argument("--minutes", type=positive(float),
                         help="this command's wall time: rows get what is left, those past it are marked not run "
                              "(for machines that limit a command's time)")
     args = parser.parse_args(argv)
-    if args.minutes is not None and not 0 < args.minutes < math.inf:  # 0 marked every row not run, over saved ones
-        parser.error(f"--minutes must be a finite number above 0 (or left out: no limit), got {args.minutes}")
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -24,8 +24,6 @@ random step of the env, so the states are the ones random actions visit.
 
 import argparse
 import json
-import math
-import platform
 import sys
 import time
 from collections import Counter
@@ -43,6 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import envs  # noqa: E402
+from bench.common import cpu_name, positive  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
@@ -208,13 +207,6 @@ def timed_parts(parts, seconds: float) -> dict[str, float]:
     return totals
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def bench_task(env_id: str, args, device: torch.device) -> list[dict]:
     contenders = {
         "mujoco_1env": Workers(config(env_id, num_envs=1, image_size=args.image_size, backend="mujoco"), device),
@@ -274,16 +266,6 @@ def breakdown_task(env_id: str, args, device: torch.device) -> list[dict]:
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The module docstring as written, and each option's default."""
-
-
-def positive(kind):
-    """An argparse type: `kind` (int or float) finite and above zero, else a one-line usage error."""
-    def parse(text: str):
-        value = kind(text)
-        if not 0 < value < math.inf:
-            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-        return value
-    return parse
 
 
 def main() -> int:

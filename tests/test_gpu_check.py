@@ -90,15 +90,17 @@ def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
         "error: --device cuda but no CUDA device is available; run with --device cpu --quick")
 
 
+@pytest.mark.parametrize("option", ["--minutes", "--smoke-minutes"])
 @pytest.mark.parametrize("minutes", ["0", "-1", "nan", "inf"])
-def test_a_time_budget_that_is_not_a_positive_number_is_refused_before_any_row(tmp_path, minutes):
-    """--minutes 0 ran no row and replaced the section's saved rows (by default in docs/gpu) with "not run"."""
+def test_a_time_budget_that_is_not_a_positive_number_is_refused_before_any_row(tmp_path, option, minutes):
+    """--minutes 0 ran no row and replaced the section's saved rows (by default in docs/gpu) with "not run";
+    --smoke-minutes took any float, 0 and nan included."""
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "warp", "--out",
-               str(tmp_path), "--minutes", minutes]
+               str(tmp_path), option, minutes]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and not list(tmp_path.iterdir()), result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        f"gpu_check.py: error: --minutes must be a finite number above 0 (or left out: no limit), got {float(minutes)}")
+        f"gpu_check.py: error: argument {option}: must be a finite number above 0, got {minutes}")
 
 
 @pytest.mark.parametrize("name", [*ENCODERS, *VARIANTS])
