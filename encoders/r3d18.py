@@ -64,11 +64,10 @@ class R3D18(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last_3d
     PRETRAINED = True
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
-        super().__init__(cfg, obs_shape)
+    def build(self, cfg) -> int:
         assert self.input_shape[1] == len(self.MEAN), f"r3d18 takes RGB frames, got {self.input_shape[1]} channels"
         self.net = r3d_18()
-        self.repr_dim = self.net.fc.in_features
+        repr_dim = self.net.fc.in_features
         self.net.fc = torch.nn.Identity()
         if cfg.pretrained:
             try:
@@ -78,7 +77,7 @@ class R3D18(VideoEncoder):
                     f"{cfg.weights or default_weights_path()} does not hold r3d_18 weights "
                     f"({str(err).splitlines()[0]}); use {KINETICS.url}"
                 ) from None
-        self.finish()
+        return repr_dim
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W) -> (B, 512)

@@ -10,16 +10,14 @@ from encoders.video_encoder import VideoEncoder, init_relu_convs
 class Simple2DCNN(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
-        super().__init__(cfg, obs_shape)
+    def build(self, cfg) -> int:
         frames, channels, _, _ = self.input_shape
         layers = [nn.Conv2d(frames * channels, cfg.num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(cfg.num_layers - 1):
             layers += [nn.Conv2d(cfg.num_filters, cfg.num_filters, 3, stride=1), nn.ReLU()]
         self.convs = nn.Sequential(*layers, nn.Flatten())
         init_relu_convs(self.convs)
-        self.repr_dim = self.output_dim()
-        self.finish()
+        return self.output_dim()
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.convs(self.layout(x.flatten(1, 2)))

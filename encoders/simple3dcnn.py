@@ -15,8 +15,7 @@ STRIDED_LAYERS = 2  # the first layers halve height and width
 class Simple3DCNN(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last_3d
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
-        super().__init__(cfg, obs_shape)
+    def build(self, cfg) -> int:
         _, channels, _, _ = self.input_shape
         layers, width = [], channels
         for i in range(cfg.num_layers):
@@ -26,8 +25,7 @@ class Simple3DCNN(VideoEncoder):
             width = cfg.num_filters
         self.convs = nn.Sequential(*layers, nn.Flatten())
         init_relu_convs(self.convs)
-        self.repr_dim = self.output_dim()
-        self.finish()
+        return self.output_dim()
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.convs(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W)

@@ -91,8 +91,7 @@ class TimeSformer(VideoEncoder):
     MEAN, STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)  # TimeSformer's Kinetics normalisation (DATA.MEAN/STD)
     PRETRAINED = True
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
-        super().__init__(cfg, obs_shape)
+    def build(self, cfg) -> int:
         if cfg.preset not in PRESETS:
             raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":
@@ -127,8 +126,7 @@ class TimeSformer(VideoEncoder):
                     f"{checkpoint} does not fit TimesformerModel ({str(err).splitlines()[0]}); "
                     f"use the {PUBLIC_CHECKPOINT} checkpoint"
                 ) from None
-        self.repr_dim = arch.hidden_size
-        self.finish()
+        return arch.hidden_size
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(pixel_values=x).last_hidden_state[:, 0]

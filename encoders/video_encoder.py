@@ -1,10 +1,11 @@
 """The base every video arch derives from: the encoder boundary and the options all archs get the same way.
 
 In: uint8 (B, T, C, H, W) frame stacks, as the env and the replay give them. Out: float32 (B, repr_dim).
-A subclass builds its network, sets `repr_dim`, calls `finish()`, and implements `encode` on float (B, T, C, S, S)
-frames that this class has already resized to `input_size` (S) and normalised with the arch's MEAN/STD. Around it
-this class applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward) and channels-last
-memory, so an arch describes only its network. Nothing here registers parameters or persistent buffers: state-dict
+A subclass implements `build(cfg)`, which builds its network and returns repr_dim, and `encode` on float
+(B, T, C, S, S) frames that this class has already resized to `input_size` (S) and normalised with the arch's
+MEAN/STD. The constructor calls `build`, then applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward)
+and channels-last memory to what it built, so an arch describes only its network and an encoder is whole when
+constructed. Nothing here registers parameters or persistent buffers: state-dict
 keys are the subclass's own.
 """
 
@@ -47,14 +48,17 @@ class VideoEncoder(nn.Module):
         # (x / 255 - mean) / std as one multiply-add; non-persistent: on the encoder's device, not in its state dict
         self.register_buffer("pixel_scale", 1 / (255 * std), persistent=False)
         self.register_buffer("pixel_shift", -mean / std, persistent=False)
-
-    def finish(self) -> None:
-        """The end of a subclass's __init__: put the built network in channels-last memory, and freeze it."""
+        self.repr_dim = self.build(cfg)
         if self.memory_format is not None:
             self.to(memory_format=self.memory_format)
         if self.frozen:
             self.requires_grad_(False)
             self.train(False)
+
+    def build(self, cfg) -> int:
+        """The arch's network from its `encoder.video` settings (`input_shape` says what `encode` receives);
+        returns repr_dim."""
+        raise NotImplementedError
 
     def train(self, mode: bool = True) -> "VideoEncoder":
         """A frozen encoder stays in eval mode, so BatchNorm keeps its pretrained running statistics."""
