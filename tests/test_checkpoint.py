@@ -3,17 +3,19 @@ search where a damaged replay costs only the replay, replay sidecar retention, f
 that never overwrite a run, and refusal of structurally incompatible configs."""
 
 import errno
+import json
 import os
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from errors import UserError
+from tests.conftest import ROOT, replay_state
 from tests.conftest import checkpoint_payload as payload
-from tests.conftest import replay_state
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
@@ -436,3 +438,18 @@ def test_an_unwritable_folder_is_reported_at_start(tmp_path):
         if os.geteuid() == 0:
             subprocess.run(["umount", str(folder)], check=True)
         folder.chmod(0o700)
+
+
+def test_the_save_time_benchmark_times_the_trainers_own_save(tmp_path):
+    """bench/save_time.py (docs/results.md's preemption bound) saves through Trainer.save, so what it times is the
+    checkpoint a SIGTERM writes: a sidecar of the replay it filled and a `_latest` that resumes."""
+    command = [sys.executable, "-m", "bench.save_time", "--transitions", "40", "--repeats", "2", "--dir"]
+    for keep in ([], ["--keep"]):
+        folder = tmp_path / f"bench{len(keep)}"
+        result = subprocess.run([*command, str(folder), *keep], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+        row = json.loads(result.stdout.strip().splitlines()[-1])
+        assert row["transitions"] == 39 and len(row["save_s"]) == 2 and row["latest_mb"] > 1 and row["replay_gb"] > 0
+        assert folder.exists() == bool(keep), "the benchmark removes what it wrote, unless told to keep it"
+    saved, replay = checkpoint.load(folder / "sac_video_latest.pt")  # checked as a resume checks it
+    assert saved["progress"]["env_step"] == 0 and replay["count"] == 40
