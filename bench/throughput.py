@@ -210,13 +210,14 @@ def frozen(args) -> dict:
     from envs import make_env
     from sac.agent import SAC
     from sac.replay import ReplayBuffer
+    from trainer.device import resolve_device
     from trainer.encoders import build_video_encoder
 
     overrides = {"encoder.video.freeze": True}
     cfg = config(args, **overrides)
     env = make_env(cfg.env, cfg.pixels)
     shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
-    device = torch.device("cpu" if args.cpu else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device("cpu" if args.cpu else "auto")
     torch.manual_seed(cfg.training.seed)
     agent = SAC(build_video_encoder(cfg.encoder, shape), action_dim, cfg.sac, device=device, pixels=True,
                 autocast=cfg.training.autocast)
