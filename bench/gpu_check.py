@@ -66,11 +66,12 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
     "full": {"batches": (128, 256, 512), "row_s": 8.0, "image_size": 84, "encoders": tuple(ENCODERS),
              "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {},
              "warp_tasks": tuple(WARP_TASKS), "warp_worlds": (256, 1024, 4096), "warp_sizes": (64, 84),
-             # 16 worlds, one update per agent step: DrQ's updates per frame, 16 of them per batched step. Batch 128,
-             # with which cpu_bf16 reached 689 at 100k frames: on the H200 an update at 128 took 10.5 ms, at the
+             # 16 worlds, one update per agent step: DrQ's updates per frame, 16 of them per batched step. Batch 128
+             # and 3-step returns, with which cpu_bf16 reached 689 at 100k frames (3-step returns led one-step ones
+             # at 12 of 13 evaluations in docs/results.md): on the H200 an update at 128 took 10.5 ms, at the
              # profile's 512 21.6 ms (docs/gpu/nvidia-h200.md), and this row is timed
              "warp_learn_s": 540.0, "warp_learn_overrides": {"env.num_envs": 16, "training.eval_every_episodes": 16,
-                                                             "sac.batch_size": 128}},
+                                                             "sac.batch_size": 128, "sac.nstep": 3}},
     "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
               "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
               "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
