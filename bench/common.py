@@ -23,4 +23,5 @@ def positive(kind):
         if not 0 < value < math.inf:
             raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
         return value
+    parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid int value: 'x'"
     return parse
