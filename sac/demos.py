@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from sac.replay import ReplayBuffer, min_ring_slots
+from sac.replay import ReplayBuffer
+from sac.ring import min_ring_slots
 
 
 def fill_store(

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from errors import UserError
+from sac.ring import min_ring_slots
 
 ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
 # each slot's scalars beside its frame (actions: one per action dimension)
@@ -89,12 +90,6 @@ def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_hos
     scalars = sum(np.dtype(dtype).itemsize * (action_dim if name == "actions" else 1)
                   for name, dtype in SLOT_DTYPES.items())
     return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + scalars
-
-
-def min_ring_slots(frame_stack: int | None) -> int:
-    """Slots one env's ring needs at least: a stack's window (its frames and the next observation's) and one more,
-    so that a write never overwrites the only window a draw could take."""
-    return (frame_stack or 1) + 2
 
 
 class ReplayBuffer:

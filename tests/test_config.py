@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from errors import UserError
-from sac.replay import ReplayBuffer, min_ring_slots
+from sac.replay import ReplayBuffer
+from sac.ring import min_ring_slots
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer import device
@@ -187,6 +188,9 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
          "sac.buffer_size must be at least 10 (a ring of 5 slots per env), got 9; raise it"),
         ("", ["encoder.type=state", "env.frame_stack=3", "sac.buffer_size=2"],  # states are stored one per slot
          "sac.buffer_size must be at least 3 (a ring of 3 slots per env), got 2; raise it"),
+        ("", ["encoder.type=state", "sac.batch_size=64", "sac.buffer_size=63"],  # learn() would wait for good
+         "sac.buffer_size (63) is below sac.batch_size (64): the replay could never hold a batch, so the run would "
+         "never update; raise sac.buffer_size or lower sac.batch_size"),
         ("", ["env.warp_processes=0"],
          "config key 'env.warp_processes' must be in [1, 1024] or null (null = one per core"),
     ],
@@ -202,12 +206,14 @@ def test_the_smallest_replay_is_the_replays_own_rule(tmp_path):
     for overrides, frame_stack in ((["env.frame_stack=4"], 4), (["encoder.type=state"], None),
                                    (["encoder.video.freeze=true"], None)):
         fits = min_ring_slots(frame_stack) * 2
-        cfg = load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits}"])
+        cfg = load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits}",
+                                                "sac.batch_size=2"])
         ReplayBuffer(capacity=fits, frame_shape=(3,), frame_dtype=np.uint8, action_dim=1, frame_stack=frame_stack,
                      seed=0, discount=0.99, num_envs=2)
         assert cfg.sac.buffer_size == fits
         with pytest.raises(UserError, match=f"at least {fits} "):
-            load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits - 1}"])
+            load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits - 1}",
+                                              "sac.batch_size=2"])
         with pytest.raises(UserError, match="slots per env"):
             ReplayBuffer(capacity=fits - 1, frame_shape=(3,), frame_dtype=np.uint8, action_dim=1,
                          frame_stack=frame_stack, seed=0, discount=0.99, num_envs=2)
@@ -217,11 +223,6 @@ def test_warp_worlds_may_outnumber_worker_processes(tmp_path):
     """A GPU steps thousands of MuJoCo Warp worlds; the OpenGL backend's 256 is a limit on processes."""
     cfg = load_config(write(tmp_path, ""), ["env.backend=mujoco_warp", "env.num_envs=4096", "sac.buffer_size=1000000"])
     assert cfg.env.num_envs == 4096
-
-
-def test_the_smallest_replay_the_ring_check_names_is_accepted(tmp_path):
-    cfg = load_config(write(tmp_path, ""), ["env.num_envs=2", "env.frame_stack=3", "sac.buffer_size=10"])
-    assert cfg.sac.buffer_size == 10
 
 
 def test_warp_processes_binds_only_the_backend_it_splits(tmp_path):

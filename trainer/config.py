@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from errors import UserError
+from sac.ring import min_ring_slots
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
@@ -556,12 +557,14 @@ def _check_cross_keys(cfg: Config) -> None:
     if env.backend == "mujoco_warp" and env.warp_processes is not None and env.warp_processes > env.num_envs:
         raise UserError(f"env.warp_processes ({env.warp_processes}) exceeds env.num_envs ({env.num_envs}): a process "
                         "steps one world at least; lower it, or set it to null (one per core, at most one per world)")
-    from sac.replay import min_ring_slots
-
     slots = min_ring_slots(env.frame_stack if pixels and not video.freeze else None)  # features and states: no stacks
     if sac.buffer_size // env.num_envs < slots:
         raise UserError(f"sac.buffer_size must be at least {slots * env.num_envs} (a ring of {slots} slots per env), "
                         f"got {sac.buffer_size}; raise it")
+    if sac.buffer_size < sac.batch_size:  # updates wait for a batch's worth of transitions (trainer/loop.py learn)
+        raise UserError(f"sac.buffer_size ({sac.buffer_size}) is below sac.batch_size ({sac.batch_size}): the replay "
+                        "could never hold a batch, so the run would never update; raise sac.buffer_size or lower "
+                        "sac.batch_size")
     if sac.augment_samples > 1 and (not pixels or sac.augment_pad == 0):
         raise UserError("sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0 (unshifted copies would "
                         "be identical); set sac.augment_samples=1")
