@@ -22,6 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from envs import make_env
 from envs.dishwashing.scripted import scripted_action
+from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
 from trainer import checkpoint, loop
@@ -171,12 +172,29 @@ def test_without_evaluation_no_eval_env_is_built_and_a_due_one_waits_for_evaluat
     off = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, eval_every_episodes=0))
     quiet = Trainer(off, resume="auto")
     assert quiet.eval_env is None and quiet.eval_camera is None
+    with pytest.raises(UserError, match="no evaluation env"):
+        quiet.evaluate()
     assert quiet.train() == 0
     assert checkpoint.load(latest)[0]["progress"]["evaluation_due"] is True
     assert not (tmp_path / "runs" / run.cfg.run_name / "eval.csv").exists()
     longer = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, episodes=6))
     assert Trainer(longer, resume="auto").train() == 0
     assert [episode for _, episode, _ in curves(tmp_path / "runs" / run.cfg.run_name)[0]] == [4, 6]
+
+
+def test_updates_begin_once_the_replay_holds_a_batch(tmp_path):
+    """learn() waits for sac.batch_size stored transitions and no more: a pixel run with stacks of 3 frames and a
+    batch of 2 updates from its second agent step (it once waited for env.frame_stack + 2 = 5 transitions)."""
+    cfg = load_config(ROOT / "configs" / "inverted_pendulum_video.yaml", [
+        "profile=cpu", "sac.hidden_dim=32", "sac.batch_size=2", "sac.buffer_size=100", "env.frame_stack=3",
+        "training.seed_steps=0", "training.eval_every_episodes=0", "logging.progress=false",
+        f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    run = Trainer(cfg)
+    run.run(1)
+    assert len(run.replay) == 1 and run.agent.updates == 0
+    run.run(1)
+    assert len(run.replay) == 2 and run.agent.updates == 1
+    run.close()
 
 
 def test_evaluation_starts_stay_clear_of_training_starts_and_within_dm_control_s_seed_bound(tmp_path):

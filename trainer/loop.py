@@ -318,6 +318,9 @@ class Trainer:
         after its episode ends is ignored). Returns the mean return; the success rate where the task terminates only on
         success (else None); and the first episode's frames for the eval video: the eval camera's, or without one
         the observed frames. None when a stop signal cuts it short: the run saves and exits instead."""
+        if self.eval_env is None:
+            raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
+                            "evaluate")
         env, episodes, n = self.eval_env, self.cfg.training.eval_episodes, self.eval_env.num_envs
         max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
         returns, successes, clip = [], [], []
@@ -455,7 +458,7 @@ class Trainer:
         checkpoint saved on the way out records it, and the resume runs it before acting, so no scheduled evaluation
         is ever lost; one due from a run that evaluated stays due while evaluation is off."""
         progress = self.progress
-        evaluation = self.evaluate() if progress.evaluation_due and self.eval_env else None
+        evaluation = self.evaluate() if progress.evaluation_due and self.eval_env is not None else None
         if evaluation is None:
             return False
         progress.evaluation_due = False
@@ -470,7 +473,7 @@ class Trainer:
         self.env.close()
         if self.eval_camera:
             self.eval_camera.close()
-        if self.eval_env:
+        if self.eval_env is not None:
             self.eval_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)
