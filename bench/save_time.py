@@ -3,14 +3,15 @@
     python3 -m bench.save_time --transitions 100000 --dir /tmp/save_bench
 
 Builds the trainer of configs/default.yaml (simple2dcnn, 84x84, T=3, DrQ sizes, the `cpu` profile) with a replay
-buffer of `--transitions`, fills it with frames of noise, makes one update (so the optimiser state exists), then times
-`Trainer.save` (replay sidecar + `_latest`, each written, fsynced and renamed): the call the trainer makes on
-SIGTERM. Prints one JSON line.
+buffer of `--transitions`, fills it with frames of noise, makes one update (so the optimiser state exists), saves once
+untimed (a run's disk holds its last checkpoint when a SIGTERM comes), then times `Trainer.save` (replay sidecar +
+`_latest`, each written, fsynced and renamed): the call the trainer makes on SIGTERM. Prints one JSON line.
 """
 
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -22,14 +23,24 @@ ROOT = Path(__file__).resolve().parent.parent
 NOISE_FRAMES = 1000  # distinct noise frames, cycled: what the replay holds does not change what a save costs
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--transitions", type=positive(int), default=100_000)
     parser.add_argument("--dir", default="/tmp/save_bench")
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--keep", action="store_true", help="leave the checkpoint in --dir (else it is removed)")
     args = parser.parse_args()
+    from errors import UserError
+    from trainer.config import error_exit
 
+    try:
+        print(json.dumps(measure(args)))
+    except UserError as err:
+        return error_exit(err)
+    return 0
+
+
+def measure(args) -> dict:
     from trainer.headless import configure
 
     configure()  # before trainer.loop imports the env layer
@@ -49,6 +60,7 @@ def main() -> None:
         replay.add(action, 0.0, False, noise[i % NOISE_FRAMES][None])
     trainer.agent.update(replay.sample(cfg.sac.batch_size))  # fills the optimiser state, as in a real run
 
+    trainer.save(final_of_episode=False)  # the checkpoint a SIGTERM's save replaces
     seconds = []
     for _ in range(args.repeats):
         start = time.perf_counter()
@@ -58,12 +70,12 @@ def main() -> None:
     trainer.close()
     if not args.keep:
         shutil.rmtree(directory, ignore_errors=True)
-    print(json.dumps({
+    return {
         "transitions": len(replay), "replay_gb": round(sum(v for k, v in sizes.items() if "replay" in k) / 1e9, 3),
         "latest_mb": round(sizes[f"{cfg.run_name}_latest.pt"] / 1e6, 1), "save_s": [round(s, 2) for s in seconds],
         "median_save_s": round(float(np.median(seconds)), 2),
-    }))
+    }
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -443,13 +443,17 @@ def test_an_unwritable_folder_is_reported_at_start(tmp_path):
 def test_the_save_time_benchmark_times_the_trainers_own_save(tmp_path):
     """bench/save_time.py (docs/results.md's preemption bound) saves through Trainer.save, so what it times is the
     checkpoint a SIGTERM writes: a sidecar of the replay it filled and a `_latest` that resumes."""
-    command = [sys.executable, "-m", "bench.save_time", "--transitions", "40", "--repeats", "2", "--dir"]
+    command = [sys.executable, "-m", "bench.save_time", "--transitions", "64", "--repeats", "2", "--dir"]
     for keep in ([], ["--keep"]):
         folder = tmp_path / f"bench{len(keep)}"
         result = subprocess.run([*command, str(folder), *keep], cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-2000:]
         row = json.loads(result.stdout.strip().splitlines()[-1])
-        assert row["transitions"] == 39 and len(row["save_s"]) == 2 and row["latest_mb"] > 1 and row["replay_gb"] > 0
+        assert row["transitions"] == 63 and len(row["save_s"]) == 2 and row["latest_mb"] > 1 and row["replay_gb"] > 0
         assert folder.exists() == bool(keep), "the benchmark removes what it wrote, unless told to keep it"
     saved, replay = checkpoint.load(folder / "sac_video_latest.pt")  # checked as a resume checks it
-    assert saved["progress"]["env_step"] == 0 and replay["count"] == 40
+    assert saved["progress"]["env_step"] == 0 and replay["count"] == 64
+    too_small = subprocess.run([*command, str(tmp_path / "small"), "--transitions", "3"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=600)
+    assert too_small.returncode == 2 and too_small.stderr == (
+        "error: sac.buffer_size must be at least 5 (a ring of 5 slots per env), got 3; raise it\n")
