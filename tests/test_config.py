@@ -210,7 +210,7 @@ def test_the_smallest_replay_is_the_replays_own_rule(tmp_path):
                                                 "sac.batch_size=2"])
         ReplayBuffer(capacity=fits, frame_shape=(3,), frame_dtype=np.uint8, action_dim=1, frame_stack=frame_stack,
                      seed=0, discount=0.99, num_envs=2)
-        assert cfg.sac.buffer_size == fits
+        assert cfg.sac.buffer_size == fits and cfg.replay_stack == frame_stack
         with pytest.raises(UserError, match=f"at least {fits} "):
             load_config(write(tmp_path, ""), [*overrides, "env.num_envs=2", f"sac.buffer_size={fits - 1}",
                                               "sac.batch_size=2"])

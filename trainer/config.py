@@ -275,6 +275,12 @@ class Config:
         """Whether the envs render camera frames (a video encoder) rather than return state vectors."""
         return self.encoder.type == "video"
 
+    @property
+    def replay_stack(self) -> int | None:
+        """The frame stack the replay stores, or None for one entry a slot: states, and a frozen trunk's features
+        (whose stack is already inside them)."""
+        return self.env.frame_stack if self.pixels and not self.encoder.video.freeze else None
+
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
@@ -557,7 +563,7 @@ def _check_cross_keys(cfg: Config) -> None:
     if env.backend == "mujoco_warp" and env.warp_processes is not None and env.warp_processes > env.num_envs:
         raise UserError(f"env.warp_processes ({env.warp_processes}) exceeds env.num_envs ({env.num_envs}): a process "
                         "steps one world at least; lower it, or set it to null (one per core, at most one per world)")
-    slots = min_ring_slots(env.frame_stack if pixels and not video.freeze else None)  # features and states: no stacks
+    slots = min_ring_slots(cfg.replay_stack)
     if sac.buffer_size // env.num_envs < slots:
         raise UserError(f"sac.buffer_size must be at least {slots * env.num_envs} (a ring of {slots} slots per env), "
                         f"got {sac.buffer_size}; raise it")

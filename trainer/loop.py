@@ -125,18 +125,17 @@ class Trainer:
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
                          augment=self.trunk is None)
-        if self.trunk:  # one feature vector per step: its stack is already inside it
-            frame_shape, frame_dtype, frame_stack = (self.trunk.repr_dim,), FEATURE_DTYPE, None
+        if self.trunk:  # one feature vector per step
+            frame_shape, frame_dtype = (self.trunk.repr_dim,), FEATURE_DTYPE
         else:
             frame_shape, frame_dtype = obs_space.shape[1:] if cfg.pixels else obs_space.shape, obs_space.dtype
-            frame_stack = cfg.env.frame_stack if cfg.pixels else None
         replay_bytes = cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype)
         frames_on = replay_frames_device(cfg.replay.device, self.device, replay_bytes)
         slot_bytes = host_bytes_per_slot(frame_shape, frame_dtype, self.action_dim, frames_on is None)
         check_host_memory(buffer_size=cfg.sac.buffer_size, slot_bytes=slot_bytes)
         self.replay = ReplayBuffer(
             capacity=cfg.sac.buffer_size, frame_shape=frame_shape, frame_dtype=frame_dtype,
-            action_dim=self.action_dim, frame_stack=frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
+            action_dim=self.action_dim, frame_stack=cfg.replay_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk) if cfg.demos.path else None
