@@ -44,11 +44,15 @@ def measure(args) -> dict:
     from trainer.headless import configure
 
     configure()  # before trainer.loop imports the env layer
+    from errors import UserError
     from trainer.config import load_config
     from trainer.loop import Trainer
 
     directory = Path(args.dir)
-    shutil.rmtree(directory, ignore_errors=True)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        # the bench deletes its folder when done: never one that holds what it did not write
+        raise UserError(f"--dir {directory} exists and is not an empty folder; name a new or empty one (the benchmark "
+                        "removes it when done, unless --keep)")
     cfg = load_config(ROOT / "configs" / "default.yaml", [
         "profile=cpu", "training.device=cpu", f"sac.buffer_size={args.transitions}", f"checkpoint.dir={directory}",
         f"logging.tensorboard_dir={directory / 'runs'}", "logging.progress=false", "training.eval_every_episodes=0"])

@@ -457,3 +457,12 @@ def test_the_save_time_benchmark_times_the_trainers_own_save(tmp_path):
                                capture_output=True, text=True, timeout=600)
     assert too_small.returncode == 2 and too_small.stderr == (
         "error: sac.buffer_size must be at least 5 (a ring of 5 slots per env), got 3; raise it\n")
+    # it removes its folder when done, so it refuses one that holds anything it did not write
+    users = tmp_path / "project"
+    users.mkdir()
+    (users / "notes.txt").write_text("a user's work")
+    refused = subprocess.run([*command, str(users)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: --dir {users} exists and is not an empty folder; name a new or empty one (the benchmark removes it "
+        "when done, unless --keep)\n")
+    assert (users / "notes.txt").read_text() == "a user's work"
