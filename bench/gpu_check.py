@@ -4,6 +4,7 @@
     python3 -m bench.gpu_check --device cpu --quick    # anywhere: the same sections, small, a few minutes
     python3 -m bench.gpu_check --only updates variants # some sections; rows merge into the same report
     python3 -m bench.gpu_check --only warp --minutes 9  # a machine that stops a command at 10 minutes
+    python3 -m bench.gpu_check --only updates --missing # only the rows the report lacks or that failed
 
 Writes docs/gpu/<device-name>.json (all rows so far, merged by section) and docs/gpu/<device-name>.md (the
 report). Sections, each at the `gpu` profile's settings of the config it names unless a row says otherwise:
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from bench.common import cpu_name, positive
@@ -373,49 +375,54 @@ def slug(name: str) -> str:
 
 
 def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget) -> None:
-    """The rows of `sections`, each passed to `record(section, name, row)` as it ends (name None: the section's one
-    row), so a check cut short keeps the rows it finished; each row within the `budget`."""
+    """The rows of `sections`, each passed to `record(section, name, measure)` (name None: the section's one row;
+    `measure()` runs it and returns the row), which runs it or not and keeps what it returns, so a check cut short
+    keeps the rows it finished; each row within the `budget`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
     if "updates" in sections:
         for name in size["encoders"]:
             for batch in size["batches"]:
                 settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
-                record("updates", f"{name}@{batch}", run_row("update_row", {
+                record("updates", f"{name}@{batch}", partial(run_row, "update_row", {
                     "config": DMC, "device": device, "batch": batch, "seconds": size["row_s"], "settings": settings},
                     limit_s=600, budget=budget))
     if "updates" in sections and device == "cuda":  # the same update on this machine's CPU, for the speed-up
-        record("updates", "cpu_reference_simple2dcnn@128", run_row("update_row", {
+        record("updates", "cpu_reference_simple2dcnn@128", partial(run_row, "update_row", {
             "config": DMC, "device": "cpu", "batch": 128, "seconds": size["row_s"], "settings": {}},
             limit_s=600, budget=budget))
     if "variants" in sections:
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
         base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
-            row = run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": size["row_s"],
-                                         "settings": base | flipped}, limit_s=900, budget=budget)
-            record("variants", name, row | {"batch": batch})
+            record("variants", name, partial(variant_row, device, batch, size["row_s"], base | flipped, budget))
     if "envs" in sections:
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
                 overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
-                record("envs", f"{Path(config).stem}@{workers}",
-                       env_row(config, device, workers, size["env_steps"], overrides, budget.left(3600)))
+                record("envs", f"{Path(config).stem}@{workers}", partial(
+                    env_row, config, device, workers, size["env_steps"], overrides, budget.left(3600)))
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
-        record("smoke", None, learning_row(device, budget.left(size["smoke_s"]), settings))
+        record("smoke", None, partial(learning_row, device, budget.left(size["smoke_s"]), settings))
     if "warp" in sections:
         for task in size["warp_tasks"]:
             for image_size in size["warp_sizes"]:
                 for worlds in size["warp_worlds"]:
-                    record("warp", f"{task}@{worlds}x{image_size}", run_row("warp_row", {
+                    record("warp", f"{task}@{worlds}x{image_size}", partial(run_row, "warp_row", {
                         "env_id": WARP_TASKS[task], "device": device, "worlds": worlds, "image_size": image_size,
                         "seconds": size["row_s"]}, limit_s=900, budget=budget))
     if "warp_learn" in sections:
         overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
-        record("warp_learn", None, learning_row(device, budget.left(size["warp_learn_s"]), settings,
-                                                target=WARP_TARGET))
+        record("warp_learn", None, partial(learning_row, device, budget.left(size["warp_learn_s"]), settings,
+                                           target=WARP_TARGET))
+
+
+def variant_row(device: str, batch: int, seconds: float, settings: dict, budget: Budget) -> dict:
+    """The profile's update at `batch` with `settings` flipped, in its own process."""
+    return run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": seconds,
+                                  "settings": settings}, limit_s=900, budget=budget) | {"batch": batch}
 
 
 def claims(rows: dict) -> list[tuple[str, str, str]]:
@@ -512,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the smoke section's wall time (default: the size's)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
+    parser.add_argument("--missing", action="store_true",
+                        help="run only the rows of --only's sections that the report lacks or that ended in an error, "
+                             "keeping the rest (a later lease finishes an earlier one's sections)")
     parser.add_argument("--minutes", type=positive(float),
                         help="this command's wall time: rows get what is left, those past it are marked not run "
                              "(for machines that limit a command's time)")
@@ -530,11 +540,18 @@ def main(argv: list[str] | None = None) -> int:
     saved = json.loads(json_path.read_text()) if json_path.is_file() else {}
     rows, commands = saved.get("rows", {}), saved.get("commands", {})
     command = "python3 -m bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv)
-    for section in args.only:  # a section run again replaces its rows, and the command that measured them
-        rows.pop(section, None)
-        commands[section] = command
+    for section in args.only:  # a section run again replaces its rows and command, or with --missing adds to them
+        if args.missing and section in commands:
+            commands[section] += f"; {command}"
+        else:
+            rows.pop(section, None)
+            commands[section] = command
 
-    def record(section: str, row_name: str | None, row: dict) -> None:
+    def record(section: str, row_name: str | None, measure) -> None:
+        kept = rows.get(section, {}) if row_name is None else rows.get(section, {}).get(row_name, {})
+        if args.missing and kept and "error" not in kept:
+            return
+        row = measure()
         if row_name is None:
             rows[section] = row
         else:

@@ -115,3 +115,26 @@ def test_the_warp_learning_run_is_a_valid_config_at_the_gpu_profile(size):
     settings = {"env.backend": "mujoco_warp", **SIZES[size]["warp_learn_overrides"]}
     cfg = load_config(ROOT / DMC, ["profile=gpu", *(f"{key}={value}" for key, value in settings.items())])
     assert cfg.env.backend == "mujoco_warp" and cfg.training.eval_every_episodes % cfg.env.num_envs == 0
+
+
+def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
+    """A lease of 15 minutes finishes part of a section; --missing lets the next lease run the rest without paying
+    again for the rows already measured, which stay as they were, and the section names both commands."""
+    from bench.gpu_check import device_name, slug
+
+    report = tmp_path / f"{slug(device_name('cpu') + ' (tiny)')}.json"
+    measured = {"updates_per_s": 123.0, "device": "cpu"}  # no real row reads exactly this: kept, not rerun
+    first = "python3 -m bench.gpu_check --only updates --minutes 4"
+    report.write_text(json.dumps({"commands": {"updates": first, "warp": "python3 -m bench.gpu_check --only warp"},
+                                  "rows": {"updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN},
+                                           "warp": {"cartpole@2x32": NOT_RUN}}}))
+    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
+               "updates", "--missing"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads(report.read_text())
+    assert saved["rows"]["updates"]["simple2dcnn@4"] == measured
+    assert saved["rows"]["updates"]["r3d18_frozen_112@4"]["updates_per_s"] > 0, "the row that did not run, ran"
+    assert saved["rows"]["warp"] == {"cartpole@2x32": NOT_RUN}, "a section not named is left alone"
+    assert saved["commands"]["updates"] == f"{first}; python3 -m bench.gpu_check {' '.join(command[3:])}"
+    assert result.stdout.count("updates ") == 1, result.stdout
