@@ -1,5 +1,6 @@
-"""The error type for bad input, at the bottom of the import graph: it imports nothing, so every layer (sac, envs,
-encoders, trainer) raises it without depending on the layers above.
+"""The error type for bad input, at the bottom of the import graph: it imports only the standard library, so every
+layer (sac, envs, encoders, trainer) raises it without depending on the layers above; with it, the one check of a
+path that all of them make before work that a failed write would lose.
 
 Low layers know their own parameters, not the config keys that set them: their messages name a parameter in
 backticks (`camera`), and the config layer (`trainer.config.explain`) puts the config key in its place, so renaming
@@ -7,6 +8,19 @@ a config key never means editing the replay buffer or an encoder.
 """
 
 
+import os
+from pathlib import Path
+
+
 class UserError(Exception):
     """Bad input from the user (config, command line, checkpoint, files): the message names the problem and the fix.
     The command line prints it as one line and exits with status 2."""
+
+
+def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
+    """`folder` exists or can be made: the nearest of it and its parents that exists is a folder this process may
+    write to. Else a UserError "cannot {what}: <that one> is not a folder this process may write to; {fix}"."""
+    folder = Path(folder).expanduser()
+    existing = next(path for path in (folder, *folder.parents) if path.exists())  # a relative path ends in "."
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise UserError(f"cannot {what}: {existing} is not a folder this process may write to; {fix}")

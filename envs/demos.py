@@ -12,7 +12,6 @@ for the trainer to check against its config.
 """
 
 import hashlib
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from errors import UserError
+from errors import UserError, check_writable_folder
 
 RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
 STATE, PIXELS = "state", "pixels"  # observation keys of a recording that serves both modes
@@ -80,10 +79,7 @@ def check_new(path: str | Path) -> None:
         raise UserError(f"a dataset already exists at {path}; pass another --out or delete it first")
     if target.exists() and not target.is_dir():
         raise UserError(f"{path} is a file, not a dataset folder; pass a folder to create as --out")
-    existing = next(folder for folder in (target, *target.parents) if folder.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise UserError(f"cannot create {path}: {existing} is not a folder this process may write to; pass --out "
-                        "under one")
+    check_writable_folder(target, what=f"create {path}", fix="pass --out under one")
 
 
 def write(

@@ -49,7 +49,8 @@ def test_a_resume_drops_eval_rows_that_do_not_parse_with_a_warning(tmp_path, cap
 
 def test_logs_that_cannot_be_written_or_read_are_one_line_errors(tmp_path):
     (tmp_path / "file").write_text("not a folder")
-    with pytest.raises(UserError, match="lies in .*file, which is a file; set it to a folder"):
+    with pytest.raises(UserError, match="cannot log to logging.tensorboard_dir .*runs: .*file is not a folder this "
+                                        "process may write to; set it to a folder under one"):
         load_config(ROOT / "configs" / "default.yaml", [f"logging.tensorboard_dir={tmp_path / 'file' / 'runs'}"])
     (tmp_path / "run" / "eval.csv").mkdir(parents=True)
     with pytest.raises(UserError, match=r"cannot read .*eval.csv \(.*\); move it aside and the run starts a new one"):

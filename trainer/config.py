@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from errors import UserError
+from errors import UserError, check_writable_folder
 from sac.ring import min_ring_slots
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
@@ -626,10 +626,9 @@ def _check_outside(cfg: Config) -> None:
         except (ImportError, ValueError) as err:
             raise UserError(f"checkpoint.dir {ckpt.dir} needs a filesystem package ({str(err).splitlines()[0]}); "
                             "install it (s3fs for s3://, gcsfs for gs://) or use a local folder") from None
-    logs = Path(cfg.logging.tensorboard_dir)
-    existing = next(folder for folder in (logs, *logs.parents) if folder.exists())  # a relative path ends in "."
-    if not existing.is_dir():  # checked here, before a --start-over moves the checkpoints aside
-        raise UserError(f"logging.tensorboard_dir {logs} lies in {existing}, which is a file; set it to a folder")
+    # checked here, before a --start-over moves the checkpoints aside
+    logs = cfg.logging.tensorboard_dir
+    check_writable_folder(logs, what=f"log to logging.tensorboard_dir {logs}", fix="set it to a folder under one")
     if cfg.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, "
                         "or set logging.wandb=false")

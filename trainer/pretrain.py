@@ -34,7 +34,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from torch import nn
 from tqdm import tqdm
 
 from encoders import build_encoder
-from errors import UserError
+from errors import UserError, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
@@ -275,10 +274,7 @@ def check_writable(out: Path) -> None:
     """`out` can take the weights file (and its .json) at the end, checked before minutes of training."""
     if not out.name or out.is_dir():
         raise UserError(f"--out {out} names a folder; pass the weights file to write, e.g. pretrained/mine.pt")
-    existing = next(folder for folder in out.parents if folder.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise UserError(f"cannot write {out}: {existing} is not a folder this process may write to; pass --out "
-                        "under one")
+    check_writable_folder(out.parent, what=f"write {out}", fix="pass --out under one")
 
 
 def describe(report: dict) -> str:
