@@ -1,6 +1,6 @@
 """The error type for bad input, at the bottom of the import graph: it imports only the standard library, so every
-layer (sac, envs, encoders, trainer) raises it without depending on the layers above; with it, the one check of a
-path that all of them make before work that a failed write would lose.
+layer (sac, envs, encoders, trainer) raises it without depending on the layers above; with it, the check of the
+folder a file will be written under, which the env and trainer layers make before work a failed write would lose.
 
 Low layers know their own parameters, not the config keys that set them: their messages name a parameter in
 backticks (`camera`), and the config layer (`trainer.config.explain`) puts the config key in its place, so renaming
@@ -20,7 +20,10 @@ class UserError(Exception):
 def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
     """`folder` exists or can be made: the nearest of it and its parents that exists is a folder this process may
     write to. Else a UserError "cannot {what}: <that one> is not a folder this process may write to; {fix}"."""
-    folder = Path(folder).expanduser()
-    existing = next(path for path in (folder, *folder.parents) if path.exists())  # a relative path ends in "."
-    if not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise UserError(f"cannot {what}: {existing} is not a folder this process may write to; {fix}")
+    folder = Path(folder)  # as the writer will take it: "~" is expanded, if at all, by the caller for both
+    try:
+        existing = next(path for path in (folder, *folder.parents) if path.exists())  # a relative path ends in "."
+    except OSError as err:  # a folder on the way that this process may not search
+        raise UserError(f"cannot {what}: {err.filename} cannot be searched ({err.strerror}); {fix}") from None
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot {what}: {existing.resolve()} is not a folder this process may write to; {fix}")

@@ -8,7 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from errors import UserError
 from tests.conftest import ROOT
-from trainer.config import Config, load_config
+from trainer.config import Config, check_log_folder, load_config
 from trainer.logger import Logger
 
 
@@ -51,7 +51,8 @@ def test_logs_that_cannot_be_written_or_read_are_one_line_errors(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(UserError, match="cannot log to logging.tensorboard_dir .*runs: .*file is not a folder this "
                                         "process may write to; set it to a folder under one"):
-        load_config(ROOT / "configs" / "default.yaml", [f"logging.tensorboard_dir={tmp_path / 'file' / 'runs'}"])
+        check_log_folder(load_config(ROOT / "configs" / "default.yaml",
+                                     [f"logging.tensorboard_dir={tmp_path / 'file' / 'runs'}"]))
     (tmp_path / "run" / "eval.csv").mkdir(parents=True)
     with pytest.raises(UserError, match=r"cannot read .*eval.csv \(.*\); move it aside and the run starts a new one"):
         Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2)

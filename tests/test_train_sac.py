@@ -181,6 +181,20 @@ def test_start_over_moves_the_old_run_aside_and_trains_a_new_one(smoke_run, tmp_
     assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"] == 1
 
 
+def test_start_over_into_logs_it_cannot_write_refuses_before_moving_the_old_run(smoke_run, tmp_path):
+    """The log folder is checked before --start-over moves the run aside: else the run is moved, then the new one
+    fails, and --resume auto no longer finds the old one."""
+    args, ckpt = copy_of(smoke_run, tmp_path)
+    before = contents(ckpt)
+    (tmp_path / "file").write_text("not a folder")
+    logs = tmp_path / "file" / "runs"
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"logging.tensorboard_dir={logs}", "--start-over")
+    assert result.returncode == 2 and result.stderr == (
+        f"error: cannot log to logging.tensorboard_dir {logs}: {tmp_path / 'file'} is not a folder this process may "
+        "write to; set it to a folder under one\n")
+    assert contents(ckpt) == before and not [p for p in ckpt.iterdir() if p.is_dir()]
+
+
 def test_a_truncated_shared_sidecar_resumes_the_weights_with_an_empty_replay(smoke_run, tmp_path):
     """The issue's case: _ep2 and _latest share the one sidecar; truncating it used to make --resume auto start
     fresh and overwrite both."""

@@ -600,6 +600,13 @@ def _check_cross_keys(cfg: Config) -> None:
                         f"{video.arch}; use fewer layers or a larger encoder.video.input_size")
 
 
+def check_log_folder(cfg: Config) -> None:
+    """The run's TensorBoard folder can be written: checked by the trainer before a --start-over moves the
+    checkpoints aside, not by `load_config`, whose other users (recording, pretraining, --print) never log there."""
+    logs = cfg.logging.tensorboard_dir
+    check_writable_folder(logs, what=f"log to logging.tensorboard_dir {logs}", fix="set it to a folder under one")
+
+
 def _conv_output_size(arch: str, size: int, layers: int) -> int | None:
     """The side of the conv archs' last feature map (3x3 kernels, unpadded: simple2dcnn strides its first layer,
     simple3dcnn its first two); None for archs whose own constructor checks the size."""
@@ -626,9 +633,6 @@ def _check_outside(cfg: Config) -> None:
         except (ImportError, ValueError) as err:
             raise UserError(f"checkpoint.dir {ckpt.dir} needs a filesystem package ({str(err).splitlines()[0]}); "
                             "install it (s3fs for s3://, gcsfs for gs://) or use a local folder") from None
-    # checked here, before a --start-over moves the checkpoints aside
-    logs = cfg.logging.tensorboard_dir
-    check_writable_folder(logs, what=f"log to logging.tensorboard_dir {logs}", fix="set it to a folder under one")
     if cfg.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise UserError("logging.wandb is true but wandb is not installed; pip install wandb==0.31.0, "
                         "or set logging.wandb=false")

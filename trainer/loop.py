@@ -47,7 +47,7 @@ from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint
-from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
+from trainer.config import EVAL_SEED_OFFSET, Config, check_log_folder, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
     can_compile,
@@ -86,6 +86,7 @@ class Trainer:
 
     def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg
+        check_log_folder(cfg)  # before a --start-over moves anything
         self.device = resolve_device(cfg.training.device)
         if self.device.type == "cuda":  # process-wide, as cuDNN has it
             torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
