@@ -279,7 +279,7 @@ def evals(path: Path) -> list[dict]:
                 for row in csv.DictReader(f)]
 
 
-def env_row(config: str, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
+def env_row(config: str, *, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
     """Env steps/s while training (one update per step after the seed steps) with `workers` env processes, and the
     GPU's utilisation meanwhile: the guide's figures are for training, where the GPU waits on the envs."""
     import torch
@@ -394,13 +394,15 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
         base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
-            record("variants", name, partial(variant_row, device, batch, size["row_s"], base | flipped, budget))
+            record("variants", name, partial(variant_row, device, batch=batch, seconds=size["row_s"],
+                                             settings=base | flipped, budget=budget))
     if "envs" in sections:
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
                 overrides = size["env_overrides"] | {"env.image_size": size["image_size"]}
                 record("envs", f"{Path(config).stem}@{workers}", partial(
-                    env_row, config, device, workers, size["env_steps"], overrides, budget.left(3600)))
+                    env_row, config, device=device, workers=workers, env_steps=size["env_steps"], overrides=overrides,
+                    wall_s=budget.left(3600)))
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
@@ -419,7 +421,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                                            target=WARP_TARGET))
 
 
-def variant_row(device: str, batch: int, seconds: float, settings: dict, budget: Budget) -> dict:
+def variant_row(device: str, *, batch: int, seconds: float, settings: dict, budget: Budget) -> dict:
     """The profile's update at `batch` with `settings` flipped, in its own process."""
     return run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": seconds,
                                   "settings": settings}, limit_s=900, budget=budget) | {"batch": batch}
@@ -540,10 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     saved = json.loads(json_path.read_text()) if json_path.is_file() else {}
     rows, commands = saved.get("rows", {}), saved.get("commands", {})
     command = "python3 -m bench.gpu_check " + " ".join(sys.argv[1:] if argv is None else argv)
-    for section in args.only:  # a section run again replaces its rows and command, or with --missing adds to them
-        if args.missing and section in commands:
-            commands[section] += f"; {command}"
-        else:
+    if not args.missing:  # a section run again replaces its rows and the command that measured them
+        for section in args.only:
             rows.pop(section, None)
             commands[section] = command
 
@@ -551,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         kept = rows.get(section, {}) if row_name is None else rows.get(section, {}).get(row_name, {})
         if args.missing and kept and "error" not in kept:
             return
+        if args.missing and not commands.get(section, "").endswith(command):  # its first row measured by this one
+            commands[section] = f"{commands[section]}; {command}" if section in commands else command
         row = measure()
         if row_name is None:
             rows[section] = row

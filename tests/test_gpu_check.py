@@ -124,17 +124,20 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
 
     report = tmp_path / f"{slug(device_name('cpu') + ' (tiny)')}.json"
     measured = {"updates_per_s": 123.0, "device": "cpu"}  # no real row reads exactly this: kept, not rerun
-    first = "python3 -m bench.gpu_check --only updates --minutes 4"
-    report.write_text(json.dumps({"commands": {"updates": first, "warp": "python3 -m bench.gpu_check --only warp"},
-                                  "rows": {"updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN},
-                                           "warp": {"cartpole@2x32": NOT_RUN}}}))
+    first, smoked = "python3 -m bench.gpu_check --only updates --minutes 4", {"first_return": 1.0, "evals": []}
+    commands = {"updates": first, "smoke": "python3 -m bench.gpu_check --only smoke",
+                "warp": "python3 -m bench.gpu_check --only warp"}
+    report.write_text(json.dumps({"commands": commands, "rows": {
+        "updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN}, "smoke": smoked,
+        "warp": {"cartpole@2x32": NOT_RUN}}}))
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
-               "updates", "--missing"]
+               "updates", "smoke", "--missing"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(report.read_text())
-    assert saved["rows"]["updates"]["simple2dcnn@4"] == measured
+    assert saved["rows"]["updates"]["simple2dcnn@4"] == measured and saved["rows"]["smoke"] == smoked
     assert saved["rows"]["updates"]["r3d18_frozen_112@4"]["updates_per_s"] > 0, "the row that did not run, ran"
     assert saved["rows"]["warp"] == {"cartpole@2x32": NOT_RUN}, "a section not named is left alone"
-    assert saved["commands"]["updates"] == f"{first}; python3 -m bench.gpu_check {' '.join(command[3:])}"
-    assert result.stdout.count("updates ") == 1, result.stdout
+    # a section's command line names the commands that measured its rows, and no other
+    assert saved["commands"] == commands | {"updates": f"{first}; python3 -m bench.gpu_check {' '.join(command[3:])}"}
+    assert result.stdout.count("updates ") == 1 and "smoke" not in result.stdout, result.stdout
