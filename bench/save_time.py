@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import positive
+from errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOISE_FRAMES = 1000  # distinct noise frames, cycled: what the replay holds does not change what a save costs
@@ -30,7 +31,6 @@ def main() -> int:
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--keep", action="store_true", help="leave the checkpoint in --dir (else it is removed)")
     args = parser.parse_args()
-    from errors import UserError
     from trainer.config import error_exit
 
     try:
@@ -44,7 +44,6 @@ def measure(args) -> dict:
     from trainer.headless import configure
 
     configure()  # before trainer.loop imports the env layer
-    from errors import UserError
     from trainer.config import load_config
     from trainer.loop import Trainer
 
