@@ -5,6 +5,7 @@
     python3 -m bench.gpu_check --only updates variants # some sections; rows merge into the same report
     python3 -m bench.gpu_check --only warp --minutes 9  # a machine that stops a command at 10 minutes
     python3 -m bench.gpu_check --only updates --missing # only the rows the report lacks or that failed
+    python3 -m bench.gpu_check --only warp_learn --seeds 1 2 --missing  # a second seed beside the first
 
 Writes docs/gpu/<device-name>.json (all rows so far, merged by section) and docs/gpu/<device-name>.md (the
 report). Sections, each at the `gpu` profile's settings of the config it names unless a row says otherwise:
@@ -21,6 +22,7 @@ report). Sections, each at the `gpu` profile's settings of the config it names u
             device: bench/mjwarp.py's contender) for cartpole/swingup and dishwashing at N worlds and 64/84 px
   warp_learn  cartpole/swingup from pixels in MuJoCo Warp worlds (env.backend mujoco_warp) until its eval return
             reaches 700 or the wall time passes: the training seconds to 700 (docs/warp.md's GPU target)
+The two learning sections run a row per seed of `--seeds`, one after the other.
 The report ends with the guide's claims (../shared/seeds/002_4b762c50bd7e946a.txt) beside the measured values.
 Each row runs in its own subprocess, so one that runs out of memory or crashes is reported and the rest go on.
 """
@@ -39,6 +41,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.common import cpu_name, positive
+from trainer.config import SEED_LIMIT, TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("updates", "variants", "envs", "smoke", "warp", "warp_learn")
@@ -361,6 +364,14 @@ def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: fl
     return row
 
 
+def seed(text: str) -> int:
+    """An argparse type: a training.seed, else a one-line usage error."""
+    value = int(text)
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be a training.seed in [0, {SEED_LIMIT}), got {text}")
+    return value
+
+
 # ---- the check ---------------------------------------------------------------------------------------------------
 def device_name(device: str) -> str:
     if device == "cuda":
@@ -374,10 +385,10 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget) -> None:
-    """The rows of `sections`, each passed to `record(section, name, measure)` (name None: the section's one row;
-    `measure()` runs it and returns the row), which runs it or not and keeps what it returns, so a check cut short
-    keeps the rows it finished; each row within the `budget`."""
+def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget, seeds: list[int]) -> None:
+    """The rows of `sections`, each passed to `record(section, name, measure)` (`measure()` runs it and returns the
+    row), which runs it or not and keeps what it returns, so a check cut short keeps the rows it finished; each row
+    within the `budget`. The learning sections (smoke, warp_learn) run a row per seed of `seeds`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
     if "updates" in sections:
         for name in size["encoders"]:
@@ -406,7 +417,9 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
     if "smoke" in sections:
         overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
-        record("smoke", None, partial(learning_row, device, budget.left(size["smoke_s"]), settings))
+        for seed in seeds:
+            record("smoke", f"seed{seed}", partial(learning_row, device, budget.left(size["smoke_s"]),
+                                                   settings | {"training.seed": seed}))
     if "warp" in sections:
         for task in size["warp_tasks"]:
             for image_size in size["warp_sizes"]:
@@ -417,8 +430,9 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
     if "warp_learn" in sections:
         overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
         settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
-        record("warp_learn", None, partial(learning_row, device, budget.left(size["warp_learn_s"]), settings,
-                                           target=WARP_TARGET))
+        for seed in seeds:
+            record("warp_learn", f"seed{seed}", partial(learning_row, device, budget.left(size["warp_learn_s"]),
+                                                        settings | {"training.seed": seed}, target=WARP_TARGET))
 
 
 def variant_row(device: str, *, batch: int, seconds: float, settings: dict, budget: Budget) -> dict:
@@ -463,12 +477,14 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         return f"{rates[best]} ({best})" if best else "n/a"
 
     def warp_learned() -> str:
-        row = rows.get("warp_learn", {})
-        if row.get("train_s_to_target") is not None:
-            return f"{row['train_s_to_target'] / 60:.1f} min of training ({row['frames_to_target']} frames)"
-        if "best_return" in row:
-            return f"not reached: best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min"
-        return "n/a"
+        shown = []
+        for seed, row in rows.get("warp_learn", {}).items():
+            if row.get("train_s_to_target") is not None:
+                shown.append(f"{seed}: {row['train_s_to_target'] / 60:.1f} min of training "
+                             f"({row['frames_to_target']} frames)")
+            elif "best_return" in row:
+                shown.append(f"{seed}: not reached, best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min")
+        return ", ".join(shown) or "n/a"
 
     return [
         ("R3D18 GPU utilisation while training (%)", "40-60", utilisation("r3d18")),
@@ -495,10 +511,11 @@ def markdown(name: str, commands: dict, rows: dict) -> str:
             continue
         lines += [f"## {section}", "", f"Command: `{commands.get(section, 'not recorded')}`", ""]
         if section in ("smoke", "warp_learn"):
-            row = rows[section]
-            lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
-            lines += ["- evaluations (frames: return): "
-                      + ", ".join(f"{e['frames']}: {e['return']:.0f}" for e in row.get("evals", []))]
+            for i, (seed, row) in enumerate(rows[section].items()):
+                lines += [""] * (i > 0) + [f"### {seed}", ""]
+                lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
+                lines += ["- evaluations (frames: return): "
+                          + ", ".join(f"{e['frames']}: {e['return']:.0f}" for e in row.get("evals", []))]
         else:
             keys = sorted({key for row in rows[section].values() for key in row})
             lines += ["| row | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
@@ -521,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the smoke section's wall time (default: the size's)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu"), help="folder for <device>.md and .json")
+    parser.add_argument("--seeds", type=seed, nargs="+", default=[TrainingConfig().seed],
+                        help="the learning sections' (smoke, warp_learn) training.seed, a row each (default: the "
+                             "config's)"),
     parser.add_argument("--missing", action="store_true",
                         help="run only the rows of --only's sections that the report lacks or that ended in an error, "
                              "keeping the rest (a later lease finishes an earlier one's sections)")
@@ -547,23 +567,19 @@ def main(argv: list[str] | None = None) -> int:
             rows.pop(section, None)
             commands[section] = command
 
-    def record(section: str, row_name: str | None, measure) -> None:
-        kept = rows.get(section, {}) if row_name is None else rows.get(section, {}).get(row_name, {})
+    def record(section: str, row_name: str, measure) -> None:
+        kept = rows.get(section, {}).get(row_name, {})
         if args.missing and kept and "error" not in kept:
             return
         if args.missing and not commands.get(section, "").endswith(command):  # its first row measured by this one
             commands[section] = f"{commands[section]}; {command}" if section in commands else command
-        row = measure()
-        if row_name is None:
-            rows[section] = row
-        else:
-            rows.setdefault(section, {})[row_name] = row
-        print(f"{section} {row_name or ''}: {row}", flush=True)
+        rows.setdefault(section, {})[row_name] = measure()
+        print(f"{section} {row_name}: {rows[section][row_name]}", flush=True)
         json_path.write_text(json.dumps({"device": name, "torch": torch.__version__, "commands": commands,
                                          "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
         (out / f"{slug(name)}.md").write_text(markdown(name, commands, rows))
 
-    run_sections(args.only, device, size, record, Budget(args.minutes))
+    run_sections(args.only, device, size, record, Budget(args.minutes), args.seeds)
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
     return 0
 

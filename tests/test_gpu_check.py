@@ -27,16 +27,18 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
     assert set(rows["variants"]) == {"profile", "replay_host_pinned", "compile", "autocast_bf16", "channels_last",
                                      "cudnn_benchmark"}
     assert all(row["env_steps_per_s"] > 0 and row["episodes"] >= 1 for row in rows["envs"].values())
-    assert "error" not in rows["smoke"] and len(rows["smoke"]["evals"]) >= 2, rows["smoke"]
+    assert set(rows["smoke"]) == set(rows["warp_learn"]) == {"seed1"}, "a row per seed, the config's by default"
+    smoke = rows["smoke"]["seed1"]
+    assert "error" not in smoke and len(smoke["evals"]) >= 2, smoke
     assert set(rows["warp"]) == {"cartpole@2x32"} and rows["warp"]["cartpole@2x32"]["frames_per_s"] > 0
-    learned = rows["warp_learn"]
+    learned = rows["warp_learn"]["seed1"]
     assert "error" not in learned and [e["frames"] for e in learned["evals"]] == [2 * 8 * 8, 4 * 8 * 8], learned
     assert learned["train_s_to_target"] is None and learned["best_return"] < 700  # 8-step episodes cannot reach it
     markdown = report.with_suffix(".md").read_text()
     assert "## The guide's claims beside the measured values" in markdown
     assert "| R3D18 GPU utilisation while training (%) | 40-60 | while training: not measured" in markdown
-    assert "| MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100) | < 15 min | not reached" \
-        in markdown
+    assert "| MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100) | < 15 min | seed1: not " \
+        "reached" in markdown
 
     again = subprocess.run([*command, "--only", "warp"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -54,7 +56,7 @@ def test_a_spent_budget_marks_every_row_not_run_instead_of_overrunning_it(tmp_pa
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(next(tmp_path.glob("*.json")).read_text())["rows"]
-    assert rows["smoke"] == NOT_RUN
+    assert rows["smoke"] == {"seed1": NOT_RUN}
     assert rows["updates"] == {
         f"{name}@4": NOT_RUN for name in SIZES["tiny"]["encoders"]}
     assert rows["warp"] == {"cartpole@2x32": NOT_RUN}
@@ -128,16 +130,46 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
     commands = {"updates": first, "smoke": "python3 -m bench.gpu_check --only smoke",
                 "warp": "python3 -m bench.gpu_check --only warp"}
     report.write_text(json.dumps({"commands": commands, "rows": {
-        "updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN}, "smoke": smoked,
+        "updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN}, "smoke": {"seed1": smoked},
         "warp": {"cartpole@2x32": NOT_RUN}}}))
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
                "updates", "smoke", "--missing"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(report.read_text())
-    assert saved["rows"]["updates"]["simple2dcnn@4"] == measured and saved["rows"]["smoke"] == smoked
+    assert saved["rows"]["updates"]["simple2dcnn@4"] == measured and saved["rows"]["smoke"] == {"seed1": smoked}
     assert saved["rows"]["updates"]["r3d18_frozen_112@4"]["updates_per_s"] > 0, "the row that did not run, ran"
     assert saved["rows"]["warp"] == {"cartpole@2x32": NOT_RUN}, "a section not named is left alone"
     # a section's command line names the commands that measured its rows, and no other
     assert saved["commands"] == commands | {"updates": f"{first}; python3 -m bench.gpu_check {' '.join(command[3:])}"}
     assert result.stdout.count("updates ") == 1 and "smoke" not in result.stdout, result.stdout
+
+
+def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
+    """The GPU target is one seed's; --seeds with --missing runs another beside it, with its own training.seed, and
+    the claim names every seed's result."""
+    from bench.gpu_check import claims, device_name, slug
+
+    report = tmp_path / f"{slug(device_name('cpu') + ' (tiny)')}.json"
+    first = {"wall_s": 256.0, "evals": [], "best_return": 772.6, "train_s_to_target": 239.7, "frames_to_target": 144000}
+    report.write_text(json.dumps({"commands": {"warp_learn": "earlier"}, "rows": {"warp_learn": {"seed1": first}}}))
+    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
+               "warp_learn", "--seeds", "1", "7", "--missing"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(report.read_text())["rows"]
+    assert rows["warp_learn"]["seed1"] == first and "error" not in rows["warp_learn"]["seed7"], rows
+    assert [e["frames"] for e in rows["warp_learn"]["seed7"]["evals"]] == [2 * 8 * 8, 4 * 8 * 8]
+    table = {claim: measured for claim, _, measured in claims(rows)}
+    assert table["MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100)"] == (
+        f"seed1: 4.0 min of training (144000 frames), seed7: not reached, best "
+        f"{rows['warp_learn']['seed7']['best_return']:.0f} in {rows['warp_learn']['seed7']['wall_s'] / 60:.1f} min")
+
+
+@pytest.mark.parametrize("value", ["-1", "1073741824", "x"])
+def test_a_seed_the_trainer_would_refuse_is_a_usage_error_before_any_row(tmp_path, value):
+    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "smoke", "--out",
+               str(tmp_path), "--seeds", value]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and not list(tmp_path.iterdir()), result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("gpu_check.py: error: argument --seeds: ")
