@@ -154,16 +154,19 @@ def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
     first = {"wall_s": 256.0, "evals": [], "best_return": 772.6, "train_s_to_target": 239.7, "frames_to_target": 144000}
     report.write_text(json.dumps({"commands": {"warp_learn": "earlier"}, "rows": {"warp_learn": {"seed1": first}}}))
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
-               "warp_learn", "--seeds", "1", "7", "--missing"]
+               "warp_learn", "--seeds", "1", "7", "8", "--missing"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(report.read_text())["rows"]
-    assert rows["warp_learn"]["seed1"] == first and "error" not in rows["warp_learn"]["seed7"], rows
-    assert [e["frames"] for e in rows["warp_learn"]["seed7"]["evals"]] == [2 * 8 * 8, 4 * 8 * 8]
+    seven, eight = rows["warp_learn"]["seed7"], rows["warp_learn"]["seed8"]
+    assert rows["warp_learn"]["seed1"] == first and "error" not in seven and "error" not in eight, rows
+    assert [e["frames"] for e in seven["evals"]] == [e["frames"] for e in eight["evals"]] == [2 * 8 * 8, 4 * 8 * 8]
+    assert [e["return"] for e in seven["evals"]] != [e["return"] for e in eight["evals"]], "each ran its own seed"
     table = {claim: measured for claim, _, measured in claims(rows)}
     assert table["MuJoCo Warp pixel cartpole to return 700 (issue 23's target, on an H100)"] == (
-        f"seed1: 4.0 min of training (144000 frames), seed7: not reached, best "
-        f"{rows['warp_learn']['seed7']['best_return']:.0f} in {rows['warp_learn']['seed7']['wall_s'] / 60:.1f} min")
+        f"seed1: 4.0 min of training (144000 frames), seed7: not reached, best {seven['best_return']:.0f} in "
+        f"{seven['wall_s'] / 60:.1f} min, seed8: not reached, best {eight['best_return']:.0f} in "
+        f"{eight['wall_s'] / 60:.1f} min")
 
 
 @pytest.mark.parametrize("value", ["-1", "1073741824", "x"])
