@@ -381,6 +381,11 @@ def device_name(device: str) -> str:
     return f"CPU {cpu_name()}"
 
 
+def report_name(device: str, size: str) -> str:
+    """The report's device name: the GPU's or CPU's, with the size when it is not the full check."""
+    return device_name(device) + ("" if size == "full" else f" ({size})")
+
+
 def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
@@ -554,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available; run with --device cpu --quick", file=sys.stderr)
         return 2
-    name = device_name(device) + ("" if args.size == "full" else f" ({args.size})")
+    name = report_name(device, args.size)
     size = SIZES[args.size] | ({"smoke_s": 60 * args.smoke_minutes} if args.smoke_minutes else {})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -122,9 +122,9 @@ def test_the_warp_learning_run_is_a_valid_config_at_the_gpu_profile(size):
 def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
     """A lease of 15 minutes finishes part of a section; --missing lets the next lease run the rest without paying
     again for the rows already measured, which stay as they were, and the section names both commands."""
-    from bench.gpu_check import device_name, slug
+    from bench.gpu_check import report_name, slug
 
-    report = tmp_path / f"{slug(device_name('cpu') + ' (tiny)')}.json"
+    report = tmp_path / f"{slug(report_name('cpu', 'tiny'))}.json"
     measured = {"updates_per_s": 123.0, "device": "cpu"}  # no real row reads exactly this: kept, not rerun
     first, smoked = "python3 -m bench.gpu_check --only updates --minutes 4", {"first_return": 1.0, "evals": []}
     commands = {"updates": first, "smoke": "python3 -m bench.gpu_check --only smoke",
@@ -148,9 +148,9 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
 def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
     """The GPU target is one seed's; --seeds with --missing runs another beside it, with its own training.seed, and
     the claim names every seed's result."""
-    from bench.gpu_check import claims, device_name, slug
+    from bench.gpu_check import claims, report_name, slug
 
-    report = tmp_path / f"{slug(device_name('cpu') + ' (tiny)')}.json"
+    report = tmp_path / f"{slug(report_name('cpu', 'tiny'))}.json"
     first = {"wall_s": 256.0, "evals": [], "best_return": 772.6, "train_s_to_target": 239.7, "frames_to_target": 144000}
     report.write_text(json.dumps({"commands": {"warp_learn": "earlier"}, "rows": {"warp_learn": {"seed1": first}}}))
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
