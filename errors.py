@@ -7,7 +7,6 @@ backticks (`camera`), and the config layer (`trainer.config.explain`) puts the c
 a config key never means editing the replay buffer or an encoder.
 """
 
-
 import os
 from pathlib import Path
 
