@@ -42,6 +42,7 @@ from torch import nn
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from sac.augment import random_shift
+from sac.graphs import UpdateGraphs
 
 
 def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
@@ -121,6 +122,7 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
     return [{"params": heads}, {"params": list(critic.encoder.parameters()), "lr": encoder_lr}]
 
 
+ACTOR_METRICS = ("actor_loss", "alpha_loss", "alpha", "entropy")
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
 ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder: Critic holds it as `encoder`
 
@@ -149,9 +151,11 @@ def state_problem(state: dict) -> str | None:
 
 class SAC:
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
-                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True):
+                 encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True,
+                 cuda_graph: bool = False):
         """`pixels`: the encoder's features are projected and normalised by the heads' trunk (sac.feature_dim);
-        `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features)."""
+        `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features);
+        `cuda_graph`: on CUDA, each update after the first few replays one captured graph (sac/graphs.py)."""
         self.cfg, self.device, self.autocast = cfg, device, autocast
         self.augment = pixels and augment
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
@@ -168,10 +172,13 @@ class SAC:
                     module.compile()
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
-        # fused: one kernel per step for all parameters, ~3x faster than the default on a CPU, fastest on CUDA too
-        self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr, fused=True)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, fused=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), fused=True)
+        self.graphs = UpdateGraphs() if cuda_graph and device.type == "cuda" and not compile else None
+        # fused: one kernel per step for all parameters; capturable: the step count stays on the device, as a graph
+        # needs it
+        adam = {"fused": True, "capturable": self.graphs is not None}
+        self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr, **adam)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, **adam)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), **adam)
         self.updates = 0
         self.actor_metrics = {}  # the last actor update's, reported with every update (for logging only)
 
@@ -181,7 +188,8 @@ class SAC:
 
     def encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         """One encoder pass, in bfloat16 autocast when `training.autocast` is on; float32 features out either way."""
-        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
+        # no cast cache under graphs: a cached cast captured in one graph would be freed memory in the next
+        with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast, cache_enabled=self.graphs is None):
             return encoder(obs)
 
     @torch.no_grad()
@@ -196,6 +204,21 @@ class SAC:
         return action.cpu().numpy()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One update on `batch`. The metrics are device tensors that a graphed update overwrites at its next replay:
+        read them before the next update."""
+        actor_due = self.updates % self.cfg.actor_update_every == 0
+        target_due = self.updates % self.cfg.target_update_every == 0
+        if self.graphs is None:
+            metrics = self.step(batch, actor_due=actor_due, target_due=target_due)
+        else:
+            metrics = self.graphs.run(self.step, batch, actor_due=actor_due, target_due=target_due)
+        if actor_due:
+            self.actor_metrics = {key: metrics[key] for key in ACTOR_METRICS}
+        self.updates += 1
+        return metrics | self.actor_metrics  # the trainer logs every N updates, which may never be an actor update
+
+    def step(self, batch: dict[str, torch.Tensor], *, actor_due: bool, target_due: bool) -> dict[str, torch.Tensor]:
+        """The update's tensor work, nothing read back to the host: what a CUDA graph captures."""
         obs, next_obs = batch["obs"], batch["next_obs"]
         if self.augment:  # `augment_samples` independently shifted copies, stacked along the batch axis
             copies = self.cfg.augment_samples
@@ -204,12 +227,10 @@ class SAC:
         features = self.encode(self.critic.encoder, obs)
         metrics = self.update_critic(features, action=batch["action"], reward=batch["reward"],
                                      discount=batch["discount"], next_obs=next_obs)
-        if self.updates % self.cfg.actor_update_every == 0:
-            self.actor_metrics = self.update_actor(features[: len(batch["action"])].detach())
-        metrics |= self.actor_metrics  # the trainer logs every N updates, which may never be an actor update
-        if self.updates % self.cfg.target_update_every == 0:
+        if actor_due:
+            metrics |= self.update_actor(features[: len(batch["action"])].detach())
+        if target_due:
             self.update_target()
-        self.updates += 1
         return metrics
 
     def update_critic(self, features, *, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
@@ -290,3 +311,5 @@ class SAC:
             for group, setting in zip(optimiser.param_groups, settings):
                 group.update(setting)
         self.updates = state["updates"]
+        if self.graphs is not None:  # the optimisers' loaded states are new tensors that no graph has seen
+            self.graphs = UpdateGraphs()

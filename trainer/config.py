@@ -221,6 +221,8 @@ class TrainingConfig:
     # CUDA: cuDNN times its convolution algorithms on the first batches of each shape and keeps the fastest (DrQ-v2
     # sets it); the choice can differ between processes, so runs are not bit-reproducible across restarts with it
     cudnn_benchmark: bool = False
+    # CUDA: capture the update in CUDA graphs and replay them (sac/graphs.py); no effect on a CPU or with compile
+    cuda_graph: bool = True
 
 
 @dataclass

@@ -125,7 +125,7 @@ class Trainer:
                                    path=found[0])
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
-                         augment=self.trunk is None)
+                         augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph)
         if self.trunk:  # one feature vector per step
             frame_shape, frame_dtype = (self.trunk.repr_dim,), FEATURE_DTYPE
         else:

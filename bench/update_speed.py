@@ -1,0 +1,147 @@
+"""SAC updates/s before and after CUDA graphs, in one process on one device, and whether the graphed update computes
+what the eager one does.
+
+    python3 -m bench.update_speed --device cuda --batches 128 256 512 --csv docs/gpu/update_speed.csv
+
+`before` is the update as it runs eagerly (`training.cuda_graph=false`), `after` the trainer's default (on CUDA, one
+graph replay per update). Both agents exist side by side and are timed in alternating chunks, so load from other jobs
+hits both alike. Updates include sampling the batch from a replay of random frames on the training device. `--check`
+runs K updates of an eager and a graphed agent from the same weights on the same batches and RNG seed and prints the
+largest parameter difference. One JSON line per row; `--csv` appends `device,batch,path,updates_per_s` rows.
+"""
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.common import cpu_name, positive
+from trainer.headless import configure
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "configs" / "dishwashing_video.yaml"
+# the update DrQ-v2 runs: no target encoder, actor and target every update, 1-step targets, one shift per sample
+DRQV2 = ["sac.target_encoder=false", "sac.actor_update_every=1", "sac.target_update_every=1", "sac.nstep=1",
+         "sac.augment_samples=1"]
+PATHS = {"before": {"cuda_graph": False}, "after": {"cuda_graph": True}}
+
+
+def build(cfg, device: torch.device, *, cuda_graph: bool, action_dim: int):
+    from sac.agent import SAC
+    from trainer.encoders import build_encoders
+
+    env = cfg.env
+    encoder, _ = build_encoders(cfg, (env.frame_stack, 3, env.image_size, env.image_size), device)
+    return SAC(encoder, action_dim, cfg.sac, device=device, pixels=True, autocast=cfg.training.autocast,
+               cuda_graph=cuda_graph)
+
+
+def filled_replay(cfg, device: torch.device, *, batch: int, action_dim: int):
+    from sac.replay import ReplayBuffer
+
+    env, rng = cfg.env, np.random.default_rng(0)
+    frame = (3, env.image_size, env.image_size)
+    replay = ReplayBuffer(capacity=4 * batch + 64, frame_shape=frame, frame_dtype=np.uint8, action_dim=action_dim,
+                          frame_stack=env.frame_stack, seed=0, discount=cfg.sac.discount, frames_on=device,
+                          nstep=cfg.sac.nstep)
+    replay.add_first(rng.integers(0, 256, (env.frame_stack, *frame), dtype=np.uint8))
+    for _ in range(4 * batch):
+        replay.add(rng.uniform(-1, 1, action_dim).astype(np.float32), float(rng.normal()), False,
+                   rng.integers(0, 256, (env.frame_stack, *frame), dtype=np.uint8))
+    return replay
+
+
+def load(args, batch: int, extra: list[str] = ()):
+    from trainer.config import load_config
+
+    sets = [f"profile={args.profile}", f"training.device={args.device}", f"sac.batch_size={batch}", *DRQV2,
+            *args.set, *extra]
+    return load_config(CONFIG, sets)
+
+
+def speed(args, batch: int, device: torch.device) -> list[dict]:
+    """updates/s of each path at `batch`, alternating chunks of `args.chunk` updates for `args.seconds` each."""
+    cfg = load(args, batch)
+    replay = filled_replay(cfg, device, batch=batch, action_dim=args.action_dim)
+    agents = {path: build(cfg, device, action_dim=args.action_dim, **flags) for path, flags in PATHS.items()}
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for agent in agents.values():  # warm-up: allocations, the graphs' capture
+        for _ in range(8):
+            agent.update(replay.sample(batch, device))
+    sync()
+    spent, done = dict.fromkeys(agents, 0.0), dict.fromkeys(agents, 0)
+    while min(spent.values()) < args.seconds:
+        for path, agent in agents.items():
+            start = time.perf_counter()
+            for _ in range(args.chunk):
+                agent.update(replay.sample(batch, device))
+            sync()
+            spent[path] += time.perf_counter() - start
+            done[path] += args.chunk
+    return [{"device": device_label(device), "batch": batch, "path": path,
+             "updates_per_s": round(done[path] / spent[path], 1)} for path in agents]
+
+
+def check(args, batch: int, device: torch.device) -> dict:
+    """The largest absolute parameter difference between an eager and a graphed agent after `args.check` updates
+    from the same weights, on the same batches, each run from the same RNG seed."""
+    cfg = load(args, batch)
+    replay = filled_replay(cfg, device, batch=batch, action_dim=args.action_dim)
+    batches = [replay.sample(batch, device) for _ in range(args.check)]
+    torch.manual_seed(0)
+    agents = [build(cfg, device, action_dim=args.action_dim, **flags) for flags in PATHS.values()]
+    agents[1].critic.load_state_dict(agents[0].critic.state_dict())
+    agents[1].critic_target.load_state_dict(agents[0].critic_target.state_dict())
+    agents[1].actor.load_state_dict(agents[0].actor.state_dict())
+    for agent in agents:
+        torch.manual_seed(1)
+        for sampled in batches:
+            agent.update(sampled)
+    differences = [(a - b).abs().max().item() for module in ("critic", "critic_target", "actor")
+                   for a, b in zip(getattr(agents[0], module).parameters(), getattr(agents[1], module).parameters())]
+    scale = max(p.abs().max().item() for p in agents[0].critic.parameters())
+    return {"device": device_label(device), "batch": batch, "updates": args.check,
+            "graphed": agents[1].graphs is not None, "max_abs_difference": max(differences),
+            "largest_parameter": scale}
+
+
+def device_label(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--profile", default="gpu")
+    parser.add_argument("--batches", type=positive(int), nargs="+", default=[128, 256, 512])
+    parser.add_argument("--seconds", type=positive(float), default=6.0, help="timed seconds per path and batch")
+    parser.add_argument("--chunk", type=positive(int), default=20, help="updates per timed chunk")
+    parser.add_argument("--action-dim", type=positive(int), default=4, help="the dishwashing task's")
+    parser.add_argument("--check", type=int, default=0, metavar="K", help="also compare K updates, eager and graphed")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
+    parser.add_argument("--csv", help="append the rows here")
+    args = parser.parse_args(argv)
+    configure()
+    device = torch.device(args.device)
+    if args.check:
+        print(json.dumps(check(args, args.batches[0], device)), flush=True)
+    for batch in args.batches:
+        rows = speed(args, batch, device)
+        for row in rows:
+            print(json.dumps(row | {"settings": args.set}), flush=True)
+        if args.csv:
+            path = Path(args.csv)
+            new = not path.exists()
+            with path.open("a", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+                if new:
+                    writer.writeheader()
+                writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
