@@ -193,3 +193,18 @@ def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_f
     assert action.shape == (1,) and policy.stack.shape == (3, 3, SIZE, SIZE)
     with pytest.raises(UserError, match=r"act\(\) takes uint8 \(B, 3, 3, 32, 32\)"):
         policy.act(np.zeros((1, 3, 3, SIZE + 1, SIZE), np.uint8))
+
+
+def test_an_encoder_that_does_not_export_to_onnx_is_one_line_naming_the_format_that_works(tmp_path, capfd):
+    """Frames resized inside the encoder (encoder.video.input_size) use antialiased bilinear resizing, which torch's
+    ONNX exporter has no operator for."""
+    run, path = saved_trainer(tmp_path, "default.yaml", "env.image_size=40", "encoder.video.input_size=32")
+    run.close()
+    capfd.readouterr()
+    assert export.main([path, "--out", str(tmp_path / "both"), "--episodes", "0"]) == 2
+    out, err = capfd.readouterr()
+    assert len(err.strip().splitlines()) == 1 and "does not export to onnx" in err and "--formats torchscript" in err
+    assert "graph" not in out, "nothing of the exporter's own logging"
+    assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
+    assert export.main([path, "--out", str(tmp_path / "ts"), "--episodes", "0", "--formats", "torchscript"]) == 0
+    assert Policy.load(tmp_path / "ts").act(np.zeros((1, 3, 3, 40, 40), np.uint8)).shape == (1, 1)
