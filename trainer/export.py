@@ -142,8 +142,8 @@ def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
     raise UserError(f"the {spec.encoder} policy does not export to {name} ({reason}); {fix}")
 
 
-def model_card(spec, cfg, payload: dict, *, checkpoint: str, evaluation: str | None, command: str | None,
-               video: bool) -> str:
+def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str], evaluation: str | None,
+               command: str | None, video: bool) -> str:
     progress, env = payload["progress"], cfg.env
     frames = progress["env_step"] * env.action_repeat
     hours = payload.get("wall_s", 0.0) / 3600
@@ -162,23 +162,26 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, evaluation: str | N
         lines += ["Not evaluated at export (`--episodes 0`): `python3 -m trainer.evaluate CHECKPOINT` measures it.", ""]
     if video:
         lines += ["![an evaluation episode](episode.gif)", ""]
+    inside = ("normalisation, " + ("the frozen trunk, " if cfg.encoder.video.freeze else "") + "the encoder and the "
+              "actor are" if spec.pixels else "the actor is")
+    runtimes = {"onnx": ["import numpy as np, onnxruntime", "session = onnxruntime.InferenceSession(\"policy.onnx\")",
+                         "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of 1 or more"],
+                "torchscript": ["import torch", "policy = torch.jit.load(\"policy.pt\")",
+                                "action = policy(torch.from_numpy(obs)).numpy()"]}
+    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load)",
+             "onnx": f"- `policy.onnx`: ONNX, opset {ONNX_OPSET}, dynamic batch (ONNX Runtime)"}
     stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last {spec.obs_shape[0]} RGB "
              f"frames of camera `{env.camera}`, oldest first, channels first; at an episode start the first frame "
              "fills the stack") if spec.pixels else f"float32 `obs` of shape (B, {spec.obs_shape[0]}): the state vector"
     lines += ["## Use", "",
               f"Input: {stack}. Output: float32 `action` (B, {len(spec.action_low)}) within the task's bounds "
               f"{spec.action_low} to {spec.action_high}. One action per agent step: apply it for {env.action_repeat} "
-              "control steps of the task. Normalisation"
-              + (", the frozen trunk" if spec.pixels and cfg.encoder.video.freeze else "")
-              + " and the actor are inside both files; `policy.json` states this contract.", "",
-              "```python", "import numpy as np, onnxruntime", "session = onnxruntime.InferenceSession(\"policy.onnx\")",
-              "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of one or more", "",
-              "import torch", "policy = torch.jit.load(\"policy.pt\")",
-              "action = policy(torch.from_numpy(obs)).numpy()", "```", "",
+              f"control steps of the task. The {inside} inside the file; `policy.json` states this contract.", "",
+              "```python", *[line for name in formats for line in runtimes[name]], "```", "",
               "With pixel-sac installed, `Policy.load(folder)` keeps the frame stack itself: `policy.reset()`, then "
               "`policy.step(frame)` per uint8 (H, W, 3) frame.", "",
-              "## Files", "", "- `policy.pt`: TorchScript; `policy.onnx`: ONNX (opset "
-              f"{ONNX_OPSET}, dynamic batch)", "- `policy.json`: inputs, outputs, action bounds, action repeat",
+              "## Files", "", *[files[name] for name in formats],
+              "- `policy.json`: inputs, outputs, action bounds, action repeat",
               "- `config.yaml`: the run's resolved training config", ""]
     return "\n".join(lines)
 
@@ -203,7 +206,8 @@ def export(args: argparse.Namespace) -> Path:
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
         (tmp / "config.yaml").write_text(to_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
-                                                  evaluation=evaluation, command=command, video=video))
+                                                  formats=args.formats, evaluation=evaluation, command=command,
+                                                  video=video))
         if out.is_dir():
             out.rmdir()  # empty, checked above
         os.replace(tmp, out)

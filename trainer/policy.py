@@ -14,6 +14,7 @@ and ONNX. It runs in float32 whatever the run's `training.autocast`.
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -98,7 +99,9 @@ class Policy:
     def from_folder(cls, folder: Path, device: torch.device, *, unit_actions: bool) -> "Policy":
         spec = read_spec(folder)
         try:
-            net = torch.jit.load(folder / SCRIPT_FILE, map_location=device)
+            with warnings.catch_warnings():  # TorchScript is deprecated in torch, not yet gone: docs/deploy.md
+                warnings.simplefilter("ignore", FutureWarning)
+                net = torch.jit.load(folder / SCRIPT_FILE, map_location=device)
         except (RuntimeError, ValueError) as err:
             raise UserError(f"{folder / SCRIPT_FILE} is unreadable ({str(err).strip().splitlines()[0]}); "
                             "export the policy again (python3 -m trainer.export CHECKPOINT --out DIR)") from None
