@@ -208,3 +208,13 @@ def test_an_encoder_that_does_not_export_to_onnx_is_one_line_naming_the_format_t
     assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
     assert export.main([path, "--out", str(tmp_path / "ts"), "--episodes", "0", "--formats", "torchscript"]) == 0
     assert Policy.load(tmp_path / "ts").act(np.zeros((1, 3, 3, 40, 40), np.uint8)).shape == (1, 1)
+
+
+def test_a_push_that_cannot_reach_the_hub_is_one_line_and_keeps_the_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once, as offline
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    (tmp_path / "README.md").write_text("card\n")
+    said = r"cannot push .* to the Hugging Face Hub repo user/policy \(.*\); the folder is complete: upload it later"
+    with pytest.raises(UserError, match=said) as raised:
+        export.push(tmp_path, "user/policy")
+    assert "\n" not in str(raised.value) and (tmp_path / "README.md").exists()
