@@ -339,6 +339,15 @@ def config_from_dict(data: dict) -> Config:
     return cfg
 
 
+def with_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """A resolved config (as saved in a checkpoint) with `key=value` overrides applied and checked, as --set does."""
+    for item in overrides:
+        _apply(cfg, _parse_set(item))
+    if overrides:
+        validate(cfg)
+    return cfg
+
+
 def to_dict(cfg: Config) -> dict:
     return dataclasses.asdict(cfg)
 

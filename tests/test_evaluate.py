@@ -1,0 +1,131 @@
+"""Evaluating checkpoints after training, through the real command: a tiny trained pixel run and a state run of a
+task with success print their numbers with intervals and write episodes.csv and a GIF; the same seeds give the same
+numbers twice; the run's own evaluation is repeated exactly; several checkpoints get the aggregate; s3:// checkpoints
+load; bad input is one line. The interval formulas are checked against values worked by hand."""
+
+import csv
+
+import boto3
+import numpy as np
+import pytest
+from PIL import Image
+from scipy import stats
+
+from tests.conftest import ROOT
+from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
+from trainer import evaluate
+from trainer.config import load_config
+from trainer.loop import Trainer
+from trainer.plot import read_rows
+
+
+def train(folder, config: str, *settings: str) -> Trainer:
+    """A tiny run of `config` trained for 4 short episodes, evaluated every 2 on 2 episodes, saved every 2."""
+    cfg = load_config(ROOT / "configs" / config, [
+        "profile=cpu", "sac.hidden_dim=32", "sac.feature_dim=16", "sac.batch_size=8", "sac.buffer_size=200",
+        "env.image_size=32", "env.max_episode_steps=15", "training.episodes=4", "training.seed_steps=20",
+        "training.eval_every_episodes=2", "training.eval_episodes=2", "checkpoint.every_episodes=2",
+        "logging.progress=false", "logging.eval_video=false", "demos.path=null",
+        f"logging.tensorboard_dir={folder / 'runs'}", f"checkpoint.dir={folder / 'ckpt'}", *settings])
+    run = Trainer(cfg)
+    assert run.train() == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def pixels(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("pixels"), "default.yaml")
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("state"), "dishwashing_feasible.yaml")
+
+
+def latest(run: Trainer) -> str:
+    return str(run.checkpoint_dir / f"{run.cfg.run_name}_latest.pt")
+
+
+def episodes_csv(folder) -> list[dict]:
+    with open(folder / "episodes.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_pixel_checkpoint_prints_its_return_and_writes_episodes_csv_and_a_video_the_same_twice(pixels, tmp_path,
+                                                                                                 capsys):
+    outputs = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        assert evaluate.main([latest(pixels), "--episodes", "3", "--seed", "5", "--out", str(out), "--video",
+                              "--video-size", "40", "--no-progress"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1].replace(str(tmp_path / "b"), str(tmp_path / "a")), "the same seeds, the same run"
+    rows = episodes_csv(tmp_path / "a")
+    assert rows == episodes_csv(tmp_path / "b")
+    assert [(row["checkpoint"], row["seed"], row["length"], row["success"]) for row in rows] == [
+        (latest(pixels), str(seed), "15", "") for seed in (5, 6, 7)]
+    returns = np.array([float(row["return"]) for row in rows])
+    mean, low, high = evaluate.mean_interval(returns)
+    assert f"return {mean:.1f} (95% CI {low:.1f} to {high:.1f}), 3 episodes" in outputs[0]
+    assert "success" not in outputs[0], "cartpole has no success"
+    assert len(set(returns)) == 3, "three starts, three returns"
+    gif = Image.open(tmp_path / "a" / "sac_video_latest.gif")
+    assert gif.size == (40, 40) and gif.n_frames == 15
+
+
+def test_the_evaluator_repeats_the_run_s_own_evaluation_of_a_checkpoint(pixels, capsys):
+    """At the default seeds and the run's eval_episodes, a checkpoint saved with an evaluation gives its number."""
+    logged = read_rows(pixels.logger.eval_csv)[-1]
+    assert evaluate.main([latest(pixels), "--episodes", "2", "--no-progress"]) == 0
+    out = pixels.logger.dir / "evaluate"  # the default: beside the run's logs
+    mean = np.mean([float(row["return"]) for row in episodes_csv(out)])
+    assert abs(mean - logged["return"]) < 1e-3 and f"return {mean:.1f}" in capsys.readouterr().out
+
+
+def test_a_state_checkpoint_with_success_prints_a_wilson_interval_and_several_get_the_aggregate(state, tmp_path,
+                                                                                               capsys):
+    first = str(state.checkpoint_dir / "sac_feasible_ep2.pt")
+    assert evaluate.main([first, latest(state), "--episodes", "4", "--out", str(tmp_path), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    rows = episodes_csv(tmp_path)
+    assert len(rows) == 8 and {row["success"] for row in rows} <= {"0", "1"}
+    per_checkpoint = []
+    for name in (first, latest(state)):
+        mine = [row for row in rows if row["checkpoint"] == name]
+        wins = sum(int(row["success"]) for row in mine)
+        low, high = evaluate.wilson(wins, 4)
+        assert f"success {wins}/4 = {wins / 4:.0%} (95% Wilson CI {low:.0%} to {high:.0%})" in printed
+        per_checkpoint.append(np.mean([float(row["return"]) for row in mine]))
+    iqm = stats.trim_mean(per_checkpoint, 0.25)
+    assert f"across 2 checkpoints: return mean {np.mean(per_checkpoint):.1f}, IQM {iqm:.1f}" in printed
+
+
+def test_an_s3_checkpoint_is_fetched_and_evaluated(state, s3, tmp_path, monkeypatch, capsys):  # noqa: F811
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    boto3.client("s3").upload_file(latest(state), "ckpt", "eval/sac_feasible_latest.pt")
+    url = f"{s3}/eval/sac_feasible_latest.pt"
+    assert evaluate.main([url, "--episodes", "1", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert [row["checkpoint"] for row in episodes_csv(tmp_path / "out")] == [url]
+    assert evaluate.main([f"{s3}/eval/missing.pt", "--out", str(tmp_path / "out2")]) == 2
+    assert "checkpoint not found: s3://ckpt/eval/missing.pt" in capsys.readouterr().err
+
+
+def test_bad_input_is_one_line_and_writes_nothing(state, pixels, tmp_path, capsys):
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(open(latest(state), "rb").read()[:5000])
+    for args, said in [([str(truncated)], "is unreadable (truncated or corrupt"),
+                       ([latest(state), latest(pixels)], "belong to 2 runs"),
+                       ([latest(state), "--set", "env.frame_stack=0"], "env.frame_stack")]:
+        assert evaluate.main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err, err
+    assert not (tmp_path / "episodes.csv").exists()
+
+
+def test_intervals_match_values_worked_by_hand():
+    assert evaluate.wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert evaluate.wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    mean, low, high = evaluate.mean_interval(np.array([1.0, 2.0, 3.0]))
+    assert (mean, high - mean) == pytest.approx((2.0, 4.303 / np.sqrt(3)), abs=1e-3)  # t(0.975, 2) = 4.303
+    iqm, low, high = evaluate.iqm_interval(np.arange(1.0, 9.0))
+    assert iqm == 4.5 and 2.5 <= low < iqm < high <= 6.5
+    assert evaluate.iqm_interval(np.array([3.0, 3.0, 3.0])) == (3.0, 3.0, 3.0)

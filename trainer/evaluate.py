@@ -1,0 +1,283 @@
+"""Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the evaluation env the trainer
+uses (the run's own config from the checkpoint; pixel policies trained on MuJoCo Warp frames in MuJoCo Warp).
+
+    python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--out DIR] [--video]
+        [--set key=value ...]
+
+Prints each checkpoint's mean return with a 95% confidence interval (Student's t) and, where the task has success,
+its success rate with a 95% Wilson interval; with several checkpoints (seeds of one config) also the aggregate over
+them: the mean, and the interquartile mean with a 95% percentile-bootstrap interval over checkpoints, as rliable
+reports it. Writes episodes.csv (checkpoint, seed, return, length, success) into --out, by default the first run's
+log folder's evaluate/, and with --video a GIF of the first episodes of each checkpoint there. Episode i starts
+from seed S + i; the default S is the run's own evaluation seeds, so `--episodes training.eval_episodes` repeats the
+evaluation the trainer logged for that checkpoint.
+"""
+
+import argparse
+import csv
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from errors import UserError, check_writable_folder
+
+CONFIDENCE = 0.95
+BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
+GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/logger.py)
+
+
+@dataclasses.dataclass
+class Episode:
+    checkpoint: str
+    seed: int
+    ret: float
+    length: int
+    success: bool | None  # None where the task has no success
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m trainer.evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                        help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
+    parser.add_argument("--episodes", type=positive, default=10, help="episodes per checkpoint (default 10)")
+    parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")
+    parser.add_argument("--out", help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
+    parser.add_argument("--video", action="store_true", help="write a GIF of the first episodes of each checkpoint")
+    parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each GIF (default 1)")
+    parser.add_argument("--video-size", type=positive, help="GIF pixels (default: the run's logging.video_size)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the checkpoints' config, e.g. env.max_episode_steps=500")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def eval_env(cfg, device, *, episodes: int, video_size: int | None):
+    """(env, camera or None) as the trainer evaluates: the ordinary env in this process with its own camera for the
+    video, or for a pixel policy trained on MuJoCo Warp frames up to `training.eval_episodes` worlds (video from
+    their frames)."""
+    from envs import InProcessEnv, make_batched_env, make_env
+    from envs.pixels import Camera
+
+    if cfg.env.backend == "mujoco_warp" and cfg.pixels:
+        worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)
+        return make_batched_env(worlds, True, device), None
+    env = InProcessEnv(make_env(cfg.env, cfg.pixels))
+    if video_size is None:
+        return env, None
+    return env, Camera(env.env, size=video_size, camera=cfg.env.camera, shadow_size=cfg.env.render_shadow_size,
+                       offsamples=cfg.env.render_offsamples)
+
+
+def run_episodes(policy, env, camera, *, name: str, seed: int, episodes: int, video_episodes: int,
+                 video_size: int, progress) -> tuple[list[Episode], list[np.ndarray]]:
+    """`episodes` episodes of `policy` (unit actions), episode i from `seed + i`, `env.num_envs` at a time; and the
+    frames of the first `video_episodes` episodes (uint8 (video_size, video_size, 3))."""
+    from sac.replay import to_host
+
+    n, rows, clip = env.num_envs, [], []
+    for first in range(0, episodes, n):
+        env.reset(seed=seed + first)
+        total, length = np.zeros(n), np.zeros(n, int)
+        done, success = np.zeros(n, bool), np.zeros(n, bool)
+        filmed = [i for i in range(n) if first + i < min(video_episodes, episodes)]
+        while not done.all():
+            clip += [frame(env, camera, i, video_size) for i in filmed if not done[i]]
+            _, _, reward, terminated, truncated = env.step(policy.act, lambda obs: obs)
+            reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
+            total += np.where(done, 0.0, reward)
+            length += ~done
+            success |= ~done & terminated
+            done |= terminated | truncated
+        for i in range(min(n, episodes - first)):
+            rows.append(Episode(name, seed + first + i, float(total[i]), int(length[i]),
+                                bool(success[i]) if env.terminates_on_success else None))
+            progress.update(1)
+    return rows, clip
+
+
+def frame(env, camera, i: int, size: int) -> np.ndarray:
+    """uint8 (size, size, 3): the camera's picture of the env, or world i's newest observed frame scaled up."""
+    from PIL import Image
+
+    from sac.replay import to_host
+
+    if camera is not None:
+        return camera.render().copy()
+    latest = to_host(env.obs[i, -1].permute(1, 2, 0).contiguous())
+    return np.asarray(Image.fromarray(latest).resize((size, size), Image.NEAREST))
+
+
+def mean_interval(values: np.ndarray) -> tuple[float, float, float]:
+    """(mean, low, high): the mean and its Student's t confidence interval (the mean itself for one value)."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, mean, mean
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's score interval of a success rate: sound at 0 and 100% and for few episodes, where p +- z*se is not."""
+    z = stats.norm.ppf((1 + CONFIDENCE) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
+    """(IQM, low, high): the interquartile mean of per-run scores (scipy's trim_mean at 25%, rliable's
+    aggregate_iqm) and its percentile-bootstrap interval, runs resampled with replacement (rliable's stratified
+    bootstrap, with one task one stratum), from a fixed seed so the same scores give the same interval."""
+    samples = np.random.default_rng(0).integers(0, len(scores), (BOOTSTRAP_SAMPLES, len(scores)))
+    boot = stats.trim_mean(scores[samples], 0.25, axis=1)
+    low, high = np.percentile(boot, [100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2])
+    return float(stats.trim_mean(scores, 0.25)), float(low), float(high)
+
+
+def summary(rows: list[Episode]) -> dict:
+    """The numbers of one checkpoint's episodes."""
+    returns = np.array([row.ret for row in rows])
+    mean, low, high = mean_interval(returns)
+    result = {"episodes": len(rows), "return": mean, "return_ci": (low, high),
+              "length": float(np.mean([row.length for row in rows])), "success": None}
+    if rows[0].success is not None:
+        wins = sum(row.success for row in rows)
+        result |= {"success": wins / len(rows), "successes": wins, "success_ci": wilson(wins, len(rows))}
+    return result
+
+
+def describe(name: str, result: dict) -> str:
+    low, high = result["return_ci"]
+    text = (f"{name}: return {result['return']:.1f} (95% CI {low:.1f} to {high:.1f}), {result['episodes']} episodes "
+            f"of mean length {result['length']:.1f}")
+    if result["success"] is not None:
+        low, high = result["success_ci"]
+        text += (f", success {result['successes']}/{result['episodes']} = {result['success']:.0%} "
+                 f"(95% Wilson CI {low:.0%} to {high:.0%})")
+    return text
+
+
+def describe_aggregate(results: list[dict]) -> str:
+    returns = np.array([result["return"] for result in results])
+    iqm, low, high = iqm_interval(returns)
+    text = (f"across {len(results)} checkpoints: return mean {returns.mean():.1f}, IQM {iqm:.1f} (95% bootstrap CI "
+            f"{low:.1f} to {high:.1f})")
+    if results[0]["success"] is not None:
+        rates = np.array([result["success"] for result in results])
+        iqm, low, high = iqm_interval(rates)
+        text += f"; success mean {rates.mean():.0%}, IQM {iqm:.0%} (95% bootstrap CI {low:.0%} to {high:.0%})"
+    return text
+
+
+def write_csv(rows: list[Episode], path: Path) -> None:
+    """episodes.csv, written whole or not at all (a temporary file renamed)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(("checkpoint", "seed", "return", "length", "success"))
+            for row in rows:
+                success = "" if row.success is None else int(row.success)
+                writer.writerow((row.checkpoint, row.seed, f"{row.ret:.6g}", row.length, success))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_gif(frames: list[np.ndarray], path: Path) -> None:
+    from PIL import Image
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    images = [Image.fromarray(f) for f in frames]
+    try:
+        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
+                       duration=1000 // GIF_FRAMES_PER_S, loop=0)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def default_out(configs: list) -> Path:
+    folders = {Path(cfg.logging.tensorboard_dir) / cfg.run_name for cfg in configs}
+    if len(folders) > 1:
+        raise UserError(f"the checkpoints belong to {len(folders)} runs ({', '.join(sorted(map(str, folders)))}); "
+                        "pass --out DIR for their episodes.csv")
+    return folders.pop() / "evaluate"
+
+
+def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
+             progress) -> tuple[list[Episode], list[np.ndarray]]:
+    """One checkpoint's episodes (and video frames when `video_size` is given), in the trainer's evaluation env."""
+    from trainer.config import EVAL_SEED_OFFSET
+
+    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size)
+    try:
+        return run_episodes(policy, env, camera, name=name,
+                            seed=cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed, episodes=episodes,
+                            video_episodes=video_episodes if video_size else 0,
+                            video_size=video_size or cfg.logging.video_size, progress=progress)
+    finally:
+        if camera is not None:
+            camera.close()
+        env.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from trainer.config import error_exit
+    from trainer.headless import configure
+
+    try:
+        configure()
+        return run(args)
+    except UserError as err:
+        return error_exit(err)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from trainer.device import resolve_device
+    from trainer.policy import load_checkpoint
+
+    loaded = []
+    for name in args.checkpoints:  # every checkpoint is read before the first episode: bad input fails at once
+        policy, cfg, _ = load_checkpoint(name, unit_actions=True, overrides=args.set)
+        loaded.append((name, policy.to(resolve_device(cfg.training.device)), cfg))
+    out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
+    check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
+    rows, results = [], []
+    with tqdm(total=args.episodes * len(loaded), unit="ep", disable=not args.progress, dynamic_ncols=True) as bar:
+        for name, policy, cfg in loaded:
+            size = (args.video_size or cfg.logging.video_size) if args.video else None
+            episodes, clip = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed,
+                                      video_episodes=args.video_episodes, video_size=size, progress=bar)
+            rows += episodes
+            results.append(summary(episodes))
+            bar.write(describe(name, results[-1]))
+            if clip:
+                out.mkdir(parents=True, exist_ok=True)
+                write_gif(clip, out / f"{Path(name).stem}.gif")
+    if len(results) > 1:
+        print(describe_aggregate(results))
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "episodes.csv")
+    print(f"wrote {out / 'episodes.csv'}" + (" and videos" if args.video else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

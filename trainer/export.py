@@ -1,0 +1,275 @@
+"""Export a checkpoint's policy to a folder that runs without this repository:
+
+    python3 -m trainer.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
+
+DIR holds policy.pt (TorchScript) and policy.onnx: uint8 frame stacks (B, T, C, H, W) in (or float32 states (B, D)),
+actions within the task's bounds out, with the normalisation, a frozen trunk and the actor inside; policy.json (that
+contract: shapes, bounds, action repeat); config.yaml (the run's resolved config); README.md, a model card with an
+evaluation of N episodes and the command that repeats it, and episode.gif. The folder is written under a temporary
+name and renamed when whole; it is laid out for the Hugging Face Hub as is (`hf upload REPO_ID DIR`, or --push).
+Each format is checked against the policy in this repository on the example batch before it is kept.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from errors import UserError, check_writable_folder
+
+FORMATS = ("torchscript", "onnx")
+FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
+ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_size needs
+TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
+# with a frozen trunk, whose features are rounded to float16 as the replay stored them: another runtime's conv sums
+# differ in the last float32 bit, and a feature that sits on a float16 rounding boundary then moves one float16 step
+FLOAT16_TOLERANCE = 1e-3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python3 -m trainer.export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
+    parser.add_argument("--out", required=True, help="the folder to write (new, or empty)")
+    parser.add_argument("--formats", default=",".join(FORMATS), type=formats,
+                        help="comma-separated, of torchscript and onnx (default both)")
+    parser.add_argument("--episodes", type=int, default=10,
+                        help="evaluation episodes for the model card (0: none; default 10)")
+    parser.add_argument("--seed", type=int, help="evaluation episode i starts from seed S + i (default: the run's)")
+    parser.add_argument("--video-size", type=int, help="pixels of episode.gif (default: the run's logging.video_size)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key of the checkpoint's config (e.g. encoder.video.weights=PATH)")
+    parser.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face Hub repo")
+    return parser.parse_args(argv)
+
+
+def formats(text: str) -> list[str]:
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    if not chosen or any(name not in FORMATS for name in chosen):
+        raise argparse.ArgumentTypeError(f"choose among {', '.join(FORMATS)}, comma-separated; got {text!r}")
+    return chosen
+
+
+def example_batch(spec, batch: int, seed: int = 0) -> torch.Tensor:
+    """Random observations of the policy's input: uint8 frames, or float32 states."""
+    generator = torch.Generator().manual_seed(seed)
+    if spec.pixels:
+        return torch.randint(0, 256, (batch, *spec.obs_shape), dtype=torch.uint8, generator=generator)
+    return torch.randn((batch, *spec.obs_shape), generator=generator)
+
+
+def write_torchscript(net, example: torch.Tensor, path: Path) -> None:
+    traced = torch.jit.trace(net, example, check_trace=False)
+    traced.save(str(path))
+
+
+def write_onnx(net, example: torch.Tensor, path: Path) -> None:
+    torch.onnx.export(net, (example,), str(path), verbose=False, input_names=["obs"], output_names=["action"],
+                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=ONNX_OPSET,
+                      dynamo=False)
+
+
+def run_torchscript(path: Path, obs: torch.Tensor) -> np.ndarray:
+    with torch.inference_mode():
+        return torch.jit.load(str(path), map_location="cpu")(obs).numpy()
+
+
+def run_onnx(path: Path, obs: torch.Tensor) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"obs": obs.numpy()})[0]
+
+
+WRITERS = {"torchscript": (write_torchscript, run_torchscript), "onnx": (write_onnx, run_onnx)}
+
+
+@contextlib.contextmanager
+def quiet_stdout():
+    """File descriptor 1 to /dev/null: torch's ONNX exporter logs its graph from C++, past sys.stdout."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def write_format(name: str, net, spec, folder: Path) -> None:
+    """One format of `net`, checked on a batch other than the one it was traced with."""
+    write, run = WRITERS[name]
+    path = folder / FILES[name]
+    check = example_batch(spec, 3, seed=1)
+    # the encoders' input asserts become constants (so the check runs another batch size), torch calls both exporters
+    # deprecated (docs/deploy.md), and its ONNX exporter prints its whole graph when an operator is missing
+    with warnings.catch_warnings(), quiet_stdout():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        write(net, example_batch(spec, 2), path)
+        actions = run(path, check)
+    with torch.inference_mode():
+        expected = net(check).numpy()
+    worst = float(np.abs(actions - expected).max())
+    if not worst <= (FLOAT16_TOLERANCE if net.float16_features else TOLERANCE):
+        raise RuntimeError(f"its actions differ from this repository's policy by up to {worst:.2g}")
+
+
+def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
+    """Every format in `chosen`, or a one-line error naming those that work."""
+    failed = {}
+    for name in chosen:
+        try:
+            write_format(name, net, spec, folder)
+        except Exception as err:  # exporters raise many types; any failure means the format does not serve
+            failed[name] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if not failed:
+        return
+    name, reason = next(iter(failed.items()))
+    working = [f for f in chosen if f not in failed]
+    fix = (f"export the format that works with --formats {','.join(working)}" if working
+           else "use the checkpoint itself in Python (trainer.policy.Policy.load)")
+    raise UserError(f"the {spec.encoder} policy does not export to {name} ({reason}); {fix}")
+
+
+def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str], evaluation: str | None,
+               command: str | None, video: bool) -> str:
+    progress, env = payload["progress"], cfg.env
+    frames = progress["env_step"] * env.action_repeat
+    hours = payload.get("wall_s", 0.0) / 3600
+    what = "states" if not spec.pixels else f"{env.image_size}x{env.image_size} camera frames"
+    encoder = spec.encoder + (" (frozen, pretrained)" if spec.pixels and cfg.encoder.video.freeze else "")
+    lines = ["---", "library_name: pixel-sac", "tags:", "- reinforcement-learning", "- soft-actor-critic",
+             "- mujoco", f"- {env.id.replace('/', '-')}", "---", "",
+             f"# SAC policy for {env.id} from {what}", "",
+             f"Soft Actor-Critic trained by pixel-sac (`train_sac.py`), encoder {encoder}: {progress['env_step']} "
+             f"agent steps ({frames} env frames at action repeat {env.action_repeat}), {progress['episode']} episodes, "
+             f"{hours:.2f} h of training. Exported from `{checkpoint}`.", ""]
+    lines += ["## Evaluation", ""]
+    if evaluation:
+        lines += [f"Deterministic policy: {evaluation}. Repeat it with", "", f"    {command}", ""]
+    else:
+        lines += ["Not evaluated at export (`--episodes 0`): `python3 -m trainer.evaluate CHECKPOINT` measures it.", ""]
+    if video:
+        lines += ["![an evaluation episode](episode.gif)", ""]
+    inside = ("normalisation, " + ("the frozen trunk, " if cfg.encoder.video.freeze else "") + "the encoder and the "
+              "actor are" if spec.pixels else "the actor is")
+    runtimes = {"onnx": ["import numpy as np, onnxruntime", "session = onnxruntime.InferenceSession(\"policy.onnx\")",
+                         "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of 1 or more"],
+                "torchscript": ["import torch", "policy = torch.jit.load(\"policy.pt\")",
+                                "action = policy(torch.from_numpy(obs)).numpy()"]}
+    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load)",
+             "onnx": f"- `policy.onnx`: ONNX, opset {ONNX_OPSET}, dynamic batch (ONNX Runtime)"}
+    stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last {spec.obs_shape[0]} RGB "
+             f"frames of camera `{env.camera}`, oldest first, channels first; at an episode start the first frame "
+             "fills the stack") if spec.pixels else f"float32 `obs` of shape (B, {spec.obs_shape[0]}): the state vector"
+    lines += ["## Use", "",
+              f"Input: {stack}. Output: float32 `action` (B, {len(spec.action_low)}) within the task's bounds "
+              f"{spec.action_low} to {spec.action_high}. One action per agent step: apply it for {env.action_repeat} "
+              f"control steps of the task. The {inside} inside the file; `policy.json` states this contract.", "",
+              "```python", *[line for name in formats for line in runtimes[name]], "```", "",
+              "With pixel-sac installed, `Policy.load(folder)` keeps the frame stack itself: `policy.reset()`, then "
+              "`policy.step(frame)` per uint8 (H, W, 3) frame.", "",
+              "## Files", "", *[files[name] for name in formats],
+              "- `policy.json`: inputs, outputs, action bounds, action repeat",
+              "- `config.yaml`: the run's resolved training config", ""]
+    return "\n".join(lines)
+
+
+def export(args: argparse.Namespace) -> Path:
+    from trainer.config import to_yaml
+    from trainer.policy import SPEC_FILE, PolicyNet, load_checkpoint
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out} exists and is not an empty folder; pass a new folder or move it aside")
+    check_writable_folder(out.parent, what=f"export to {out}", fix="pass --out in a folder this process may write to")
+    policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True, overrides=args.set)
+    net = policy.net
+    bounded = PolicyNet(net.encoder, net.actor, low=policy.low, high=policy.high,
+                        float16_features=net.float16_features, unit_actions=False)
+    tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
+    tmp.mkdir(parents=True)
+    try:
+        export_formats(bounded, policy.spec, tmp, args.formats)
+        evaluation, command, video = evaluate(policy, cfg, args, tmp)
+        (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
+        (tmp / "config.yaml").write_text(to_yaml(cfg))
+        (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
+                                                  formats=args.formats, evaluation=evaluation, command=command,
+                                                  video=video))
+        if out.is_dir():
+            out.rmdir()  # empty, checked above
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> tuple[str | None, str | None, bool]:
+    """(the evaluation's description, the command that repeats it, whether episode.gif was written), or Nones with
+    `--episodes 0`."""
+    from tqdm import tqdm
+
+    from trainer import evaluate as evaluation
+    from trainer.config import EVAL_SEED_OFFSET
+
+    if args.episodes < 1:
+        return None, None, False
+    seed = cfg.training.seed + EVAL_SEED_OFFSET if args.seed is None else args.seed
+    size = args.video_size or cfg.logging.video_size
+    with tqdm(total=args.episodes, unit="ep", desc="evaluating", dynamic_ncols=True) as bar:
+        rows, clip = evaluation.evaluate(args.checkpoint, policy, cfg, episodes=args.episodes, seed=seed,
+                                         video_episodes=1, video_size=size, progress=bar)
+    evaluation.write_gif(clip, folder / "episode.gif")
+    result = evaluation.describe(f"{args.episodes} episodes", evaluation.summary(rows))
+    sets = "".join(f" --set {item}" for item in args.set)
+    command = f"python3 -m trainer.evaluate {args.checkpoint} --episodes {args.episodes} --seed {seed}{sets}"
+    return result.partition(": ")[2], command, True
+
+
+def push(folder: Path, repo_id: str) -> None:
+    """Upload the folder with huggingface_hub; any failure (offline, no token, no access) is one line."""
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder))
+    except Exception as err:  # the hub client raises many types (offline mode, HTTP, auth); all are said the same way
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot push {folder} to the Hugging Face Hub repo {repo_id} ({reason}); the folder is "
+                        f"complete: upload it later with `hf upload {repo_id} {folder}` once online and logged in "
+                        "(`hf auth login`)") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from trainer.config import error_exit
+    from trainer.headless import configure
+
+    try:
+        configure()
+        out = export(args)
+        print(f"exported {args.checkpoint} to {out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
+              "config.yaml, README.md")
+        if args.push:
+            push(out, args.push)
+            print(f"pushed {out} to https://huggingface.co/{args.push}")
+    except UserError as err:
+        return error_exit(err)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""A trained policy outside the trainer, as a robot or another program uses it:
+
+    policy = Policy.load("checkpoints/sac_video_latest.pt")   # or a folder written by python3 -m trainer.export
+    policy.reset()                                             # at an episode start
+    action = policy.step(frame)                                # a uint8 (H, W, 3) frame in, a bounded action out
+
+`step` keeps the frame stack as the env does (oldest first, the first frame repeated at a reset); `act` takes stacked
+observations (B, T, C, H, W), or states (B, D), as the envs give them. Call `step` once per agent step, that is
+every `env.action_repeat` control steps of the task. Loading a checkpoint reads its weights only (no replay, no
+optimisers) and the task's action bounds; a frozen trunk is rebuilt from the weights file the run named and checked
+against the fingerprint the checkpoint holds. The network is PolicyNet: what trainer/export.py writes as TorchScript
+and ONNX. It runs in float32 whatever the run's `training.autocast`.
+"""
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoders import build_encoder
+from errors import UserError
+from sac.agent import ENCODER_PREFIX, Actor
+from trainer import checkpoint
+from trainer.config import config_from_dict, with_overrides
+from trainer.encoders import build_encoders, untrained
+from trainer.remote import RemoteDir, is_remote, staging_dir
+
+POLICY_FORMAT = "pixel-sac policy 1"  # policy.json's "format": what this version reads and writes
+SPEC_FILE, SCRIPT_FILE = "policy.json", "policy.pt"
+CHECKPOINT_FIX = "pass another checkpoint of the run (an older <run>_ep<N>.pt)"
+
+
+class PolicyNet(nn.Module):
+    """Observations in, the deterministic action out: the encoder (a frozen trunk included), the actor's mean through
+    tanh, then scaled from [-1, 1] to the task's bounds [`low`, `high`] unless `unit_actions`. uint8 (B, T, C, H, W)
+    frame stacks (normalised inside) or float32 (B, D) states; float32 (B, A) actions."""
+
+    def __init__(self, encoder: nn.Module, actor: Actor, *, low: np.ndarray, high: np.ndarray, float16_features: bool,
+                 unit_actions: bool):
+        super().__init__()
+        self.encoder, self.actor = encoder, actor
+        self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
+        self.register_buffer("half_range", torch.as_tensor((high - low) / 2, dtype=torch.float32))
+        self.float16_features, self.unit_actions = float16_features, unit_actions
+        self.requires_grad_(False).eval()  # inference only: an exported copy's outputs convert to numpy as they are
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.encoder(obs)
+        if self.float16_features:  # the replay stores a frozen trunk's features in float16: the actor learnt on those
+            features = features.half().float()
+        mean = self.actor.policy(self.actor.trunk(features)).chunk(2, dim=-1)[0]
+        action = torch.tanh(mean)
+        return action if self.unit_actions else self.low + (action + 1) * self.half_range
+
+
+@dataclasses.dataclass
+class Spec:
+    """What a policy takes and gives (policy.json in an exported folder): `obs_shape` (T, C, H, W) or (D,), `pixels`
+    whether those are uint8 frames, the task's action bounds, and how it was trained."""
+
+    obs_shape: tuple[int, ...]
+    pixels: bool
+    action_low: list[float]
+    action_high: list[float]
+    task: str
+    encoder: str
+    action_repeat: int
+
+    def to_json(self) -> dict:
+        return {"format": POLICY_FORMAT, **dataclasses.asdict(self)}
+
+
+class Policy:
+    def __init__(self, net, spec: Spec, *, device: torch.device, unit_actions: bool, scaled: bool):
+        """`net` returns task-bounded actions when `scaled` (an exported one), else what `unit_actions` asks."""
+        self.net, self.spec, self.device = net, spec, device
+        self.low, self.high = np.array(spec.action_low, np.float32), np.array(spec.action_high, np.float32)
+        self.unit_actions, self.scaled = unit_actions, scaled
+        self.obs_dtype = np.uint8 if spec.pixels else np.float32
+        self.stack = None
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "cpu", *, unit_actions: bool = False,
+             overrides: list[str] = ()) -> "Policy":
+        """A checkpoint of this trainer (a local file or a URL such as s3://bucket/run_latest.pt) or an exported
+        folder. `unit_actions`: actions in the trainer's [-1, 1] rather than the task's bounds. `overrides`:
+        `key=value` settings over a checkpoint's config (e.g. encoder.video.weights=<path> for a moved trunk file)."""
+        if not is_remote(str(path)) and Path(path).is_dir():
+            return cls.from_folder(Path(path), torch.device(device), unit_actions=unit_actions)
+        return load_checkpoint(path, device, unit_actions=unit_actions, overrides=overrides)[0]
+
+    @classmethod
+    def from_folder(cls, folder: Path, device: torch.device, *, unit_actions: bool) -> "Policy":
+        spec = read_spec(folder)
+        try:
+            with warnings.catch_warnings():  # TorchScript is deprecated in torch, not yet gone: docs/deploy.md
+                warnings.simplefilter("ignore", FutureWarning)
+                net = torch.jit.load(folder / SCRIPT_FILE, map_location=device)
+        except (RuntimeError, ValueError) as err:
+            raise UserError(f"{folder / SCRIPT_FILE} is unreadable ({str(err).strip().splitlines()[0]}); "
+                            "export the policy again (python3 -m trainer.export CHECKPOINT --out DIR)") from None
+        return cls(net, spec, device=device, unit_actions=unit_actions, scaled=True)
+
+    def to(self, device: str | torch.device) -> "Policy":
+        self.device = torch.device(device)
+        self.net.to(self.device)
+        return self
+
+    def reset(self) -> None:
+        """Forget the frame stack: the next `step` starts an episode."""
+        self.stack = None
+
+    def step(self, obs: np.ndarray, *, resize: bool = False) -> np.ndarray:
+        """One camera frame, uint8 (H, W, 3) as a robot's camera gives it (or one state vector, float (D,)), in; the
+        action (A,) out. `resize`: a frame of another size is resized to the policy's (antialiased bilinear);
+        without it such a frame is an error, never silently resized."""
+        if not self.spec.pixels:
+            return self.act(np.asarray(obs, np.float32)[None])[0]
+        frame = self.check_frame(obs, resize=resize)
+        if self.stack is None:  # as the env's reset: the first frame fills the stack
+            self.stack = np.repeat(frame[None], self.spec.obs_shape[0], axis=0)
+        else:
+            self.stack = np.concatenate([self.stack[1:], frame[None]])
+        return self.act(self.stack[None])[0]
+
+    def check_frame(self, frame, *, resize: bool) -> np.ndarray:
+        """uint8 (C, H, W) from a (H, W, C) frame, checked (and resized when asked)."""
+        _, channels, height, width = self.spec.obs_shape
+        expected = f"uint8 ({height}, {width}, {channels})"
+        array = isinstance(frame, np.ndarray)
+        if not array or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != channels:
+            got = f"{frame.dtype} {frame.shape}" if array else type(frame).__name__
+            raise UserError(f"step() takes one camera frame, {expected} (height, width, RGB), got {got}; convert it "
+                            "(e.g. np.asarray(image, np.uint8)), or pass a state policy's vector to a state policy")
+        if frame.shape[:2] != (height, width):
+            if not resize:
+                raise UserError(f"step() got a {frame.shape[0]}x{frame.shape[1]} frame where this policy sees "
+                                f"{height}x{width}; pass step(frame, resize=True) to resize it, or render at "
+                                f"{height}x{width}")
+            x = torch.from_numpy(frame).permute(2, 0, 1)[None].float()
+            x = F.interpolate(x, size=(height, width), mode="bilinear", antialias=True)
+            return x[0].round().clamp(0, 255).to(torch.uint8).numpy()
+        return np.ascontiguousarray(frame.transpose(2, 0, 1))
+
+    def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
+        """A batch of observations (B, T, C, H, W) uint8 or (B, D) float32, numpy or torch, in; actions (B, A)."""
+        shape, dtype = tuple(obs.shape), np.dtype(str(obs.dtype).removeprefix("torch."))
+        if shape[1:] != self.spec.obs_shape or dtype != self.obs_dtype:
+            wanted = f"{np.dtype(self.obs_dtype).name} (B, {', '.join(map(str, self.spec.obs_shape))})"
+            raise UserError(f"act() takes {wanted} observations, got {dtype.name} {shape}; pass a batch of stacked "
+                            "observations as the env gives them, or one frame at a time to step()")
+        with torch.inference_mode():
+            action = self.net(torch.as_tensor(obs, device=self.device)).cpu().numpy()
+        if self.scaled and self.unit_actions:  # an exported net scales to the task's bounds: back, to float rounding
+            return np.clip((action - self.low) / ((self.high - self.low) / 2) - 1, -1, 1)
+        return action
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, unit_actions: bool = False,
+                    overrides: list[str] = ()):
+    """(Policy, the run's config with `overrides`, the checkpoint's payload) of a checkpoint file or URL."""
+    device = torch.device(device)
+    local = fetch(str(path)) if is_remote(str(path)) else Path(path)
+    cfg, payload = read_checkpoint(local, overrides)
+    net, spec = checkpoint_net(cfg, payload, local, unit_actions=unit_actions)
+    return Policy(net.to(device), spec, device=device, unit_actions=unit_actions, scaled=False), cfg, payload
+
+
+def fetch(url: str) -> Path:
+    """A checkpoint at an fsspec URL (s3://...), brought into a local cache folder as a run's --resume does."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    remote = RemoteDir(parent, staging_dir(parent, "policies", None), retries=1, backoff_s=0, report=print)
+    try:
+        remote.fetch(name)
+    except OSError as err:
+        raise checkpoint.CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
+    finally:
+        remote.close(0)
+    if not (remote.local_dir / name).is_file():
+        raise checkpoint.CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
+    return remote.local_dir / name
+
+
+def read_checkpoint(path: Path, overrides: list[str] = ()):
+    """(config with `overrides` applied, payload) of a checkpoint's weights, verified; one-line errors otherwise."""
+    if path.name.endswith(".replay.pt"):
+        raise checkpoint.CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; pass the "
+                                         "<run>_latest.pt or <run>_ep<N>.pt beside it")
+    try:
+        payload = checkpoint.load_weights(path)
+    except checkpoint.CheckpointError as err:
+        message = str(err).removesuffix(f"; {checkpoint.RESUME_FIX}")
+        if "not a checkpoint of this trainer" not in message:
+            message += f"; {CHECKPOINT_FIX}"
+        raise checkpoint.CheckpointError(message) from None
+    return with_overrides(config_from_dict(payload["config"]), overrides), payload
+
+
+def task_spec(cfg) -> Spec:
+    """The Spec of a run's policy; the task's action bounds and state size come from the task itself."""
+    from envs import make_task  # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
+
+    task = make_task(cfg.env.id)
+    space = task.action_space
+    state = (gym.spaces.flatdim(task.observation_space),)
+    task.close()
+    env = cfg.env
+    obs_shape = (env.frame_stack, 3, env.image_size, env.image_size) if cfg.pixels else state
+    return Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=space.low.tolist(), action_high=space.high.tolist(),
+                task=env.id, encoder=cfg.encoder.video.arch if cfg.pixels else "state", action_repeat=env.action_repeat)
+
+
+def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tuple[PolicyNet, Spec]:
+    """The PolicyNet of a loaded checkpoint (its critic's encoder, or its frozen trunk rebuilt, and its actor)."""
+    spec = task_spec(cfg)
+    frozen = cfg.pixels and cfg.encoder.video.freeze
+    agent = payload["agent"]
+    if frozen:
+        encoder = frozen_trunk(cfg, spec.obs_shape, saved=payload.get("trunk"), path=path)
+    else:
+        encoder = build_encoder(untrained(cfg.encoder) if cfg.pixels else cfg.encoder, spec.obs_shape)
+    actor = Actor(encoder.repr_dim, action_dim=len(spec.action_low), cfg=cfg.sac, pixels=cfg.pixels)
+    try:
+        if not frozen:
+            encoder.load_state_dict({key.removeprefix(ENCODER_PREFIX): value for key, value in agent["critic"].items()
+                                     if key.startswith(ENCODER_PREFIX)})
+        actor.load_state_dict(agent["actor"])
+    except RuntimeError as err:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {path} does not fit the networks of its own config ({str(err).splitlines()[0]}); "
+            f"remove the --set overrides that change networks, or {CHECKPOINT_FIX}") from None
+    net = PolicyNet(encoder, actor, low=np.array(spec.action_low), high=np.array(spec.action_high),
+                    float16_features=frozen, unit_actions=unit_actions)
+    return net, spec
+
+
+def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Path) -> nn.Module:
+    """The frozen trunk a run learnt on, rebuilt as the trainer built it (from `encoder.video.weights`, or a random
+    trunk from the run's seed) and checked against the fingerprint its checkpoint holds."""
+    with torch.random.fork_rng():
+        torch.manual_seed(cfg.training.seed)  # as the trainer seeds before building a trunk that loads no weights
+        _, trunk = build_encoders(cfg, obs_shape, torch.device("cpu"))
+    if trunk.fingerprint != saved:
+        raise UserError(f"checkpoint {path} learnt on frozen trunk {saved}, but encoder.video.weights="
+                        f"{cfg.encoder.video.weights} gives {trunk.fingerprint}; pass the weights file it was trained "
+                        "with (--set encoder.video.weights=PATH, or Policy.load(..., overrides=[...]))")
+    return trunk.encoder
+
+
+def read_spec(folder: Path) -> Spec:
+    """An exported folder's policy.json, of this version's format; one-line errors otherwise."""
+    file = folder / SPEC_FILE
+    export_again = "export it again with python3 -m trainer.export CHECKPOINT --out DIR"
+    if not file.is_file():
+        raise UserError(f"{folder} is not an exported policy (no {SPEC_FILE}); pass a checkpoint or a folder "
+                        "written by python3 -m trainer.export")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{file} is unreadable ({err}); {export_again}") from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != POLICY_FORMAT:
+        raise UserError(f"{folder} was exported in the format {found!r}, where this version reads {POLICY_FORMAT!r}; "
+                        f"{export_again}")
+    fields = {f.name for f in dataclasses.fields(Spec)}
+    if not fields <= data.keys():
+        raise UserError(f"{file} lacks {', '.join(sorted(fields - data.keys()))}; {export_again}")
+    return Spec(**{key: tuple(data[key]) if key == "obs_shape" else data[key] for key in fields})
