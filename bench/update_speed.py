@@ -89,8 +89,9 @@ def speed(cfg, device: torch.device, *, seconds: float, chunk: int, action_dim: 
 
 def check(cfg, device: torch.device, *, updates: int, action_dim: int = 4) -> dict:
     """How far apart an eager and a graphed agent are after `updates` updates from the same weights, on the same
-    batches, each run from the same RNG seed: the largest parameter difference, and whether both drew as many random
-    numbers (the same CUDA RNG state after)."""
+    batches, each run from the same RNG seed: the largest parameter difference; the largest relative difference of the
+    losses at the first graphed update (the weights still equal then: the warm-up updates are eager in both), which
+    separates the arithmetic from Adam's amplification of it; and whether both drew as many random numbers."""
     batch = cfg.sac.batch_size
     replay = filled_replay(cfg, device, batch=batch, action_dim=action_dim)
     batches = [replay.sample(batch, device) for _ in range(updates)]
@@ -98,18 +99,22 @@ def check(cfg, device: torch.device, *, updates: int, action_dim: int = 4) -> di
     agents = [build(cfg, device, action_dim=action_dim, **flags) for flags in PATHS.values()]
     for module in ("critic", "critic_target", "actor"):
         getattr(agents[1], module).load_state_dict(getattr(agents[0], module).state_dict())
-    rng_after = []
+    rng_after, losses = [], []
     for agent in agents:
         torch.manual_seed(1)
-        for sampled in batches:
-            agent.update(sampled)
+        losses.append([{key: value.item() for key, value in agent.update(sampled).items()} for sampled in batches])
         rng_after.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
     differences = [(a - b).abs().max().item() for module in ("critic", "critic_target", "actor")
                    for a, b in zip(getattr(agents[0], module).parameters(), getattr(agents[1], module).parameters())]
+    first = min(WARMUP_UPDATES, updates - 1)  # the first graphed update, or the last if none is
+    eager, graphed = losses[0][first], losses[1][first]
     return {"device": device_label(device), "batch": batch, "updates": updates,
             "graphed_updates": max(0, updates - WARMUP_UPDATES) if agents[1].graphs is not None else 0,
             "max_abs_difference": max(differences), "same_rng_state": bool(torch.equal(*rng_after)),
-            "largest_parameter": max(p.abs().max().item() for p in agents[0].critic.parameters())}
+            "first_graphed_loss_rel_difference": max(abs(eager[key] - graphed[key]) / max(abs(eager[key]), 1e-12)
+                                                     for key in eager),
+            "largest_parameter": max(p.abs().max().item() for p in agents[0].critic.parameters()),
+            "lr": cfg.sac.lr}
 
 
 def device_label(device: torch.device) -> str:
