@@ -34,11 +34,13 @@ def read_evals(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def record(out: Path, episodes: int) -> float:
-    """Scripted demonstrations into `out`; the seconds it took."""
+def record(out: Path, episodes: int, sets: list[str] = ()) -> float:
+    """Scripted demonstrations into `out` (`sets`: the run's env settings, which the frames must match); the seconds
+    it took."""
     start = time.perf_counter()
-    recorded = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", str(episodes), "--out", str(out)],
-                              cwd=ROOT, capture_output=True, text=True)
+    command = [sys.executable, "-m", "trainer.record", "--episodes", str(episodes), "--out", str(out)]
+    recorded = subprocess.run(command + [arg for item in sets for arg in ("--set", item)], cwd=ROOT,
+                              capture_output=True, text=True)
     if recorded.returncode != 0:
         sys.exit(f"recording the demonstrations failed: {recorded.stderr.strip().splitlines()[-1:]}")
     return time.perf_counter() - start
@@ -74,7 +76,7 @@ def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float,
                "env_step_at_target": int(reached[0]["env_step"]) if reached else None,
                "best_success": max((float(row["success"] or 0) for row in rows), default=None)}
     if process.returncode not in (0, 128 + signal.SIGTERM):
-        summary["log_tail"] = (workdir / "train.log").read_text().strip().splitlines()[-3:]
+        summary["error"] = ((workdir / "train.log").read_text().strip().splitlines() or ["no output"])[-1][:300]
     return rows, summary
 
 

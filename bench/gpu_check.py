@@ -493,7 +493,8 @@ def e2e_row(device: str, seed: int, demos: int, minutes: float, settings: dict) 
     if minutes <= 0:
         return NOT_RUN
     with tempfile.TemporaryDirectory() as workdir:
-        record_s = record(Path(workdir) / "demos", demos)
+        record_s = record(Path(workdir) / "demos", demos,
+                          [f"{key}={value}" for key, value in settings.items() if key.startswith("env.")])
         sets = [f"{key}={value}" for key, value in ({"training.device": device} | settings).items()]
         (Path(workdir) / "run").mkdir()
         rows, summary = train(seed, Path(workdir) / "demos", Path(workdir) / "run", profile="gpu",
@@ -553,7 +554,7 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         for seed, row in rows.get("e2e", {}).items():
             if row.get("wall_s_to_target") is not None:
                 shown.append(f"{seed}: {row['wall_s_to_target']:.0f} s ({row['env_step_at_target']} agent steps)")
-            elif "best_success" in row:
+            elif row.get("best_success") is not None:
                 shown.append(f"{seed}: not reached, best {row['best_success']:.0%} in {row['process_s']:.0f} s")
         return ", ".join(shown) or "n/a"
 
