@@ -84,7 +84,7 @@ def speed(cfg, device: torch.device, *, seconds: float, chunk: int, action_dim: 
             spent[path] += time.perf_counter() - start
             done[path] += chunk
     return [{"device": device_label(device), "batch": batch, "path": path,
-             "updates_per_s": round(done[path] / spent[path], 1)} for path in agents]
+             "updates_per_s": round(done[path] / spent[path], 2)} for path in agents]
 
 
 def check(cfg, device: torch.device, *, updates: int, action_dim: int = 4) -> dict:
