@@ -15,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt requirements-warp.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt -r requirements-warp.txt
 	touch $@
 
 train: setup
