@@ -187,7 +187,7 @@ def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
         checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
-# ---- damage beyond truncation, full disks, fresh starts (issues 25 and 26) ---------------------------------------
+# ---- damage beyond truncation, full disks, fresh starts ---------------------------------------------------------
 
 def flip_value(path: Path, old: float, new: float) -> None:
     """Overwrite the stored bytes of every float32 `old` in a checkpoint file with `new`: silent damage that torch
@@ -236,8 +236,8 @@ def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
 
 
 def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
-    """The issue's case: `_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with
-    the newest intact older replay if there is one, else an empty one; it says so."""
+    """`_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with the newest intact
+    older replay if there is one, else an empty one; it says so."""
     save(tmp_path, step=10, episode=1, keep_replays=1)
     save(tmp_path, step=20, episode=2, keep_replays=1)
     sidecar = tmp_path / "run_step20.replay.pt"

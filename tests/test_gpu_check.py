@@ -57,7 +57,7 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
 
 def test_a_spent_budget_marks_every_row_not_run_instead_of_overrunning_it(tmp_path):
     """`--minutes` below the margin a stopped run needs to save: no row starts, each says why, the report is
-    written, and the command ends at once (a lent GPU kills a command at its limit, losing the row in flight)."""
+    written, and the command ends at once (a time limit kills a command, losing the row in flight)."""
     command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path),
                "--only", "updates", "smoke", "warp", "--minutes", "0.5"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -114,7 +114,7 @@ def test_a_time_budget_that_is_not_a_positive_number_is_refused_before_any_row(t
 
 @pytest.mark.parametrize("name", [*ENCODERS, *VARIANTS])
 def test_every_row_is_a_valid_config_at_the_gpu_profile(name):
-    """The tiny check runs a subset of the encoder rows; a row the config refuses would cost a GPU lease to learn."""
+    """The tiny check runs a subset of the encoder rows; a row the config refuses would cost GPU time to learn."""
     settings = {**ENCODERS, **VARIANTS}[name]
     load_config(ROOT / DMC, ["profile=gpu", *(f"{key}={value}" for key, value in settings.items())])
 
@@ -127,7 +127,7 @@ def test_the_warp_learning_run_is_a_valid_config_at_the_gpu_profile(size):
 
 
 def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
-    """A lease of 15 minutes finishes part of a section; --missing lets the next lease run the rest without paying
+    """A command limited to minutes finishes part of a section; --missing lets the next one run the rest without paying
     again for the rows already measured, which stay as they were, and the section names both commands."""
     from bench.gpu_check import report_name, slug
 

@@ -22,7 +22,7 @@ from trainer import checkpoint
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The issue's smoke run (plus one eval episode per episode so every TensorBoard tag appears)."""
+    """A smoke run of 2 episodes (plus one eval episode per episode so every TensorBoard tag appears)."""
     tmp = tmp_path_factory.mktemp("smoke")
     args = sets(
         training__episodes=2, env__max_episode_steps=50, sac__batch_size=8, sac__buffer_size=2000,
@@ -196,8 +196,8 @@ def test_start_over_into_logs_it_cannot_write_refuses_before_moving_the_old_run(
 
 
 def test_a_truncated_shared_sidecar_resumes_the_weights_with_an_empty_replay(smoke_run, tmp_path):
-    """The issue's case: _ep2 and _latest share the one sidecar; truncating it used to make --resume auto start
-    fresh and overwrite both."""
+    """_ep2 and _latest share the one sidecar: truncating it must not make --resume auto start fresh and overwrite
+    both."""
     args, ckpt = copy_of(smoke_run, tmp_path)
     sidecar = ckpt / "sac_video_step100.replay.pt"
     sidecar.write_bytes(sidecar.read_bytes()[:5000])
