@@ -205,7 +205,7 @@ STOP_WAIT_S = 35.0  # what a training run stopped by SIGTERM gets to save and ex
 class Budget:
     """This command's wall time (`--minutes`; None: no limit). Each row gets at most the time left, less a margin
     for a stopped training run to save and the report to be written, so on a machine that kills a command at its
-    limit (a machine that stops commands after 10 minutes) every row that started ends in the report, and the rest say they did not run."""
+    limit every row that started ends in the report, and the rest say they did not run."""
 
     MARGIN_S = STOP_WAIT_S + 10.0
 
