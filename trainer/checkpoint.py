@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError
+from errors import UserError, atomic_write
 from sac import agent, replay
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
@@ -138,20 +138,9 @@ def _size(n: float) -> str:
 def atomic_save(obj, path: Path) -> None:
     """Write `obj` to a temporary file, fsync, rename over `path`. On any failure the temporary file is removed and
     `path` is left as it was; an OSError (a full disk, a folder made read-only) becomes a one-line CheckpointError."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(path, lambda f: torch.save(obj, f))
     except BaseException as raised:
-        tmp.unlink(missing_ok=True)
         err = _os_error(raised)
         if err is None:
             raise
