@@ -513,7 +513,8 @@ def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
 
         raise UserError(
             f"checkpoint {path.name} stored {stored(saved)} but this config stores {stored(current)}; resume with "
-            "the encoder.video arch, input_size, weights and freeze it was trained with"
+            "the encoder.video arch, input_size, weights and freeze it was trained with (a weights file that "
+            "trainer.pretrain --replace wrote over is kept beside it as <name>.replaced-<time>.pt)"
         )
 
 
