@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from errors import UserError
-from tests.conftest import ROOT, replay_state
+from tests.conftest import ROOT, replay_state, tmpfs
 from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
@@ -368,16 +368,9 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real 1 MiB tmpfs (mounting one needs root, which CI containers and this machine have)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
-                    "test_a_save_that_fails_midway_* covers the logic with a simulated ENOSPC")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    """A real 1 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "1m") as mount:
+        yield mount
 
 
 def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_checkpoint(tiny_disk):
