@@ -340,6 +340,33 @@ def test_a_fresh_start_moves_the_old_runs_logs_aside_whole(smoke_run, tmp_path, 
         assert [row["episode"] for row in csv.DictReader(f)] == ["1"], "the new run's own evaluation"
 
 
+def test_resuming_an_older_checkpoint_by_hand_moves_the_newer_ones_aside_whole(tmp_path):
+    """`--resume _ep4.pt` of a run that went on to 6 episodes: the branch overwrote `_latest`, the sidecar `_ep6.pt`
+    names where steps coincide, and its keep_last pruning deleted `_ep4.pt`, the checkpoint it resumed from."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), *sets(
+        checkpoint__dir=ckpt, checkpoint__every_episodes=2, checkpoint__keep_last=2, training__seed_steps=20,
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false")]
+    first = run_cli(*args, "--set", "training.episodes=6")
+    assert first.returncode == 0, first.stderr
+    name = "inverted_pendulum_state"
+    ep4 = checkpoint.load(ckpt / f"{name}_ep4.pt")[0]["progress"]
+    before = contents(ckpt)
+    future = {n: data for n, data in before.items() if n in (f"{name}_ep6.pt", f"{name}_latest.pt")
+              or n.endswith(".replay.pt") and int(re.search(r"step(\d+)", n).group(1)) > ep4["env_step"]}
+    assert len(future) == 3, sorted(before)
+
+    branch = run_cli(*args, "--set", "training.episodes=5", "--resume", str(ckpt / f"{name}_ep4.pt"))
+    assert branch.returncode == 0, branch.stderr
+    [aside] = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert aside.name.startswith(f"{name}.abandoned-") and contents(aside) == future, "moved whole"
+    assert (f"{name}_ep4.pt (episode 4, step {ep4['env_step']}) is older than the newest checkpoints of run '{name}': "
+            f"this run branches off it, and the 3 newer files") in branch.stdout
+    assert (ckpt / f"{name}_ep4.pt").read_bytes() == before[f"{name}_ep4.pt"], "the checkpoint it resumed from"
+    assert checkpoint.load(aside / f"{name}_ep6.pt")[1] is not None, "the abandoned future resumes with its replay"
+    assert checkpoint.load(ckpt / f"{name}_latest.pt")[0]["progress"]["episode"] == 5
+
+
 @pytest.mark.parametrize("checkpoints_on_it", [False, True])
 def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving_what_it_can(tmp_path,
                                                                                              checkpoints_on_it):

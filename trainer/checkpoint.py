@@ -490,6 +490,39 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
 
+def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, episode: int,
+                     env_step: int) -> str | None:
+    """Resuming a checkpoint (`resumed`, at `episode` and `env_step`) older than the run's newest saves branches off
+    them: the branch saves at the same episode numbers and, with fixed-length episodes, the same steps, so it would
+    write over the future it abandons (`_ep<N>`, the sidecars `_ep<N>` names, `_latest`) and prune it, and the
+    resumed file with it, by `keep_last`. Moves the files ahead of it (in `directory` and in the `remote` mirror)
+    into `<name>.abandoned-<time>/` beside them, deleting nothing; returns what to say, or None when none is ahead."""
+    def ahead(names: list[str]) -> list[str]:
+        newer = ([n for number, n in _numbered(names, name, "ep") if number > episode]
+                 + [n for number, n in _numbered(names, name, "step") if number > env_step])
+        latest = f"{name}_latest.pt"  # written with every save: part of the future, unless it is what resumes
+        if newer and latest in names and resumed.resolve() != (directory / latest).resolve():
+            newer.append(latest)
+        return newer
+
+    local = ahead(os.listdir(directory))
+    mirrored = ahead(remote.listdir()) if remote else []
+    if not local and not mirrored:
+        return None
+    folder = f"{name}.abandoned-{time.strftime('%Y%m%d-%H%M%S')}"
+    (directory / folder).mkdir()
+    for file in local:
+        os.replace(directory / file, directory / folder / file)
+    if remote:
+        remote.move_aside(mirrored, folder)
+    moved = sorted(set(local) | set(mirrored))
+    where = (remote.url if remote else str(directory)).rstrip("/")
+    return (f"{resumed.name} (episode {episode}, step {env_step}) is older than the newest checkpoints of run "
+            f"'{name}': this run branches off it, and the {len(moved)} newer files ({', '.join(moved)}) are moved "
+            f"into {where}/{folder}/, where its saves cannot overwrite or prune them (--resume one of them there to "
+            "go back to that future)")
+
+
 def check_compatible(*, saved: dict, current: dict, path: Path) -> None:
     """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay: for pixels
     also what the frames look like (the replay's frames and the encoder's training would mix two pictures)."""

@@ -165,6 +165,10 @@ class Trainer:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
             self.restore(*found)
+            branch = checkpoint.set_aside_future(self.checkpoint_dir, cfg.run_name, self.remote, resumed=found[0],
+                                                 episode=self.progress.episode, env_step=self.progress.env_step)
+            if branch:
+                self.logger.message(branch)
         # training wall time, carried across resumes (time stopped does not count): eval.csv's wall_s column
         self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
         self.stop = GracefulStop()  # installed while `train` runs
