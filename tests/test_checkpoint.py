@@ -39,12 +39,25 @@ def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_
     assert torch.equal(episode_file["agent"]["critic"]["w"], torch.full((3,), 10.0))
 
 
-def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path):
+def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path, capsys):
     for step, episode in [(10, 1), (20, 2), (30, 3)]:
         save(tmp_path, step, episode, keep_replays=2)
     assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt", "run_step30.replay.pt"]
     data, replay = checkpoint.load(tmp_path / "run_ep1.pt")
     assert data["progress"]["episode"] == 10 and replay is None
+    assert "run_step10.replay.pt was pruned (checkpoint.keep_replays)" in capsys.readouterr().err
+
+
+def test_a_checkpoint_copied_without_its_sidecar_is_told_so_not_blamed_on_pruning(tmp_path, capsys):
+    """The message blamed checkpoint.keep_replays for a sidecar left behind by a copy."""
+    save(tmp_path / "run", step=10, episode=1)
+    copied = tmp_path / "copy"
+    copied.mkdir()
+    (copied / "run_ep1.pt").write_bytes((tmp_path / "run" / "run_ep1.pt").read_bytes())
+    assert checkpoint.load(copied / "run_ep1.pt")[1] is None
+    assert capsys.readouterr().err == (
+        f"warning: run_step10.replay.pt is not in {copied} (a checkpoint copied without its sidecar? copy it there "
+        "and resume again to keep the replay); resuming with an empty replay buffer\n")
 
 
 def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):

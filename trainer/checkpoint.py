@@ -371,8 +371,13 @@ def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | N
     if fetch:
         fetch(replay_path.name)
     if not replay_path.exists():
-        print(f"warning: {replay_path.name} was pruned (checkpoint.keep_replays); resuming with an empty replay buffer",
-              file=sys.stderr)
+        # keep_replays prunes only sidecars older than a kept one: without a newer one, it went missing otherwise
+        named = re.fullmatch(r"(.+)_step(\d+)\.replay\.pt", replay_path.name)
+        pruned = named and any(step > int(named[2]) for step, _ in _numbered(os.listdir(directory), named[1], "step"))
+        why = ("was pruned (checkpoint.keep_replays)" if pruned else
+               f"is not in {directory} (a checkpoint copied without its sidecar? copy it there and resume again to "
+               "keep the replay)")
+        print(f"warning: {replay_path.name} {why}; resuming with an empty replay buffer", file=sys.stderr)
         return None
     return _read_replay(replay_path, payload.get("replay_checksum"))
 
