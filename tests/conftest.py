@@ -103,3 +103,17 @@ def fill(disk: Path) -> None:
         assert err.errno == errno.ENOSPC, err
     finally:
         os.close(fd)
+
+
+def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tuple[int, str]:
+    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress bar); (exit status,
+    stderr)."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = b""
+    while started not in seen:
+        chunk = os.read(process.stderr.fileno(), 4096)
+        assert chunk, seen.decode()
+        seen += chunk
+    process.send_signal(sig)
+    _, rest = process.communicate(timeout=120)
+    return process.returncode, (seen + rest).decode()

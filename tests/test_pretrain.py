@@ -5,6 +5,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -18,7 +19,7 @@ from envs import demos, make_env
 from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interrupt_when_started
 from trainer.config import frames_of, load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
@@ -345,3 +346,16 @@ def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(
     resumed = frozen_run(kept, tmp_path, resume="auto")
     assert resumed.progress.env_step >= 8
     resumed.close()
+
+
+def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(dataset, pretrained, tmp_path):
+    """Ctrl-C in trainer.pretrain was a KeyboardInterrupt traceback."""
+    out = tmp_path / "encoder.pt"
+    shutil.copy(pretrained[0], out)
+    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, "--data", str(dataset), "--out", str(out),
+               "--replace", "--epochs", "1000", "--batch-size", "8", *(arg for item in SETS for arg in ("--set", item))]
+    status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"pretraining:")
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].endswith(
+        f"stopped by signal 2; {out} was not written (an earlier file there is intact)")
+    assert out.read_bytes() == pretrained[0].read_bytes() and sorted(os.listdir(tmp_path)) == ["encoder.pt"]
