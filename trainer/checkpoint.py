@@ -10,8 +10,9 @@ Every file is written to a temporary name, fsynced and renamed, so a kill leaves
 a failed write removes its temporary file and is a one-line error. Each file carries a CRC-32 of its contents (a
 checkpoint also its sidecar's), verified on load with a check for NaN/inf, because torch loads flipped bytes
 silently. A damaged sidecar costs the replay, never the weights (`load_newest`). A fresh start never writes over an
-existing run (`start_fresh`). `checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote
-`checkpoint.dir` (see trainer/remote.py) mirrors this folder; `fetch` callbacks below pull files from it on demand.
+existing run (`start_fresh`), nor a resume from an older checkpoint over the newer ones (`set_aside_future`).
+`checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote `checkpoint.dir` (see trainer/remote.py)
+mirrors this folder; `fetch` callbacks below pull files from it on demand.
 Each case, as the user sees it: docs/checkpoints.md.
 """
 
