@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from errors import UserError
-from tests.conftest import ROOT, replay_state
+from tests.conftest import ROOT, replay_state, tmpfs
 from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
@@ -39,12 +39,25 @@ def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_
     assert torch.equal(episode_file["agent"]["critic"]["w"], torch.full((3,), 10.0))
 
 
-def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path):
+def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path, capsys):
     for step, episode in [(10, 1), (20, 2), (30, 3)]:
         save(tmp_path, step, episode, keep_replays=2)
     assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt", "run_step30.replay.pt"]
     data, replay = checkpoint.load(tmp_path / "run_ep1.pt")
     assert data["progress"]["episode"] == 10 and replay is None
+    assert "run_step10.replay.pt was pruned (checkpoint.keep_replays)" in capsys.readouterr().err
+
+
+def test_a_checkpoint_copied_without_its_sidecar_is_told_so_not_blamed_on_pruning(tmp_path, capsys):
+    """The message blamed checkpoint.keep_replays for a sidecar left behind by a copy."""
+    save(tmp_path / "run", step=10, episode=1)
+    copied = tmp_path / "copy"
+    copied.mkdir()
+    (copied / "run_ep1.pt").write_bytes((tmp_path / "run" / "run_ep1.pt").read_bytes())
+    assert checkpoint.load(copied / "run_ep1.pt")[1] is None
+    assert capsys.readouterr().err == (
+        f"warning: run_step10.replay.pt is not in {copied} (a checkpoint copied without its sidecar? copy it there "
+        "and resume again to keep the replay); resuming with an empty replay buffer\n")
 
 
 def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):
@@ -368,16 +381,9 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real 1 MiB tmpfs (mounting one needs root, which CI containers and this machine have)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
-                    "test_a_save_that_fails_midway_* covers the logic with a simulated ENOSPC")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    """A real 1 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "1m") as mount:
+        yield mount
 
 
 def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_checkpoint(tiny_disk):
