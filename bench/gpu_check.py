@@ -379,6 +379,13 @@ def warp_row(env_id: str, device: str, worlds: int, image_size: int, seconds: fl
     return row
 
 
+def key_value(text: str) -> str:
+    """An argparse type: KEY=VALUE, else a one-line usage error."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a config key, e.g. training.autocast=true), got {text}")
+    return text
+
+
 def seed(text: str) -> int:
     """An argparse type: a training.seed, else a one-line usage error."""
     value = int(text)
@@ -405,11 +412,13 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget, seeds: list[int]) -> None:
+def run_sections(sections: list[str], device: str, size: dict, record, budget: Budget, seeds: list[int],
+                 e2e_settings: dict | None = None) -> None:
     """The rows of `sections`, each passed to `record(section, name, measure)` (`measure()` runs it and returns the
     row), which runs it or not and keeps what it returns, so a check cut short keeps the rows it finished; each row
     within the `budget`. The learning sections (smoke, warp_learn) run a row per seed of `seeds`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
+    e2e_settings = e2e_settings or {}
     if "graphs" in sections:
         sets = [f"env.image_size={size['image_size']}"] if small else []
         for batch in size["graphs_batches"]:
@@ -418,12 +427,16 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                 "check": size["graphs_check"] if batch == size["graphs_batches"][-1] else 0},
                 limit_s=600, budget=budget))
     if "e2e" in sections:
-        overrides = size["e2e_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
+        overrides = size["e2e_overrides"] | ({"env.image_size": size["image_size"]} if small else {}) | e2e_settings
+        suffix = "".join(f" {key}={value}" for key, value in e2e_settings.items())
+
+        def e2e(seed: int) -> dict:  # the minutes left when the row starts, not when it is listed
+            return run_row("e2e_row", {"device": device, "seed": seed, "demos": size["e2e_demos"],
+                                       "minutes": budget.left(60 * size["e2e_minutes"]) / 60, "settings": overrides},
+                           limit_s=60 * size["e2e_minutes"] + 120, budget=budget)
+
         for seed in seeds:
-            record("e2e", f"seed{seed}", partial(run_row, "e2e_row", {
-                "device": device, "seed": seed, "demos": size["e2e_demos"],
-                "minutes": budget.left(60 * size["e2e_minutes"]) / 60, "settings": overrides},
-                limit_s=60 * size["e2e_minutes"] + 120, budget=budget))
+            record("e2e", f"seed{seed}{suffix}", partial(e2e, seed))
     if "updates" in sections:
         for name in size["encoders"]:
             for batch in size["batches"]:
@@ -635,6 +648,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=seed, nargs="+", default=[TrainingConfig().seed],
                         help="the learning sections' (smoke, warp_learn) training.seed, a row each (default: the "
                              "config's)"),
+    parser.add_argument("--e2e-set", action="append", default=[], metavar="KEY=VALUE", type=key_value,
+                        help="a setting the e2e runs take beside the gpu profile's (a candidate for the profile); "
+                             "its rows are named after it")
     parser.add_argument("--missing", action="store_true",
                         help="run only the rows of --only's sections that the report lacks or that ended in an error, "
                              "keeping the rest (a later call finishes an earlier one's sections)")
@@ -673,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
                                          "threads": torch.get_num_threads(), "rows": rows}, indent=1) + "\n")
         (out / f"{slug(name)}.md").write_text(markdown(name, commands, rows))
 
-    run_sections(args.only, device, size, record, Budget(args.minutes), args.seeds)
+    run_sections(args.only, device, size, record, Budget(args.minutes), args.seeds,
+                 dict(item.split("=", 1) for item in args.e2e_set))
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
     return 0
 

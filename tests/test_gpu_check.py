@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS, Budget, claims, run_row
+from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS, Budget, claims, run_row, run_sections
 from tests.conftest import ROOT
 from trainer.config import load_config
 
@@ -183,3 +183,14 @@ def test_a_seed_the_trainer_would_refuse_is_a_usage_error_before_any_row(tmp_pat
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and not list(tmp_path.iterdir()), result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("gpu_check.py: error: argument --seeds: ")
+
+
+def test_e2e_candidate_settings_reach_the_runs_and_name_their_rows():
+    """`--e2e-set` tries a setting beside the gpu profile's: its rows must say so, and keep the seed's row apart."""
+    listed = {}
+    run_sections(["e2e"], "cpu", SIZES["tiny"], lambda section, name, measure: listed.setdefault(name, measure),
+                 Budget(None), [1, 2], {"training.autocast": "true"})
+    assert list(listed) == ["seed1 training.autocast=true", "seed2 training.autocast=true"]
+    result = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "e2e",
+                             "--e2e-set", "training.autocast"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "expected KEY=VALUE" in result.stderr.strip().splitlines()[-1], result.stderr
