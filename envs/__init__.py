@@ -16,11 +16,14 @@ from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, Tra
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
 from envs.pixels import PixelObservation
+from envs.randomize import RandomScene
 from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
 
 
-def make_env(cfg, pixels: bool) -> gym.Env:
+def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
+    """`heldout`: scenes randomised from the held-out seeds and ranges (envs/randomize.py), whatever
+    `cfg.randomize.enabled` says; else randomised as that says."""
     env = make_task(cfg.id)
     bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
     env = RescaleAction(env, bound(-1.0), bound(1.0))
@@ -28,6 +31,8 @@ def make_env(cfg, pixels: bool) -> gym.Env:
         env = ActionRepeat(env, cfg.action_repeat)
     if cfg.max_episode_steps:
         env = TimeLimit(env, cfg.max_episode_steps)
+    if pixels and (heldout or cfg.randomize.enabled):  # inside the frames: the first frame shows the new scene
+        env = RandomScene(env, cfg.randomize, camera=cfg.camera, heldout=heldout)
     if pixels:
         return PixelObservation(
             env,
