@@ -54,7 +54,10 @@ class Logger:
             self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name,
                                     resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
-        self._truncate_eval_csv(start_step)
+        # held-out scenes (env.randomize.heldout) in a file of their own, same columns: eval.csv's readers see the
+        # in-distribution numbers they always did, and plot/sweep read either file
+        for split in ("eval", "eval_heldout"):
+            self._truncate_eval_csv(start_step, self.dir / f"{split}.csv")
         self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
                         dynamic_ncols=True)
 
@@ -73,20 +76,25 @@ class Logger:
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
-                   wall_s: float, clip: list[np.ndarray]) -> None:
+                   wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
         """`success_rate` is None for tasks without success (trainer/loop.py `evaluate`); `clip`: uint8 (H, W, 3)
-        frames of the first eval episode (empty when eval videos are off)."""
+        frames of the first eval episode (empty when eval videos are off); `split`: eval, or eval_heldout (held-out
+        scenes: <split>.csv and <split>/* in TensorBoard)."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
-                     "eval")
-        new = not self.eval_csv.exists()
-        with open(self.eval_csv, "a", newline="") as f:
+                     split)
+        path = self.dir / f"{split}.csv"
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
             writer = csv.writer(f)
             if new:
                 writer.writerow(EVAL_COLUMNS)
             writer.writerow((step, frames, episode, f"{mean_return:.3f}",
                              "" if success_rate is None else f"{success_rate:.3f}", f"{wall_s:.1f}"))
         if self.cfg.logging.curve:
-            plot_curves({self.cfg.run_name: read_rows(self.eval_csv)}, self.dir / "curve.png", title=self.cfg.run_name)
+            curves = {self.cfg.run_name: read_rows(self.eval_csv)}
+            if (self.dir / "eval_heldout.csv").exists():
+                curves[f"{self.cfg.run_name}, held-out scenes"] = read_rows(self.dir / "eval_heldout.csv")
+            plot_curves(curves, self.dir / "curve.png", title=self.cfg.run_name)
         if clip:
             if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
                 picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)
@@ -96,7 +104,8 @@ class Logger:
             images[0].save(self.dir / "videos" / f"eval_ep{episode}.gif", save_all=True, append_images=images[1:],
                            duration=1000 // GIF_FRAMES_PER_S, loop=0)
         success = "" if success_rate is None else f", success {success_rate:.0%}"
-        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}{success}")
+        what = "eval on held-out scenes" if split == "eval_heldout" else "eval"
+        self.message(f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
         """A line on stdout, above the progress bar; flushed, so a log file under tmux shows it at once."""
@@ -106,16 +115,16 @@ class Logger:
     def warning(self, text: str) -> None:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
-    def _truncate_eval_csv(self, start_step: int) -> None:
+    def _truncate_eval_csv(self, start_step: int, path: Path) -> None:
         """Keep the evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that
         do not parse (an edit, a disk that filled mid-row) are dropped with a warning rather than failing the resume."""
-        if not self.eval_csv.exists():
+        if not path.exists():
             return
         try:
-            with open(self.eval_csv, newline="") as f:
+            with open(path, newline="") as f:
                 rows = list(csv.reader(f))
         except (OSError, UnicodeDecodeError, csv.Error) as err:
-            raise UserError(f"cannot read {self.eval_csv} ({err}); move it aside and the run starts a new one"
+            raise UserError(f"cannot read {path} ({err}); move it aside and the run starts a new one"
                             ) from None
 
         def step(row: list[str]) -> int | None:
@@ -126,11 +135,11 @@ class Logger:
 
         steps = [step(row) for row in rows[1:]]
         if None in steps:
-            self.warning(f"{self.eval_csv}: dropped {steps.count(None)} rows that do not parse")
+            self.warning(f"{path}: dropped {steps.count(None)} rows that do not parse")
         # rows of a run logged before wall_s was a column get it empty: one header for the whole file
         kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
                                        if at is not None and at <= start_step]
-        with open(self.eval_csv, "w", newline="") as f:
+        with open(path, "w", newline="") as f:
             csv.writer(f).writerows(kept)
 
     def close(self) -> None:

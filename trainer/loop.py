@@ -117,6 +117,9 @@ class Trainer:
         # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
+        # held-out scenes (env.randomize.heldout): a second eval env, logged apart as eval_heldout
+        self.heldout_env = (InProcessEnv(make_env(cfg.env, cfg.pixels, heldout=True))
+                            if cfg.env.randomize.heldout and self.eval_env is not None else None)
         obs_space = self.env.single_observation_space
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
@@ -312,17 +315,19 @@ class Trainer:
         return mixed_sample(self.replay, demos=self.demos.store, batch_size=batch_size, share=self.cfg.demos.share,
                             device=self.device)
 
-    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
+    def evaluate(self, env=None) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts, episode i from `training.seed +
         EVAL_SEED_OFFSET + i`, run `eval_env.num_envs` at a time (one env, or one world per episode; what an env does
         after its episode ends is ignored). Returns the mean return; the success rate where the task terminates only on
         success (else None); and the first episode's frames for the eval video: the eval camera's, or without one
-        the observed frames. None when a stop signal cuts it short: the run saves and exits instead."""
+        the observed frames. None when a stop signal cuts it short: the run saves and exits instead. `env`: another
+        eval env (the held-out scenes' one), same seeds, no video."""
         if self.eval_env is None:
             raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
                             "evaluate")
-        env, episodes, n = self.eval_env, self.cfg.training.eval_episodes, self.eval_env.num_envs
-        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
+        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video and env is None else 0
+        env = env or self.eval_env
+        episodes, n = self.cfg.training.eval_episodes, env.num_envs
         returns, successes, clip = [], [], []
         for first in range(0, episodes, n):
             env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
@@ -459,12 +464,17 @@ class Trainer:
         is ever lost; one due from a run that evaluated stays due while evaluation is off."""
         progress = self.progress
         evaluation = self.evaluate() if progress.evaluation_due and self.eval_env is not None else None
-        if evaluation is None:
+        held_out = self.heldout_env is not None
+        heldout = self.evaluate(self.heldout_env) if evaluation and held_out else None
+        if evaluation is None or held_out and heldout is None:  # both, or neither: it stays due
             return False
         progress.evaluation_due = False
         frames = progress.env_step * self.cfg.env.action_repeat
         self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
                                wall_s=self.wall_seconds(), clip=evaluation[2])
+        if heldout:
+            self.logger.evaluation(*heldout[:2], step=progress.env_step, frames=frames, episode=progress.episode,
+                                   wall_s=self.wall_seconds(), clip=[], split="eval_heldout")
         return True
 
     def close(self) -> None:
@@ -475,5 +485,7 @@ class Trainer:
             self.eval_camera.close()
         if self.eval_env is not None:
             self.eval_env.close()
+        if self.heldout_env is not None:
+            self.heldout_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)
