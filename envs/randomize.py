@@ -17,7 +17,7 @@ from envs.pixels import mujoco_handles, resolve_camera
 from errors import UserError
 
 HELDOUT = 2**32  # scene seeds from here on are held out
-TARGETING = (mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY, mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODYCOM)
+TARGETING = (int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY), int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODYCOM))
 
 
 def task_parts(env: gym.Env, model: mujoco.MjModel) -> dict[str, tuple[list[int], list[int]]]:
@@ -66,7 +66,7 @@ class RandomScene(gym.Wrapper):
             raise UserError("camera jitter (`camera_pos`, `camera_rot_deg`, `camera_fov_deg`) moves one of the "
                             "task's cameras, and this task is viewed by a free camera; set `camera` to one of: "
                             f"{', '.join(names) or 'none (set the three to 0)'}, or the three to 0")
-        if cfg.camera_rot_deg > 0 and m.cam_mode[self.camera] in TARGETING:
+        if cfg.camera_rot_deg > 0 and int(m.cam_mode[self.camera]) in TARGETING:
             raise UserError(f"camera {m.camera(self.camera).name} aims at a body, so `camera_rot_deg` cannot turn "
                             "it; set it to 0, or choose another `camera`")
         if cfg.light_tilt_deg > 0 and m.nlight == 0:
