@@ -249,3 +249,25 @@ def test_cartpole_and_half_cheetah_scenes_differ_by_seed():
         frames = [env.reset(seed)[0, -1].astype(int) for seed in (0, 1, 0)]
         assert np.abs(frames[0] - frames[1]).mean() > 3 and np.array_equal(frames[0], frames[2]), config.name
         env.close()
+
+
+def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("randomized_result", ROOT / "scripts" / "randomized_result.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    header = "env_step,frames,episode,return,success,wall_s\n"
+    for arm, train, heldout in (("none", [0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0.5, 0]), ("random", [1] * 6, [1] * 6)):
+        for seed in (1, 2):
+            folder = tmp_path / arm / "runs" / f"seed{seed}"
+            folder.mkdir(parents=True)
+            for name, values in (("eval.csv", train), ("eval_heldout.csv", heldout)):
+                (folder / name).write_text(header + "".join(f"{i},{i},{i},-1,{v},1\n" for i, v in enumerate(values)))
+    script.main(["--none", str(tmp_path / "none"), "--randomized", str(tmp_path / "random"), "--out",
+                 str(tmp_path / "result.csv")])
+    with open(tmp_path / "result.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in table[:2]] == [
+        ("none", "1", "train", "1.000"), ("none", "1", "heldout", "0.100")]
+    assert {r["success"] for r in table if r["trained_with"] == "randomized"} == {"1.000"}
