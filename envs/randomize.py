@@ -52,7 +52,7 @@ class RandomScene(gym.Wrapper):
         self.cfg, self._stream, self.scene_seed = cfg, None, None
         m = self.model
         parts = task_parts(env, m)
-        chosen = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",")]
+        chosen = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
         unknown = [p for p in chosen if p not in parts]
         if unknown or not chosen:
             raise UserError(f"`parts` names {', '.join(unknown) or 'nothing'}, which this task does not have; use all "

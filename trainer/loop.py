@@ -326,7 +326,7 @@ class Trainer:
             raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
                             "evaluate")
         max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video and env is None else 0
-        env = env or self.eval_env
+        env = self.eval_env if env is None else env
         episodes, n = self.cfg.training.eval_episodes, env.num_envs
         returns, successes, clip = [], [], []
         for first in range(0, episodes, n):
