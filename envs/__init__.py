@@ -60,7 +60,7 @@ def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-def make_batched_env(cfg, pixels: bool, device):
+def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
     """The `backend` mujoco_warp (whatever `cfg.backend` says: the caller chose it): `cfg.num_envs` worlds on `device`
     (a torch device), stepped and rendered by MuJoCo Warp (on the CPU split over `cfg.warp_processes` processes); the
     interface of make_vector_env's workers with torch tensors on `device` in and out (envs/mjwarp/vector.py)."""
@@ -69,7 +69,7 @@ def make_batched_env(cfg, pixels: bool, device):
     except ImportError as err:
         raise UserError(f"the `backend` mujoco_warp needs MuJoCo Warp ({err}); install it with "
                         "'pip install -r requirements-warp.txt'") from None
-    return make_warp_env(cfg, pixels, device)
+    return make_warp_env(cfg, pixels, device, heldout)
 
 
 def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:

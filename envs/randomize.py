@@ -20,16 +20,42 @@ HELDOUT = 2**32  # scene seeds from here on are held out
 TARGETING = (int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY), int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODYCOM))
 
 
-def task_parts(env: gym.Env, model: mujoco.MjModel) -> dict[str, tuple[list[int], list[int]]]:
-    """{part: (material ids, geom ids)} a task can recolour: its own `scene_parts` ({part: material names}, the
-    dishwashing scene's table, basin, rack, plate, floor), else every material and every geom without one, by name."""
-    named = getattr(env.unwrapped, "scene_parts", None)
+def task_parts(named: dict | None, model: mujoco.MjModel) -> dict[str, tuple[list[int], list[int]]]:
+    """{part: (material ids, geom ids)} a task can recolour: its own `scene_parts` (`named`: {part: material names},
+    the dishwashing scene's table, basin, rack, plate, floor), else every material and every geom without one."""
     if named:
         return {part: ([model.material(name).id for name in names], []) for part, names in named.items()}
     parts = {model.material(i).name: ([i], []) for i in range(model.nmat) if model.material(i).name}
     parts |= {model.geom(i).name: ([], [i]) for i in range(model.ngeom)
               if model.geom_matid[i] < 0 and model.geom(i).name and model.geom(i).name not in parts}
     return parts
+
+
+def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
+    """(material ids, geom ids) per part `cfg.parts` selects, or a one-line error naming the task's parts."""
+    names = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
+    unknown = [p for p in names if p not in parts]
+    if unknown or not names:
+        raise UserError(f"`parts` names {', '.join(unknown) or 'nothing'}, which this task does not have; use all "
+                        f"or a comma-separated list of: {', '.join(parts)}")
+    return [parts[p][0] for p in names], [parts[p][1] for p in names]
+
+
+def check_camera(cfg, model: mujoco.MjModel, camera) -> bool:
+    """Whether the ranges move the observed `camera` (a resolved camera: an index, or a free MjvCamera), after
+    checking that it can be moved: a fixed camera of the task, turned only if it does not aim at a body."""
+    moves = cfg.camera_pos > 0 or cfg.camera_rot_deg > 0 or cfg.camera_fov_deg > 0
+    if moves and (not isinstance(camera, int | np.integer) or camera == -1):
+        names = [model.camera(i).name for i in range(model.ncam)]
+        raise UserError("camera jitter (`camera_pos`, `camera_rot_deg`, `camera_fov_deg`) moves one of the "
+                        "task's cameras, and this task is viewed by a free camera; set `camera` to one of: "
+                        f"{', '.join(names) or 'none (set the three to 0)'}, or the three to 0")
+    if cfg.camera_rot_deg > 0 and int(model.cam_mode[camera]) in TARGETING:
+        raise UserError(f"camera {model.camera(camera).name} aims at a body, so `camera_rot_deg` cannot turn "
+                        "it; set it to 0, or choose another `camera`")
+    if cfg.light_tilt_deg > 0 and model.nlight == 0:
+        raise UserError("this task has no lights to tilt, only the headlight; set `light_tilt_deg` to 0")
+    return moves
 
 
 def unit(v: np.ndarray) -> np.ndarray:
@@ -51,26 +77,9 @@ class RandomScene(gym.Wrapper):
         self.heldout, self.scale = heldout, cfg.heldout_scale if heldout else 1.0
         self.cfg, self._stream, self.scene_seed = cfg, None, None
         m = self.model
-        parts = task_parts(env, m)
-        chosen = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
-        unknown = [p for p in chosen if p not in parts]
-        if unknown or not chosen:
-            raise UserError(f"`parts` names {', '.join(unknown) or 'nothing'}, which this task does not have; use all "
-                            f"or a comma-separated list of: {', '.join(parts)}")
-        self.materials = [parts[p][0] for p in chosen]
-        self.geoms = [parts[p][1] for p in chosen]
+        self.materials, self.geoms = chosen_parts(cfg, task_parts(getattr(env.unwrapped, "scene_parts", None), m))
         self.camera = resolve_camera(m, camera, free)
-        moves_camera = cfg.camera_pos > 0 or cfg.camera_rot_deg > 0 or cfg.camera_fov_deg > 0
-        if moves_camera and (not isinstance(self.camera, int | np.integer) or self.camera == -1):
-            names = [m.camera(i).name for i in range(m.ncam)]
-            raise UserError("camera jitter (`camera_pos`, `camera_rot_deg`, `camera_fov_deg`) moves one of the "
-                            "task's cameras, and this task is viewed by a free camera; set `camera` to one of: "
-                            f"{', '.join(names) or 'none (set the three to 0)'}, or the three to 0")
-        if cfg.camera_rot_deg > 0 and int(m.cam_mode[self.camera]) in TARGETING:
-            raise UserError(f"camera {m.camera(self.camera).name} aims at a body, so `camera_rot_deg` cannot turn "
-                            "it; set it to 0, or choose another `camera`")
-        if cfg.light_tilt_deg > 0 and m.nlight == 0:
-            raise UserError("this task has no lights to tilt, only the headlight; set `light_tilt_deg` to 0")
+        moves_camera = check_camera(cfg, m, self.camera)
         vis = m.vis.headlight
         self.nominal = {"mat_rgba": m.mat_rgba.copy(), "geom_rgba": m.geom_rgba.copy(), "light_dir": m.light_dir.copy(),
                         "light_diffuse": m.light_diffuse.copy(), "ambient": np.array(vis.ambient),

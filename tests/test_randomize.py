@@ -218,7 +218,8 @@ def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames()
 
 @pytest.mark.parametrize("settings, message", [
     (["encoder.type=state"], "env.randomize changes what the camera sees"),
-    (["env.backend=mujoco_warp"], "env.randomize is built for env.backend=mujoco"),
+    (["env.backend=mujoco_warp", "env.randomize.ambient=0.1"], "env.randomize.ambient cannot vary with "
+                                                                "env.backend=mujoco_warp"),
     (["env.randomize.color=1.5"], "config key 'env.randomize.color' must be in [0, 1]"),
     (["env.randomize.heldout_scale=0.5"], "config key 'env.randomize.heldout_scale' must be in [1, 10]"),
 ])
@@ -271,3 +272,45 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
     assert [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in table[:2]] == [
         ("none", "1", "train", "1.000"), ("none", "1", "heldout", "0.100")]
     assert {r["success"] for r in table if r["trained_with"] == "randomized"} == {"1.000"}
+
+
+def warp_worlds(*settings: str, heldout: bool = False):
+    from envs import make_batched_env
+
+    cfg = env_config("env.backend=mujoco_warp", "env.num_envs=3", "env.warp_processes=1", "env.randomize.ambient=0",
+                     *settings)
+    return make_batched_env(cfg, True, torch.device("cpu"), heldout=heldout)
+
+
+def test_mujoco_warp_worlds_each_draw_their_scene_over_unchanged_physics():
+    """Three worlds, scripted actions: the same qpos with and without randomised scenes, held-out or not; the
+    frames differ between the worlds and between training and held-out scenes, and the same seeds repeat them; the
+    per-world model rows stay within the ranges."""
+    def run(env):
+        obs = env.reset(11).clone()
+        qpos, frames = [env.sim.qpos.clone()], [obs[:, -1].clone()]
+        for _ in range(6):
+            actions = np.stack([scripted_action(s) for s in env.states().numpy()]).astype(np.float32)
+            _, obs, *_ = env.step(lambda _: torch.as_tensor(actions))
+            qpos.append(env.sim.qpos.clone())
+            frames.append(obs[:, -1].clone())
+        return torch.stack(qpos), torch.stack(frames).int(), env
+
+    randomized = warp_worlds()
+    runs = {"plain": run(warp_worlds("env.randomize.enabled=false")), "scenes": run(randomized),
+            "again": run(randomized), "heldout": run(warp_worlds(heldout=True))}
+    plain, scenes, again, heldout = (runs[k] for k in ("plain", "scenes", "again", "heldout"))
+    for other in (scenes, heldout):
+        assert torch.equal(plain[0], other[0]), "the same physics in every scene"
+        assert (plain[1] - other[1]).abs().float().mean() > 5
+    assert torch.equal(scenes[1], again[1]), "the same seeds, the same scenes"
+    assert (scenes[1] - heldout[1]).abs().float().mean() > 5
+    first = scenes[1][0]
+    assert (first[0] - first[1]).abs().float().mean() > 5, "each world its own scene"
+    rows = scenes[2]._scenes.fields
+    cam = scenes[2].task.mjm.camera("overview").id
+    base = scenes[2]._scenes.nominal
+    r = env_config().randomize
+    assert ((rows["cam_pos"][:, cam] - base["cam_pos"][cam]).abs() <= r.camera_pos + 1e-6).all()
+    assert ((rows["cam_fovy"][:, cam] - base["cam_fovy"][cam]).abs() <= r.camera_fov_deg + 1e-4).all()
+    assert len({tuple(row.tolist()) for row in rows["cam_pos"][:, cam]}) == 3

@@ -619,10 +619,10 @@ def _check_cross_keys(cfg: Config) -> None:
     if scenes and not pixels:
         raise UserError("env.randomize changes what the camera sees, and encoder.type state sees no frames; set "
                         "env.randomize.enabled=false and env.randomize.heldout=false, or use encoder.type video")
-    if scenes and env.backend == "mujoco_warp":
-        raise UserError("env.randomize is built for env.backend=mujoco (OpenGL) only, see "
-                        "docs/warp.md#visual-domain-randomisation; use env.backend=mujoco, or set "
-                        "env.randomize.enabled and env.randomize.heldout to false")
+    if scenes and env.backend == "mujoco_warp" and env.randomize.ambient > 0:
+        raise UserError("env.randomize.ambient cannot vary with env.backend=mujoco_warp: MuJoCo Warp renders one "
+                        "headlight for every world, see docs/warp.md#visual-domain-randomisation; set "
+                        "env.randomize.ambient=0, or use env.backend=mujoco")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat
     if physics_steps > PHYSICS_STEPS_LIMIT:
         raise UserError(f"env.max_episode_steps * env.action_repeat is {physics_steps} simulator steps per episode, "

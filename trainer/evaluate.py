@@ -77,7 +77,7 @@ def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: boo
 
     if cfg.env.backend == "mujoco_warp" and cfg.pixels:
         worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)
-        return make_batched_env(worlds, True, device), None
+        return make_batched_env(worlds, True, device, heldout=heldout), None
     env = InProcessEnv(make_env(cfg.env, cfg.pixels, heldout=heldout))
     if video_size is None:
         return env, None

@@ -118,8 +118,7 @@ class Trainer:
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
         # held-out scenes (env.randomize.heldout): a second eval env, logged apart as eval_heldout
-        self.heldout_env = (InProcessEnv(make_env(cfg.env, cfg.pixels, heldout=True))
-                            if cfg.env.randomize.heldout and self.eval_env is not None else None)
+        self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
         obs_space = self.env.single_observation_space
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
@@ -173,18 +172,19 @@ class Trainer:
         self.stop = GracefulStop()  # installed while `train` runs
         self.start_episodes()
 
-    def make_eval_env(self):
+    def make_eval_env(self, heldout: bool = False):
         """(eval env, eval camera or None): the ordinary single env as a vector of one, with its own camera for the
         GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF;
-        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run."""
+        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run.
+        `heldout`: on the held-out randomised scenes, without a camera (no video)."""
         env, logging = self.cfg.env, self.cfg.logging
         if self.cfg.training.eval_every_episodes == 0:
             return None, None
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
-            return make_batched_env(worlds, True, self.device), None
-        eval_env = InProcessEnv(make_env(env, self.cfg.pixels))
-        if not logging.eval_video:
+            return make_batched_env(worlds, True, self.device, heldout=heldout), None
+        eval_env = InProcessEnv(make_env(env, self.cfg.pixels, heldout=heldout))
+        if not logging.eval_video or heldout:
             return eval_env, None
         return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
                                 shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
