@@ -314,3 +314,12 @@ def test_mujoco_warp_worlds_each_draw_their_scene_over_unchanged_physics():
     assert ((rows["cam_pos"][:, cam] - base["cam_pos"][cam]).abs() <= r.camera_pos + 1e-6).all()
     assert ((rows["cam_fovy"][:, cam] - base["cam_fovy"][cam]).abs() <= r.camera_fov_deg + 1e-4).all()
     assert len({tuple(row.tolist()) for row in rows["cam_pos"][:, cam]}) == 3
+
+
+def test_a_mujoco_warp_run_evaluates_held_out_worlds_apart(tmp_path):
+    run = tiny_run(tmp_path, 2, "env.backend=mujoco_warp", "env.num_envs=2", "env.warp_processes=1",
+                   "env.randomize.ambient=0")
+    assert run.heldout_env._scenes.heldout and not run.eval_env._scenes.heldout
+    assert run.train() == 0
+    with open(run.logger.dir / "eval.csv") as f, open(run.logger.dir / "eval_heldout.csv") as g:
+        assert len(list(csv.reader(f))) == len(list(csv.reader(g))) == 2
