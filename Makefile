@@ -15,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: $(REQUIREMENTS) requirements.txt requirements-dev.txt requirements-warp.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS) -r requirements-dev.txt -r requirements-warp.txt
 	touch $@
 
 train: setup
@@ -26,7 +26,7 @@ train: setup
 test: setup tools
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
 
-# On a CUDA machine: every CUDA path measured against the GPU guide (<= 20 min), report in docs/gpu/<gpu>.md. Without
+# On a CUDA machine: every CUDA path measured in one command (<= 20 min), report in docs/gpu/<gpu>.md. Without
 # CUDA: GPU_CHECK_ARGS='--device cpu --quick'. A machine that limits commands to 10 minutes: --only updates variants
 # envs, then --only smoke --smoke-minutes 8 (rows merge into the same report).
 GPU_CHECK_ARGS ?=

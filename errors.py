@@ -1,6 +1,7 @@
 """The error type for bad input, at the bottom of the import graph: it imports only the standard library, so every
 layer (sac, envs, encoders, trainer) raises it without depending on the layers above; with it, the check of the
-folder a file will be written under, which the env and trainer layers make before work a failed write would lose.
+folder a file will be written under, which the env and trainer layers make before work a failed write would lose,
+and the atomic write every file the product writes goes through.
 
 Low layers know their own parameters, not the config keys that set them: their messages name a parameter in
 backticks (`camera`), and the config layer (`trainer.config.explain`) puts the config key in its place, so renaming
@@ -8,7 +9,9 @@ a config key never means editing the replay buffer or an encoder.
 """
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 class UserError(Exception):
@@ -26,3 +29,24 @@ def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
         raise UserError(f"cannot {what}: {err.filename} cannot be searched ({err.strerror}); {fix}") from None
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot {what}: {existing.resolve()} is not a folder this process may write to; {fix}")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write(f)` into `.<name>.tmp<pid>` beside `path`, fsync, rename over `path`, fsync the folder: a kill at any
+    instant leaves the previous file or the new one, whole. On any failure the temporary file is removed, `path` is
+    left as it was, and the error propagates."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

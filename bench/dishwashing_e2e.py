@@ -34,36 +34,49 @@ def read_evals(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def train(args, seed: int, demos: Path, workdir: Path) -> tuple[list[dict], dict]:
+def record(out: Path, episodes: int, sets: list[str] = ()) -> float:
+    """Scripted demonstrations into `out` (`sets`: the run's env settings, which the frames must match); the seconds
+    it took."""
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "trainer.record", "--episodes", str(episodes), "--out", str(out)]
+    recorded = subprocess.run(command + [arg for item in sets for arg in ("--set", item)], cwd=ROOT,
+                              capture_output=True, text=True)
+    if recorded.returncode != 0:
+        sys.exit(f"recording the demonstrations failed: {recorded.stderr.strip().splitlines()[-1:]}")
+    return time.perf_counter() - start
+
+
+def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float, minutes: float,
+          sets: list[str] = ()) -> tuple[list[dict], dict]:
     """One run to the target or the time limit (then SIGTERM, as a spot reclaim would): its evaluations, a summary."""
     import torch
 
-    sets = {"profile": args.profile, "training.seed": seed, "demos.path": demos, "checkpoint.dir": workdir / "ckpt",
+    settings = {"profile": profile, "training.seed": seed, "demos.path": demos, "checkpoint.dir": workdir / "ckpt",
             "logging.tensorboard_dir": workdir / "runs", "logging.progress": False, "checkpoint.name": "e2e"}
     command = [sys.executable, str(ROOT / "train_sac.py"), "--config", str(CONFIG)]
-    command += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
-    command += [arg for item in args.set for arg in ("--set", item)]
+    command += [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    command += [arg for item in sets for arg in ("--set", item)]
     eval_csv = workdir / "runs" / "e2e" / "eval.csv"
     monitor = Utilisation(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     start = time.perf_counter()
     with open(workdir / "train.log", "w") as log:  # a file, not a pipe: nobody reads a pipe while the run goes
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        while process.poll() is None and time.perf_counter() - start < 60 * args.minutes:
+        while process.poll() is None and time.perf_counter() - start < 60 * minutes:
             time.sleep(0.5)
-            if any(float(row["success"] or 0) >= args.target for row in read_evals(eval_csv)):
+            if any(float(row["success"] or 0) >= target for row in read_evals(eval_csv)):
                 break
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait()
     rows = read_evals(eval_csv)
-    reached = [row for row in rows if float(row["success"] or 0) >= args.target]
+    reached = [row for row in rows if float(row["success"] or 0) >= target]
     summary = {"seed": seed, "exit": process.returncode, "process_s": round(time.perf_counter() - start, 1),
                "gpu_util_pct": monitor.stop(), "evals": len(rows),
                "wall_s_to_target": float(reached[0]["wall_s"]) if reached else None,
                "env_step_at_target": int(reached[0]["env_step"]) if reached else None,
                "best_success": max((float(row["success"] or 0) for row in rows), default=None)}
     if process.returncode not in (0, 128 + signal.SIGTERM):
-        summary["log_tail"] = (workdir / "train.log").read_text().strip().splitlines()[-3:]
+        summary["error"] = ((workdir / "train.log").read_text().strip().splitlines() or ["no output"])[-1][:300]
     return rows, summary
 
 
@@ -78,17 +91,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--csv", help="write every evaluation here, with a seed column")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        demos, start = Path(tmp) / "demos", time.perf_counter()
-        recorded = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", str(args.demos), "--out",
-                                   str(demos)], cwd=ROOT, capture_output=True, text=True)
-        if recorded.returncode != 0:
-            sys.exit(f"recording the demonstrations failed: {recorded.stderr.strip().splitlines()[-1:]}")
-        print(json.dumps({"demos": args.demos, "record_s": round(time.perf_counter() - start, 1)}), flush=True)
+        demos = Path(tmp) / "demos"
+        print(json.dumps({"demos": args.demos, "record_s": round(record(demos, args.demos), 1)}), flush=True)
         every = []
         for seed in args.seeds:
             workdir = Path(tmp) / f"seed{seed}"
             workdir.mkdir()
-            rows, summary = train(args, seed, demos, workdir)
+            rows, summary = train(seed, demos, workdir, profile=args.profile, target=args.target,
+                                  minutes=args.minutes, sets=args.set)
             print(json.dumps(summary | {"settings": args.set}), flush=True)
             every += [row | {"seed": seed} for row in rows]
             if args.csv and every:  # after each seed: a command cut short keeps the seeds it finished

@@ -1,14 +1,18 @@
-"""The GPU check: every CUDA path this project has, measured against the GPU guide's table, in one command.
+"""The GPU check: every CUDA path this project has, measured against the targets in docs/gpu/README.md, in one
+command.
 
-    make gpu-check                                     # on a CUDA machine: the full check, <= 20 minutes
+    make gpu-check                                     # on a CUDA machine: the full check, <= 30 minutes
     python3 -m bench.gpu_check --device cpu --quick    # anywhere: the same sections, small, a few minutes
-    python3 -m bench.gpu_check --only updates variants # some sections; rows merge into the same report
-    python3 -m bench.gpu_check --only warp --minutes 9  # a machine that stops a command at 10 minutes
+    python3 -m bench.gpu_check --only graphs e2e --seeds 1 2 --minutes 9.5   # a machine that stops a command at 10 min
     python3 -m bench.gpu_check --only updates --missing # only the rows the report lacks or that failed
-    python3 -m bench.gpu_check --only warp_learn --seeds 1 2 --missing  # a second seed beside the first
 
 Writes docs/gpu/<device-name>.json (all rows so far, merged by section) and docs/gpu/<device-name>.md (the
 report). Sections, each at the `gpu` profile's settings of the config it names unless a row says otherwise:
+  graphs    simple2dcnn updates/s at batch 128/256/512 (DrQ-v2's schedule), the eager update and the CUDA-graphed
+            one alternating in one process (bench/update_speed.py), and at the largest batch how far apart 20
+            updates from the same weights leave them
+  e2e       configs/dishwashing_video.yaml from frames with 20 scripted demonstrations until an evaluation reaches
+            80% success (bench/dishwashing_e2e.py): the training seconds, and the GPU's busy share meanwhile
   updates   per encoder (simple2dcnn, simple3dcnn, r3d18 fine-tuned, r3d18 frozen at 112 px, timesformer small):
             SAC updates/s at batch 128/256/512 on a replay of random frames (an update's cost does not depend on
             what the frames show), peak memory (torch.cuda.max_memory_allocated) and GPU utilisation (NVML,
@@ -21,9 +25,9 @@ report). Sections, each at the `gpu` profile's settings of the config it names u
   warp      MuJoCo Warp frames/s (physics and ray-traced camera of N worlds, random actions, into a replay on the
             device: bench/mjwarp.py's contender) for cartpole/swingup and dishwashing at N worlds and 64/84 px
   warp_learn  cartpole/swingup from pixels in MuJoCo Warp worlds (env.backend mujoco_warp) until its eval return
-            reaches 700 or the wall time passes: the training seconds to 700 (docs/warp.md's GPU target)
-The two learning sections run a row per seed of `--seeds`, one after the other.
-The report ends with the guide's claims (../shared/seeds/002_4b762c50bd7e946a.txt) beside the measured values.
+            reaches 700 or the wall time passes: the training seconds to 700
+The learning sections (e2e, smoke, warp_learn) run a row per seed of `--seeds`, one after the other.
+The report ends with the targets beside the measured values.
 Each row runs in its own subprocess, so one that runs out of memory or crashes is reported and the rest go on.
 """
 
@@ -44,7 +48,7 @@ from bench.common import cpu_name, positive
 from trainer.config import SEED_LIMIT, TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("updates", "variants", "envs", "smoke", "warp", "warp_learn")
+SECTIONS = ("graphs", "e2e", "updates", "variants", "envs", "smoke", "warp", "warp_learn")
 DMC = "configs/dmc/cartpole_swingup.yaml"
 DISHWASHING = "configs/dishwashing_video.yaml"
 ENCODERS = {  # row name -> encoder settings
@@ -58,7 +62,8 @@ ENCODERS = {  # row name -> encoder settings
 }
 WARP_TASKS = {"cartpole": "dm_control/cartpole-swingup-v0", "dishwashing": "Dishwashing-v0"}
 WARP_TARGET = 700  # the eval return warp_learn runs to
-VARIANTS = {  # row name -> the setting flipped; compile last, since a lease's budget may end during its build
+E2E_TARGET = 0.8  # the eval success rate the dishwashing run (e2e) runs to
+VARIANTS = {  # row name -> the setting flipped; compile last, since a --minutes budget may end during its build
     "autocast_bf16": {"training.autocast": True},
     "cudnn_benchmark": {"training.cudnn_benchmark": True},
     "channels_last": {"encoder.video.channels_last": True},
@@ -76,7 +81,9 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
              # at 12 of 13 evaluations in docs/results.md): on the H200 an update at 128 took 10.5 ms, at the
              # profile's 512 21.6 ms (docs/gpu/nvidia-h200.md), and this row is timed
              "warp_learn_s": 540.0, "warp_learn_overrides": {"env.num_envs": 16, "training.eval_every_episodes": 16,
-                                                             "sac.batch_size": 128, "sac.nstep": 3}},
+                                                             "sac.batch_size": 128, "sac.nstep": 3},
+             "graphs_batches": (128, 256, 512), "graphs_check": 20, "e2e_demos": 20, "e2e_minutes": 4.0,
+             "e2e_overrides": {}},
     "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
               "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
               "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
@@ -86,7 +93,11 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
               "warp_tasks": tuple(WARP_TASKS), "warp_worlds": (16, 64), "warp_sizes": (64,), "warp_learn_s": 120.0,
               "warp_learn_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 4,
                                        "env.max_episode_steps": 25, "training.eval_every_episodes": 4,
-                                       "training.eval_episodes": 2}},
+                                       "training.eval_episodes": 2},
+              "graphs_batches": (16, 32), "graphs_check": 5, "e2e_demos": 4, "e2e_minutes": 3.0,
+              "e2e_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 2,
+                                "env.max_episode_steps": 25, "training.eval_every_episodes": 2,
+                                "training.eval_episodes": 2}},
     "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn", "r3d18_frozen_112"),
              "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
                                                                  "sac.hidden_dim": 32},
@@ -98,7 +109,11 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
              "warp_tasks": ("cartpole",), "warp_worlds": (2,), "warp_sizes": (32,), "warp_learn_s": 600.0,
              "warp_learn_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 2,
                                       "env.max_episode_steps": 8, "training.eval_every_episodes": 2,
-                                      "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 4}},
+                                      "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 4},
+             "graphs_batches": (4,), "graphs_check": 4, "e2e_demos": 1, "e2e_minutes": 10.0,
+             "e2e_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
+                               "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
+                               "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 2}},
 }
 
 
@@ -190,7 +205,7 @@ STOP_WAIT_S = 35.0  # what a training run stopped by SIGTERM gets to save and ex
 class Budget:
     """This command's wall time (`--minutes`; None: no limit). Each row gets at most the time left, less a margin
     for a stopped training run to save and the report to be written, so on a machine that kills a command at its
-    limit (a lent GPU's 10 minutes) every row that started ends in the report, and the rest say they did not run."""
+    limit every row that started ends in the report, and the rest say they did not run."""
 
     MARGIN_S = STOP_WAIT_S + 10.0
 
@@ -284,7 +299,7 @@ def evals(path: Path) -> list[dict]:
 
 def env_row(config: str, *, device: str, workers: int, env_steps: int, overrides: dict, wall_s: float) -> dict:
     """Env steps/s while training (one update per step after the seed steps) with `workers` env processes, and the
-    GPU's utilisation meanwhile: the guide's figures are for training, where the GPU waits on the envs."""
+    GPU's utilisation meanwhile: the targets are for training, where the GPU waits on the envs."""
     import torch
 
     if wall_s <= 0:
@@ -395,6 +410,20 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
     row), which runs it or not and keeps what it returns, so a check cut short keeps the rows it finished; each row
     within the `budget`. The learning sections (smoke, warp_learn) run a row per seed of `seeds`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
+    if "graphs" in sections:
+        sets = [f"env.image_size={size['image_size']}"] if small else []
+        for batch in size["graphs_batches"]:
+            record("graphs", f"simple2dcnn@{batch}", partial(run_row, "graphs_row", {
+                "device": device, "batch": batch, "seconds": size["row_s"], "sets": sets,
+                "check": size["graphs_check"] if batch == size["graphs_batches"][-1] else 0},
+                limit_s=600, budget=budget))
+    if "e2e" in sections:
+        overrides = size["e2e_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
+        for seed in seeds:
+            record("e2e", f"seed{seed}", partial(run_row, "e2e_row", {
+                "device": device, "seed": seed, "demos": size["e2e_demos"],
+                "minutes": budget.left(60 * size["e2e_minutes"]) / 60, "settings": overrides},
+                limit_s=60 * size["e2e_minutes"] + 120, budget=budget))
     if "updates" in sections:
         for name in size["encoders"]:
             for batch in size["batches"]:
@@ -440,6 +469,41 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                                                         settings | {"training.seed": seed}, target=WARP_TARGET))
 
 
+def graphs_row(device: str, batch: int, seconds: float, sets: list[str], check: int) -> dict:
+    """simple2dcnn updates/s at `batch`, eager and graphed alternating in one process (bench/update_speed.py), and
+    with `check` > 0 how far apart `check` updates from the same weights leave the two."""
+    import torch
+
+    from bench.update_speed import check as compare
+    from bench.update_speed import load, speed
+    from trainer.headless import configure
+
+    configure()
+    cfg, where = load(device, batch, sets=sets), torch.device(device)
+    rates = {row["path"]: row["updates_per_s"] for row in speed(cfg, where, seconds=seconds, chunk=10)}
+    row = {"before": rates["before"], "after": rates["after"], "speedup": round(rates["after"] / rates["before"], 2)}
+    return row | ({"check": compare(cfg, where, updates=check)} if check else {})
+
+
+def e2e_row(device: str, seed: int, demos: int, minutes: float, settings: dict) -> dict:
+    """configs/dishwashing_video.yaml at the gpu profile (plus `settings`) from frames with `demos` scripted
+    demonstrations, until an evaluation reaches 80% success or `minutes` pass (bench/dishwashing_e2e.py)."""
+    from bench.dishwashing_e2e import record, train
+
+    if minutes <= 0:
+        return NOT_RUN
+    with tempfile.TemporaryDirectory() as workdir:
+        record_s = record(Path(workdir) / "demos", demos,
+                          [f"{key}={value}" for key, value in settings.items() if key.startswith("env.")])
+        sets = [f"{key}={value}" for key, value in ({"training.device": device} | settings).items()]
+        (Path(workdir) / "run").mkdir()
+        rows, summary = train(seed, Path(workdir) / "demos", Path(workdir) / "run", profile="gpu",
+                              target=E2E_TARGET, minutes=minutes, sets=sets)
+    evals = [{"env_step": int(row["env_step"]), "success": float(row["success"]), "train_s": float(row["wall_s"])}
+             for row in rows]
+    return summary | {"record_s": round(record_s, 1), "target": E2E_TARGET, "evals": evals}
+
+
 def variant_row(device: str, *, batch: int, seconds: float, settings: dict, budget: Budget) -> dict:
     """The profile's update at `batch` with `settings` flipped, in its own process."""
     return run_row("update_row", {"config": DMC, "device": device, "batch": batch, "seconds": seconds,
@@ -447,11 +511,11 @@ def variant_row(device: str, *, batch: int, seconds: float, settings: dict, budg
 
 
 def claims(rows: dict) -> list[tuple[str, str, str]]:
-    """(claim, the guide's value, measured) for each claim the rows can answer."""
+    """(claim, its target, measured) for each claim the rows can answer: the targets are docs/gpu/README.md's."""
     updates, envs, warp = rows.get("updates", {}), rows.get("envs", {}), rows.get("warp", {})
 
     def utilisation(encoder: str) -> str:
-        """Updates alone keep a GPU busy whatever the guide says of training: say which the number is."""
+        """Updates alone keep a GPU busy, whatever the utilisation while training: say which the number is."""
         ran = {int(name.split("@")[1]): row["gpu_util_pct"] for name, row in updates.items()
                if name.startswith(f"{encoder}@") and row.get("gpu_util_pct") is not None}
         alone = f"updates alone: {ran[max(ran)]} at batch {max(ran)}" if ran else "updates alone: n/a"
@@ -481,6 +545,19 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         best = max(rates, key=rates.get, default=None)
         return f"{rates[best]} ({best})" if best else "n/a"
 
+    def graph_speedup(batch: int) -> str:
+        row = rows.get("graphs", {}).get(f"simple2dcnn@{batch}", {})
+        return f"{row['speedup']}x ({row['before']} -> {row['after']} updates/s)" if "speedup" in row else "n/a"
+
+    def dishwashing_learned() -> str:
+        shown = []
+        for seed, row in rows.get("e2e", {}).items():
+            if row.get("wall_s_to_target") is not None:
+                shown.append(f"{seed}: {row['wall_s_to_target']:.0f} s ({row['env_step_at_target']} agent steps)")
+            elif row.get("best_success") is not None:
+                shown.append(f"{seed}: not reached, best {row['best_success']:.0%} in {row['process_s']:.0f} s")
+        return ", ".join(shown) or "n/a"
+
     def warp_learned() -> str:
         shown = []
         for seed, row in rows.get("warp_learn", {}).items():
@@ -492,6 +569,12 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         return ", ".join(shown) or "n/a"
 
     return [
+        ("CUDA graphs against eager updates, simple2dcnn at batch 256, same card and process", ">= 4x",
+         graph_speedup(256)),
+        ("CUDA graphs against eager updates, simple2dcnn at batch 512, same card and process", ">= 3x",
+         graph_speedup(512)),
+        ("dishwashing_video to 80% eval success, training seconds (eval.csv's wall_s)", "<= 120",
+         dishwashing_learned()),
         ("R3D18 GPU utilisation while training (%)", "40-60", utilisation("r3d18")),
         ("Simple3DCNN GPU utilisation while training (%)", "20-30", utilisation("simple3dcnn")),
         ("GPU utilisation while training, Simple2DCNN (%; below 20: CPU-bound)", ">= 20", training_utilisation()),
@@ -502,8 +585,8 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
          or "n/a"),
         ("dishwashing episodes/hour, R3D18", "~150", "not measured (envs rows train simple2dcnn)"),
         ("faster than this machine's CPU (simple2dcnn updates/s at batch 128)", "10-50x", speedup()),
-        ("MuJoCo Warp frames/s, cartpole at 64 px (issue 23's target, on an H100)", ">= 100,000", warp_best(64)),
-        (f"MuJoCo Warp pixel cartpole to return {WARP_TARGET} (issue 23's target, on an H100)", "< 15 min",
+        ("MuJoCo Warp frames/s, cartpole at 64 px (on an H100)", ">= 100,000", warp_best(64)),
+        (f"MuJoCo Warp pixel cartpole to return {WARP_TARGET} (on an H100)", "< 15 min",
          warp_learned()),
     ]
 
@@ -515,7 +598,13 @@ def markdown(name: str, commands: dict, rows: dict) -> str:
         if section not in rows:
             continue
         lines += [f"## {section}", "", f"Command: `{commands.get(section, 'not recorded')}`", ""]
-        if section in ("smoke", "warp_learn"):
+        if section == "e2e":
+            for i, (seed, row) in enumerate(rows[section].items()):
+                lines += [""] * (i > 0) + [f"### {seed}", ""]
+                lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
+                lines += ["- evaluations (agent steps: success at training seconds): " + ", ".join(
+                    f"{e['env_step']}: {e['success']:.0%} at {e['train_s']:.0f} s" for e in row.get("evals", []))]
+        elif section in ("smoke", "warp_learn"):
             for i, (seed, row) in enumerate(rows[section].items()):
                 lines += [""] * (i > 0) + [f"### {seed}", ""]
                 lines += [f"- {key}: {value}" for key, value in row.items() if key != "evals"]
@@ -527,8 +616,8 @@ def markdown(name: str, commands: dict, rows: dict) -> str:
             lines += [f"| {row_name} | " + " | ".join(str(row.get(key, "")) for key in keys) + " |"
                       for row_name, row in rows[section].items()]
         lines.append("")
-    lines += ["## The guide's claims beside the measured values", "",
-              "| claim | guide | measured |", "| --- | --- | --- |"]
+    lines += ["## The targets beside the measured values", "",
+              "| claim | target | measured |", "| --- | --- | --- |"]
     lines += [f"| {claim} | {guide} | {value} |" for claim, guide, value in claims(rows)]
     return "\n".join(lines) + "\n"
 
@@ -548,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
                              "config's)"),
     parser.add_argument("--missing", action="store_true",
                         help="run only the rows of --only's sections that the report lacks or that ended in an error, "
-                             "keeping the rest (a later lease finishes an earlier one's sections)")
+                             "keeping the rest (a later call finishes an earlier one's sections)")
     parser.add_argument("--minutes", type=positive(float),
                         help="this command's wall time: rows get what is left, those past it are marked not run "
                              "(for machines that limit a command's time)")

@@ -6,7 +6,7 @@ it, success rate) against agent steps.
 
 Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
 each, and as many MuJoCo Warp processes on the CPU: `warp_share`), so the same command run again continues every
-seed from its newest checkpoint (runs longer than a session).
+seed from its newest checkpoint (a run that outlives a pod or a day).
 Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training
 seconds; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control

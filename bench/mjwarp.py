@@ -12,7 +12,8 @@ repeat 1, so every frame is a physics step (20 for dishwashing) plus a render. C
 ones compile their kernels on first use, then load them from ~/.cache/warp), warmed up by a few untimed steps, then
 timed in turn in rounds of --seconds each, so that load from other jobs on a shared machine hits all alike. Prints a
 JSON line per contender (warp_N for N worlds in one process, warp_NxP split over P: env.warp_processes) and task,
-then each task's best warp rate over the 2-worker rate (the issue's target: >= 3).
+then each task's best warp rate over the 2-worker rate (docs/warp.md compares it with 3x, the speed-up that
+would make warp worth its setup on a CPU).
 The OpenGL side renders as configured by default (env.render_shadow_size 512, env.render_offsamples 0); the warp side
 ray-traces without shadows or skybox (the defaults), and with `--lit` each warp contender is timed a second time with
 env.warp_shadows and env.warp_skybox on (its name ends in _lit): docs/warp.md compares the looks.

@@ -23,9 +23,10 @@ Rows:
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
   frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes per hour of
                     training (--episode-steps agent steps each, one update per step) two ways, in one run:
-                      in_update  the trunk inside every update, on a replay of frames (how a frozen trunk trained before
-                                 issue 21), composed from the same public classes: SAC over the frozen encoder, frame
-                                 ReplayBuffer, env; timed over --frozen-before-steps steps (seconds to minutes each)
+                      in_update  the trunk inside every update, on a replay of frames (the plain way to train
+                                 on a frozen trunk), composed from the same public classes: SAC over the frozen
+                                 encoder, frame ReplayBuffer, env; timed over --frozen-before-steps steps (seconds
+                                 to minutes each)
                       stored     this trainer: the trunk once per agent step, features in the replay, updates on the
                                  heads only; timed over whole episodes (--steps, at least one)
                     and the replay's bytes per stored transition of each. E.g. for R3D-18 at 112 px on dishwashing:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from bench.common import cpu_name, positive
+from sac.graphs import WARMUP_UPDATES
 from trainer.headless import configure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,58 +56,65 @@ def filled_replay(cfg, device: torch.device, *, batch: int, action_dim: int):
     return replay
 
 
-def load(args, batch: int, extra: list[str] = ()):
+def load(device: str, batch: int, *, profile: str = "gpu", sets: list[str] = ()):
     from trainer.config import load_config
 
-    sets = [f"profile={args.profile}", f"training.device={args.device}", f"sac.batch_size={batch}", *DRQV2,
-            *args.set, *extra]
-    return load_config(CONFIG, sets)
+    return load_config(CONFIG, [f"profile={profile}", f"training.device={device}", f"sac.batch_size={batch}", *DRQV2,
+                                *sets])
 
 
-def speed(args, batch: int, device: torch.device) -> list[dict]:
-    """updates/s of each path at `batch`, alternating chunks of `args.chunk` updates for `args.seconds` each."""
-    cfg = load(args, batch)
-    replay = filled_replay(cfg, device, batch=batch, action_dim=args.action_dim)
-    agents = {path: build(cfg, device, action_dim=args.action_dim, **flags) for path, flags in PATHS.items()}
+def speed(cfg, device: torch.device, *, seconds: float, chunk: int, action_dim: int = 4,
+          paths: tuple[str, ...] = tuple(PATHS)) -> list[dict]:
+    """updates/s of each path at the config's batch size, alternating chunks of `chunk` updates for `seconds` each."""
+    batch = cfg.sac.batch_size
+    replay = filled_replay(cfg, device, batch=batch, action_dim=action_dim)
+    agents = {path: build(cfg, device, action_dim=action_dim, **PATHS[path]) for path in paths}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for agent in agents.values():  # warm-up: allocations, the graphs' capture
         for _ in range(8):
             agent.update(replay.sample(batch, device))
     sync()
     spent, done = dict.fromkeys(agents, 0.0), dict.fromkeys(agents, 0)
-    while min(spent.values()) < args.seconds:
+    while min(spent.values()) < seconds:
         for path, agent in agents.items():
             start = time.perf_counter()
-            for _ in range(args.chunk):
+            for _ in range(chunk):
                 agent.update(replay.sample(batch, device))
             sync()
             spent[path] += time.perf_counter() - start
-            done[path] += args.chunk
+            done[path] += chunk
     return [{"device": device_label(device), "batch": batch, "path": path,
-             "updates_per_s": round(done[path] / spent[path], 1)} for path in agents]
+             "updates_per_s": round(done[path] / spent[path], 2)} for path in agents]
 
 
-def check(args, batch: int, device: torch.device) -> dict:
-    """The largest absolute parameter difference between an eager and a graphed agent after `args.check` updates
-    from the same weights, on the same batches, each run from the same RNG seed."""
-    cfg = load(args, batch)
-    replay = filled_replay(cfg, device, batch=batch, action_dim=args.action_dim)
-    batches = [replay.sample(batch, device) for _ in range(args.check)]
+def check(cfg, device: torch.device, *, updates: int, action_dim: int = 4) -> dict:
+    """How far apart an eager and a graphed agent are after `updates` updates from the same weights, on the same
+    batches, each run from the same RNG seed: the largest parameter difference; the largest relative difference of the
+    losses at the first graphed update (the weights still equal then: the warm-up updates are eager in both), which
+    separates the arithmetic from Adam's amplification of it; and whether both drew as many random numbers."""
+    batch = cfg.sac.batch_size
+    replay = filled_replay(cfg, device, batch=batch, action_dim=action_dim)
+    batches = [replay.sample(batch, device) for _ in range(updates)]
     torch.manual_seed(0)
-    agents = [build(cfg, device, action_dim=args.action_dim, **flags) for flags in PATHS.values()]
-    agents[1].critic.load_state_dict(agents[0].critic.state_dict())
-    agents[1].critic_target.load_state_dict(agents[0].critic_target.state_dict())
-    agents[1].actor.load_state_dict(agents[0].actor.state_dict())
+    agents = [build(cfg, device, action_dim=action_dim, **flags) for flags in PATHS.values()]
+    for module in ("critic", "critic_target", "actor"):
+        getattr(agents[1], module).load_state_dict(getattr(agents[0], module).state_dict())
+    rng_after, losses = [], []
     for agent in agents:
         torch.manual_seed(1)
-        for sampled in batches:
-            agent.update(sampled)
+        losses.append([{key: value.item() for key, value in agent.update(sampled).items()} for sampled in batches])
+        rng_after.append(torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state())
     differences = [(a - b).abs().max().item() for module in ("critic", "critic_target", "actor")
                    for a, b in zip(getattr(agents[0], module).parameters(), getattr(agents[1], module).parameters())]
-    scale = max(p.abs().max().item() for p in agents[0].critic.parameters())
-    return {"device": device_label(device), "batch": batch, "updates": args.check,
-            "graphed": agents[1].graphs is not None, "max_abs_difference": max(differences),
-            "largest_parameter": scale}
+    first = min(WARMUP_UPDATES, updates - 1)  # the first graphed update, or the last if none is
+    eager, graphed = losses[0][first], losses[1][first]
+    return {"device": device_label(device), "batch": batch, "updates": updates,
+            "graphed_updates": max(0, updates - WARMUP_UPDATES) if agents[1].graphs is not None else 0,
+            "max_abs_difference": max(differences), "same_rng_state": bool(torch.equal(*rng_after)),
+            "first_graphed_loss_rel_difference": max(abs(eager[key] - graphed[key]) / max(abs(eager[key]), 1e-12)
+                                                     for key in eager),
+            "largest_parameter": max(p.abs().max().item() for p in agents[0].critic.parameters()),
+            "lr": cfg.sac.lr}
 
 
 def device_label(device: torch.device) -> str:
@@ -121,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=positive(float), default=6.0, help="timed seconds per path and batch")
     parser.add_argument("--chunk", type=positive(int), default=20, help="updates per timed chunk")
     parser.add_argument("--action-dim", type=positive(int), default=4, help="the dishwashing task's")
+    parser.add_argument("--paths", nargs="+", choices=tuple(PATHS), default=list(PATHS))
     parser.add_argument("--check", type=int, default=0, metavar="K", help="also compare K updates, eager and graphed")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--csv", help="append the rows here")
@@ -128,9 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     configure()
     device = torch.device(args.device)
     if args.check:
-        print(json.dumps(check(args, args.batches[0], device)), flush=True)
+        cfg = load(args.device, args.batches[0], profile=args.profile, sets=args.set)
+        print(json.dumps(check(cfg, device, updates=args.check, action_dim=args.action_dim)), flush=True)
     for batch in args.batches:
-        rows = speed(args, batch, device)
+        cfg = load(args.device, batch, profile=args.profile, sets=args.set)
+        rows = speed(cfg, device, seconds=args.seconds, chunk=args.chunk, action_dim=args.action_dim,
+                     paths=tuple(args.paths))
         for row in rows:
             print(json.dumps(row | {"settings": args.set}), flush=True)
         if args.csv:
@@ -141,7 +153,6 @@ def main(argv: list[str] | None = None) -> None:
                 if new:
                     writer.writeheader()
                 writer.writerows(rows)
-
 
 if __name__ == "__main__":
     main()

@@ -1,16 +1,10 @@
 """A frozen trunk run outside the SAC update: once per agent step on the newest frame stacks, so the replay stores
-its features instead of frames and every update runs the SAC heads only (`encoder.video.freeze: true`).
+its features instead of frames and every update runs the SAC heads only (`encoder.video.freeze: true`; why and what
+it costs: docs/encoders.md#frozen-trunks-features-computed-once-per-step).
 
-A frozen trunk never changes, so recomputing a sample's features in every update it appears in (twice: obs and
-next_obs) is pure waste; users of pretrained visual representations encode once at collection and learn on the
-embeddings (TorchRL's R3M/VIP transforms, the R3M and VC-1 evaluation protocols). TorchRL's transforms run inside
-its own collectors and replay; this trainer has its own, so the few lines below do the same here.
-
-In: uint8 (N, T, C, H, W) frame stacks, numpy as the OpenGL envs return them or a torch tensor on the training device
-as MuJoCo Warp returns them (encoded where they are). Out: FEATURE_DTYPE (N, repr_dim) numpy features, which the actor
-reads and the replay stores: N x repr_dim x 2 bytes a step cross to the host, never the frames. float16 halves the
-bytes of float32 with a 10-bit mantissa (bfloat16 has 7 and no numpy dtype); post-ReLU trunk features sit far inside
-its range, and a feature beyond it is an error rather than a silent inf in the replay.
+In: uint8 (N, T, C, H, W) frame stacks, numpy from the OpenGL envs or a torch tensor on the training device from
+MuJoCo Warp (encoded where they are). Out: FEATURE_DTYPE (N, repr_dim) numpy features for the actor and the replay:
+only those bytes cross to the host, never the frames.
 """
 
 import hashlib
@@ -21,7 +15,7 @@ from torch import nn
 
 from errors import UserError
 
-FEATURE_DTYPE = np.float16
+FEATURE_DTYPE = np.float16  # half of float32, 10-bit mantissa (bfloat16 has 7 and no numpy dtype); overflow is an error
 
 
 def fingerprint(encoder: nn.Module, arch: str) -> str:

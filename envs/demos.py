@@ -12,6 +12,8 @@ for the trainer to check against its config.
 """
 
 import hashlib
+import os
+import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,26 +100,37 @@ def write(
     check_new(path)
     target = Path(path).expanduser().resolve()  # Minari joins relative paths twice
     target.mkdir(parents=True, exist_ok=True)
-    storage = MinariStorage.new(
-        target / DATA_DIR,
-        observation_space,
-        action_space,
-        env_spec=gym.spec(env_id),
-        data_format="hdf5",
-        jpeg_encoding=False,
-    )
-    storage.update_metadata({"dataset_id": target.name, "minari_version": minari.__version__, RECORDING_KEY: recording})
-    storage.update_episodes(
-        EpisodeBuffer(
-            id=i,
-            observations=e.observations,
-            actions=e.actions,
-            rewards=list(e.rewards),
-            terminations=list(e.terminations),
-            truncations=list(e.truncations),
+    # written whole beside it, then renamed into place: an interrupted write leaves no dataset, not a partial one
+    staging = target.parent / f".{target.name}.tmp{os.getpid()}"
+    try:
+        staging.mkdir()
+        storage = MinariStorage.new(
+            staging / DATA_DIR,
+            observation_space,
+            action_space,
+            env_spec=gym.spec(env_id),
+            data_format="hdf5",
+            jpeg_encoding=False,
         )
-        for i, e in enumerate(episodes)
-    )
+        storage.update_metadata({"dataset_id": target.name, "minari_version": minari.__version__,
+                                 RECORDING_KEY: recording})
+        storage.update_episodes(
+            EpisodeBuffer(
+                id=i,
+                observations=e.observations,
+                actions=e.actions,
+                rewards=list(e.rewards),
+                terminations=list(e.terminations),
+                truncations=list(e.truncations),
+            )
+            for i, e in enumerate(episodes)
+        )
+        for file in (staging / DATA_DIR).iterdir():
+            with open(file, "rb+") as f:
+                os.fsync(f.fileno())
+        os.rename(staging / DATA_DIR, target / DATA_DIR)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def read(path: str | Path) -> Demonstrations:
@@ -140,6 +153,9 @@ def read(path: str | Path) -> Demonstrations:
         reason = " ".join(str(err).split())[:200]
         raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
                         "record it again with python3 -m trainer.record") from None
+    if not raw:  # what an interrupted recording of older versions, which wrote in place, left behind
+        raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was interrupted?); move it "
+                        "aside and record it again with python3 -m trainer.record")
     if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector
         key = PIXELS if space.dtype == np.uint8 and len(space.shape) == 3 else STATE
         space = gym.spaces.Dict({key: space})

@@ -1,35 +1,6 @@
-"""Soft Actor-Critic for pixels, done the way DrQ (Kostrikov et al., 2020) and DrQ-v2 obtained their results:
-random-shift augmentation inside the update, the encoder trained by the critic loss only, the actor on detached
-features, a target critic holding its own encoder copy (or, as DrQ-v2, none), clipped double Q
-and a learned temperature.
-
-Written by hand because no maintained library implements this variant: SB3 and friends give actor and critic
-separate encoders (twice the encoder passes) and have no augmentation inside the update.
-
-Shapes: `update` takes the replay batch (see sac/replay.py); `act` takes a batch of observations (N, ...) as the
-envs return them and gives float32 (N, A).
-
-Encoder passes per update: the online encoder over obs (with gradient: the critic loss trains it), and over
-next_obs (no gradient, for the next action), and the target encoder over next_obs unless `sac.target_encoder` is off
-(DrQ-v2: the target heads read the online next_obs features) or the encoder is frozen (its copy would never differ);
-the actor reuses the obs features. With `sac.augment_samples` = K (DrQ's K = M, 2 in its published results) each
-pass covers K shifted copies of the batch. Merging obs and next_obs into one online pass is not equivalent in cost:
-the next_obs half would sit in the autograd graph and double the encoder's backward. On a frozen trunk's stored
-features (encoders/frozen.py) the encoder is the vector encoder (encoders/state.py) and nothing is augmented: a
-feature vector has no pixels to shift.
-
-Speed options (`training.compile`, `training.autocast`): `nn.Module.compile` on the encoder and critics (state
-dict keys unchanged, so checkpoints load either way), and bfloat16 autocast over the encoder passes, where nearly all
-the FLOPs are (tensor cores on a GPU, AMX on recent Xeons). The heads, losses and optimiser steps stay float32: a
-bfloat16 Q-value near 800 (cartpole with action repeat 8) would be rounded to a multiple of 4. Nothing in `update`
-reads a value back to the host: metrics stay on the device until the trainer logs them, and the policy's
-distributions skip torch's argument validation, whose checks would each wait for the device.
-
-Modes: the update runs every network in training mode, the target critic included, as DrQ and DrQ-v2 keep it
-(`critic_target.train()`): a BatchNorm in the target encoder (r3d18) normalises by the batch like the online encoder
-whose parameters it averages, so its running statistics (those of its own passes) are never read. `act` runs the
-online encoder and the actor in eval mode.
-"""
+"""Soft Actor-Critic from pixels as DrQ and DrQ-v2 run it: random-shift augmentation inside the update, the encoder
+trained by the critic loss only, the actor on detached features, clipped double Q, a learned temperature. Written
+by hand: no maintained library has this variant (docs/algorithm.md says what an update computes, and why)."""
 
 import contextlib
 import copy
@@ -297,7 +268,7 @@ class SAC:
     def load_state_dict(self, state: dict) -> None:
         self.critic.load_state_dict(state["critic"])
         target = state["critic_target"]
-        if self.critic_target.encoder is None:  # a checkpoint from before frozen encoders lost their target copy
+        if self.critic_target.encoder is None:  # a frozen encoder has no target copy; a saved state may hold one
             target = {key: value for key, value in target.items() if not key.startswith(ENCODER_PREFIX)}
         self.critic_target.load_state_dict(target)
         self.actor.load_state_dict(state["actor"])

@@ -1,10 +1,5 @@
-"""DrQ's random-shift augmentation: replicate-pad each image by `pad` pixels, crop back to the original size at a
-random offset. One shift per sample, shared by all frames of its stack.
-
-Stays uint8 (4x less memory traffic than float) and runs on whatever device the batch is on: the crops are one
-gather from a strided view of every window of the padded batch, whole image rows at a time (twice as fast on a CPU
-as gathering clamped pixel indices).
-"""
+"""DrQ's random shift: replicate-pad by `pad` pixels, crop back at a random offset, one shift per sample for all
+its frames. Stays uint8 and crops by one gather over a strided view of every window (no interpolation)."""
 
 import torch
 import torch.nn.functional as F

@@ -1,17 +1,8 @@
-"""Demonstrations in training, as RLPD (Ball et al., 2023) uses them: a store of their own that the replay's ring never
-evicts, and a share of every batch drawn from it ("symmetric sampling": half by default).
+"""Demonstrations as RLPD uses them: a store the replay never evicts, a share of every batch drawn from it. The
+store is a second ReplayBuffer, so demonstrations go through the same sampling code (docs/algorithm.md).
 
-The store is a second ReplayBuffer filled once from the episodes, so demonstrations go through the same sampling
-code as the agent's own transitions: frame stacks rebuilt from single frames (any `env.frame_stack`), or, with a
-frozen trunk, one feature vector per step as the live replay stores them (`frame_stack` None); n-step returns,
-frames on the training device. Its capacity is the demonstrations' frame count, so nothing is ever overwritten.
-Hand-written because RLPD's and SERL's samplers belong to their own (JAX) replay buffers; here it is ten lines over
-this project's ReplayBuffer.
-
-Shapes: `fill_store` takes per episode observations (L + 1, *frame_shape) (the reset observation first: a frame, a
-state vector or a feature vector), actions float32 (L, A), rewards (L,), terminations bool (L,); `mixed_sample`
-returns the batch layout of ReplayBuffer.sample.
-"""
+`fill_store` takes per episode observations (L + 1, *frame_shape), the reset observation first; actions float32 (L,
+A), rewards (L,), terminations bool (L,)."""
 
 from collections.abc import Sequence
 

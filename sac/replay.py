@@ -1,29 +1,8 @@
-"""Replay buffer that stores every frame once.
+"""Replay buffer that stores every frame once (the libraries' store each transition's two frame stacks: ~6x the
+memory) in one ring per env, and rebuilds frame stacks and n-step returns at sample time (docs/algorithm.md).
 
-Written by hand because the libraries' buffers (SB3, TorchRL, ...) store each transition's observation and next
-observation as full frame stacks: 2 x T frames per step, ~127 KB for 3x84x84 with T=3, against ~21 KB here. Pixel
-SAC lives or dies by replay capacity in RAM, so the frame-deduplicating layout is worth its ~100 lines.
-
-Layout: one ring per env (an env axis: `num_envs` rings of `capacity // num_envs` slots, written in lockstep, one
-frame per env per `add_batch`), so a frame stack never mixes envs. A slot holds the frame, the action and reward
-that led to it, the `terminated` flag, and `pos`, the frame's index within its episode (0 = the reset frame, which
-ends no transition). Transition at slot i of env e: obs = stack ending at frame i-1, next_obs = stack ending at
-frame i, both from ring e. Stacks are rebuilt at sample time from frames i-T..i, clamped to the episode's
-first frame (the same padding the env's frame stack uses at reset). Truncation needs no flag: the next slot simply
-starts a new episode (pos = 0).
-
-With `nstep` = n > 1 a sampled transition runs on through the next n-1 frames of its episode: reward = the sum of
-discount^k * reward over the m <= n steps taken, next_obs = the stack ending at the m-th frame. It stops early at
-a termination, at the episode's end, or at the newest frame written (a valid m-step return either way).
-
-Frames live either in host memory (numpy; a sampled batch is gathered into pinned memory and copied to a CUDA
-device without blocking) or, with `frames_on` set, in a torch tensor on that device, where the batch is gathered
-without any host-device copy of frames. Both paths sample the same transitions for the same RNG state.
-
-Shapes out of `sample`: obs/next_obs uint8 (B, T, C, H, W) for frame stacks, or (B, *frame_shape) when
-`frame_stack` is None (state vectors); action float32 (B, A); reward and discount float32 (B, 1), where discount is
-the factor on the value of next_obs: `discount`^m, 0 after a termination.
-"""
+`sample` returns obs/next_obs uint8 (B, T, C, H, W), or (B, *frame_shape) without `frame_stack`; action float32 (B,
+A); reward and discount float32 (B, 1), discount being the factor on next_obs's value (0 after a termination)."""
 
 import numpy as np
 import torch

@@ -1,17 +1,18 @@
-"""What a lent GPU machine lacks, packed here and unpacked there, so the GPU check runs on it from the first call.
+"""Installing onto a GPU machine without internet access: pack here, copy over, unpack there, run the GPU check.
 
-This workplace's GPU machines (and any offline pod) reach no package index. Their image has Python 3.12 with torch,
-torchvision, numpy, tensorboard, transformers, matplotlib and the rest of requirements.txt's common libraries, but not
-MuJoCo, dm_control, Gymnasium, Minari, MuJoCo Warp or warp-lang, nor libEGL for MuJoCo's headless OpenGL. A call to
-such a machine carries at most 64 MiB, and warp-lang's CUDA library alone compresses to ~75 MB, so the bundle comes in
-two parts that two calls in a row carry while the machine stays warm (it keeps ignored files between calls):
+A pod behind a firewall or in an air-gapped site reaches no package index. A typical CUDA image (NVIDIA's PyTorch
+containers, Python 3.12) has torch, torchvision, numpy, tensorboard, matplotlib and the rest of requirements.txt's
+common libraries, but not MuJoCo, dm_control, Gymnasium, Minari, MuJoCo Warp or warp-lang, nor libEGL for MuJoCo's
+headless OpenGL: the bundle holds exactly those. warp-lang's CUDA library alone compresses to ~75 MB, so for copy
+channels that cap a transfer (a web upload, a size-limited sync) the bundle comes in two parts of at most 58 MiB:
 
-    python3 scripts/gpu_bundle.py pack     # here, with pip's index: .gpu/first/ (under the limit) and .gpu/second/
-    # on the machine (docs/gpu/README.md): the first call carries .gpu/first, the next .gpu/second; each runs
+    python3 scripts/gpu_bundle.py pack     # on a machine with pip's index: .gpu/first/ and .gpu/second/
+    # copy the repository with .gpu/ onto the GPU machine (both parts, or one at a time), then there:
     bash scripts/gpu_device.sh --only updates variants envs --minutes 9
 
-pip downloads the wheels (CPython 3.12, manylinux, the versions pinned in requirements*.txt) and apt the EGL
-packages; what is written here by hand is only the split into parts that fit a call, which no tool does.
+The GPU machine unpacks whatever has arrived: the packages with the first part, warp's library once both parts are
+there. pip downloads the wheels (CPython 3.12, manylinux, the versions pinned in requirements*.txt) and apt the EGL
+packages; what is written here by hand is only the split into parts, which no tool does.
 """
 
 import argparse
@@ -26,8 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / ".gpu"
-# bytes one call may carry (64 MiB, the working tree included), less the repository's own files with room to grow
-CALL_ROOM = (64 - 6) * 2**20
+# the most one part may hold: a 64 MiB transfer cap, less the repository's own files with room to grow
+PART_ROOM = (64 - 6) * 2**20
 # what the image lacks, pinned where this project pins it
 PINNED = ("mujoco", "dm_control", "gymnasium", "shimmy", "minari", "mujoco-warp", "warp-lang")
 # their dependencies the image lacks (resolved by pip for Python 3.12 beside the image's packages, 2026-11)
@@ -39,7 +40,7 @@ PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--only-binary
 # unused on a GPU and large: dm_control's locomotion assets, MuJoCo's studio, warp's samples, tests and CPU compiler
 PRUNE = ("dm_control/locomotion", "mujoco/experimental", "warp/examples", "warp/tests", "warp/bin/warp-clang.so")
 WARP_LIBRARY = Path("warp/bin/warp.so")
-EGL_PACKAGES = ("libegl1", "libglvnd0", "libopengl0", "libgl1", "libglx0", "libgles2")  # the device README's list
+EGL_PACKAGES = ("libegl1", "libglvnd0", "libopengl0", "libgl1", "libglx0", "libgles2")  # libEGL and what it loads
 
 
 def pins() -> list[str]:
@@ -78,17 +79,17 @@ def pack(bundle: Path = BUNDLE) -> None:
     subprocess.run(["tar", "-C", str(build), "-cJf", str(first / "site.tar.xz"), "."], check=True,
                    env={"XZ_OPT": "-T0 -9", "PATH": "/usr/bin:/bin"})
     (first / "debs").mkdir()
-    lists = bundle / "apt-lists"  # amd64 package lists of their own, as the device README does it
+    lists = bundle / "apt-lists"  # amd64 package lists of their own, whatever the packing machine's architecture
     (lists / "partial").mkdir(parents=True)
     apt = ["apt-get", "-oAPT::Architecture=amd64", "-oAPT::Architectures=amd64", f"-oDir::State::Lists={lists}"]
     subprocess.run([*apt, "update"], check=True, capture_output=True)
     subprocess.run([*apt, "download", *EGL_PACKAGES], cwd=first / "debs", check=True, capture_output=True)
     shutil.rmtree(lists)
-    room, data = CALL_ROOM - folder_bytes(first), library.read_bytes()
+    room, data = PART_ROOM - folder_bytes(first), library.read_bytes()
     if room <= 0:
-        sys.exit(f"error: the packages fill the first call ({folder_bytes(first) / 2**20:.0f} MiB); prune more")
-    if len(data) - room > CALL_ROOM:
-        sys.exit(f"error: warp's library needs a third call ({len(data) / 2**20:.0f} MiB compressed)")
+        sys.exit(f"error: the packages fill the first part ({folder_bytes(first) / 2**20:.0f} MiB); prune more")
+    if len(data) - room > PART_ROOM:
+        sys.exit(f"error: warp's library needs a third part ({len(data) / 2**20:.0f} MiB compressed)")
     (first / "warp.so.xz.0").write_bytes(data[:room])
     (second / "warp.so.xz.1").write_bytes(data[room:])
     library.unlink()
@@ -109,7 +110,7 @@ def unpack(bundle: Path = BUNDLE) -> str:
         with tarfile.open(first / "site.tar.xz") as archive:
             archive.extractall(site, filter="data")
         debs = sorted((first / "debs").glob("*.deb"))
-        if debs and ctypes.util.find_library("EGL") is None:  # the device README's way: unpacked over /
+        if debs and ctypes.util.find_library("EGL") is None:  # no dpkg database needed: unpacked over /
             for deb in debs:
                 subprocess.run(["dpkg", "-x", str(deb), "/"], check=True)
             subprocess.run(["ldconfig"], check=True)
@@ -120,8 +121,8 @@ def unpack(bundle: Path = BUNDLE) -> str:
         with open(library.with_suffix(".tmp"), "wb") as out:
             out.write(lzma.decompress(b"".join(piece.read_bytes() for piece in pieces)))
         library.with_suffix(".tmp").rename(library)
-    ready = "packages" if (site / ".complete").exists() else "nothing (carry .gpu/first)"
-    warp = "warp ready" if library.exists() else "warp not yet (carry .gpu/second in the next call, within 30 s)"
+    ready = "packages" if (site / ".complete").exists() else "nothing (copy .gpu/first here)"
+    warp = "warp ready" if library.exists() else "warp not yet (copy .gpu/second here)"
     print(f"gpu bundle: {ready}; {warp}", flush=True)
     return f"{ready}; {warp}"
 

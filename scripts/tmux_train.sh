@@ -33,7 +33,7 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 # The run name and log directory come from the resolved config, so --set overrides of them count, and a config error
-# is reported here, in one line, before any session starts.
+# is reported here, in one line, before any tmux session starts.
 # Overrides are `--set KEY=VALUE`, `--set=KEY=VALUE` or a bare KEY=VALUE, as train_sac.py takes them; the value of an
 # option that takes one (--set, --resume) is never read as a bare override.
 sets=()

@@ -2,11 +2,15 @@
 and encoder config blocks. Rendering is configured here, as the command line does, before any test module imports
 mujoco."""
 
+import errno
+import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from sac.replay import ReplayBuffer
@@ -72,3 +76,44 @@ def replay_state(step: int) -> dict:
 def rng_state() -> dict:
     """A checkpoint's `rng` entry, as the trainer saves it on a machine without CUDA."""
     return {"torch": torch.get_rng_state(), "cuda": [], "numpy": np.random.default_rng(0).bit_generator.state}
+
+
+@contextmanager
+def tmpfs(folder: Path, size: str):
+    """A real tmpfs of `size` mounted at `folder` (made if missing) while inside. Mounting needs root, which CI runs
+    as: without it the test fails here, loudly, rather than skipping what it exists to show."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs at {folder} ({mounted.stderr.strip()}): this test needs root, as CI has")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def fill(disk: Path) -> None:
+    """Write zeros into disk/filler until the disk is full."""
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, bytes(2**16)):
+            pass
+    except OSError as err:
+        assert err.errno == errno.ENOSPC, err
+    finally:
+        os.close(fd)
+
+
+def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tuple[int, str]:
+    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress bar); (exit status,
+    stderr)."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = b""
+    while started not in seen:
+        chunk = os.read(process.stderr.fileno(), 4096)
+        assert chunk, seen.decode()
+        seen += chunk
+    process.send_signal(sig)
+    _, rest = process.communicate(timeout=120)
+    return process.returncode, (seen + rest).decode()

@@ -15,11 +15,12 @@ from trainer.config import EncoderConfig, SACConfig, VideoEncoderConfig
 OBS = (3, 3, 64, 64)
 
 
-def make_agent(compile: bool = False, autocast: bool = False, device: str = "cpu", **overrides) -> SAC:
+def make_agent(compile: bool = False, autocast: bool = False, device: str = "cpu", cuda_graph: bool = False,
+               **overrides) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=64, **overrides)
     return SAC(build_encoder(EncoderConfig(type="video"), OBS), 2, cfg, device=torch.device(device), pixels=True,
-               compile=compile, autocast=autocast)
+               compile=compile, autocast=autocast, cuda_graph=cuda_graph)
 
 
 def batch(size: int = 4, device: str = "cpu") -> dict:
@@ -182,6 +183,33 @@ def test_an_update_never_waits_for_the_device():
             agent.update(data)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_cuda_graphs_leave_the_cpu_update_as_it_was():
+    """training.cuda_graph is on by default: on a CPU it must change nothing, to the bit."""
+    eager, graphed = make_agent(actor_update_every=2), make_agent(actor_update_every=2, cuda_graph=True)
+    assert graphed.graphs is None
+    for _ in range(3):
+        data = batch()
+        for agent in (eager, graphed):
+            torch.manual_seed(5)
+            agent.update(data)
+    assert all(torch.equal(a, b) for a, b in zip(eager.critic.parameters(), graphed.critic.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(eager.actor.parameters(), graphed.actor.parameters()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs exist only on a CUDA device")
+def test_graphed_updates_replay_one_graph_per_schedule_and_never_wait_for_the_device():
+    agent = make_agent(device="cuda", cuda_graph=True, actor_update_every=2, target_update_every=1)
+    for _ in range(5):  # the eager warm-up, then the captures of the updates without and with the actor
+        agent.update(batch(device="cuda"))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(4):  # replays
+            agent.update(batch(device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(agent.graphs.graphs) == 2
 
 
 def test_state_dict_round_trip_restores_networks_optimisers_and_temperature():

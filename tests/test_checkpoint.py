@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from errors import UserError
-from tests.conftest import ROOT, replay_state
+from tests.conftest import ROOT, replay_state, tmpfs
 from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
@@ -39,12 +39,25 @@ def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_
     assert torch.equal(episode_file["agent"]["critic"]["w"], torch.full((3,), 10.0))
 
 
-def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path):
+def test_only_the_newest_replays_are_kept_and_pruned_ones_resume_empty(tmp_path, capsys):
     for step, episode in [(10, 1), (20, 2), (30, 3)]:
         save(tmp_path, step, episode, keep_replays=2)
     assert sorted(p.name for p in tmp_path.glob("*.replay.pt")) == ["run_step20.replay.pt", "run_step30.replay.pt"]
     data, replay = checkpoint.load(tmp_path / "run_ep1.pt")
     assert data["progress"]["episode"] == 10 and replay is None
+    assert "run_step10.replay.pt was pruned (checkpoint.keep_replays)" in capsys.readouterr().err
+
+
+def test_a_checkpoint_copied_without_its_sidecar_is_told_so_not_blamed_on_pruning(tmp_path, capsys):
+    """The message blamed checkpoint.keep_replays for a sidecar left behind by a copy."""
+    save(tmp_path / "run", step=10, episode=1)
+    copied = tmp_path / "copy"
+    copied.mkdir()
+    (copied / "run_ep1.pt").write_bytes((tmp_path / "run" / "run_ep1.pt").read_bytes())
+    assert checkpoint.load(copied / "run_ep1.pt")[1] is None
+    assert capsys.readouterr().err == (
+        f"warning: run_step10.replay.pt is not in {copied} (a checkpoint copied without its sidecar? copy it there "
+        "and resume again to keep the replay); resuming with an empty replay buffer\n")
 
 
 def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path):
@@ -187,7 +200,7 @@ def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
         checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
-# ---- damage beyond truncation, full disks, fresh starts (issues 25 and 26) ---------------------------------------
+# ---- damage beyond truncation, full disks, fresh starts ---------------------------------------------------------
 
 def flip_value(path: Path, old: float, new: float) -> None:
     """Overwrite the stored bytes of every float32 `old` in a checkpoint file with `new`: silent damage that torch
@@ -236,8 +249,8 @@ def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
 
 
 def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
-    """The issue's case: `_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with
-    the newest intact older replay if there is one, else an empty one; it says so."""
+    """`_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with the newest intact
+    older replay if there is one, else an empty one; it says so."""
     save(tmp_path, step=10, episode=1, keep_replays=1)
     save(tmp_path, step=20, episode=2, keep_replays=1)
     sidecar = tmp_path / "run_step20.replay.pt"
@@ -368,16 +381,9 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A real 1 MiB tmpfs (mounting one needs root, which CI containers and this machine have)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount], capture_output=True, text=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); "
-                    "test_a_save_that_fails_midway_* covers the logic with a simulated ENOSPC")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    """A real 1 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "1m") as mount:
+        yield mount
 
 
 def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_checkpoint(tiny_disk):

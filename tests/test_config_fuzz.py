@@ -1,4 +1,4 @@
-"""Bad config values, files and `--set` arguments, as a careful user would try them (issue 25): each is a one-line
+"""Bad config values, files and `--set` arguments, as a careful user would try them: each is a one-line
 error with exit status 2 and no traceback from the real command line, before anything is built or written. Every
 case runs against a folder that holds a good checkpoint of the same run (its folder, name and config), typed as a
 user would (`--resume auto` to continue it, or a fresh start); afterwards the run's files are byte for byte what they

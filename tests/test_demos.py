@@ -8,6 +8,7 @@ import dataclasses
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ from envs import demos, make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, run_cli, sets
+from tests.conftest import ROOT, interrupt_when_started, run_cli, sets
 from trainer import checkpoint
 from trainer.config import load_config
 from trainer.demos import Demos, check_fits
@@ -470,3 +471,48 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
     again = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 6), "--resume", "auto")
     assert again.returncode == 0, again.stderr
     assert "the file differs from the one the checkpoint trained with" in again.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_recording_stopped_by_a_signal_is_one_line_and_leaves_no_dataset(tmp_path, sig):
+    """Ctrl-C in trainer.record was a KeyboardInterrupt traceback and EGL errors (67 lines)."""
+    out = tmp_path / "recording"
+    status, stderr = interrupt_when_started(
+        [sys.executable, "-m", "trainer.record", "--episodes", "50", "--out", str(out), "--set",
+         f"env.image_size={SIZE}"], sig, started=b" 1/50 ")
+    assert status == 128 + sig and "Traceback" not in stderr and "EGL" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"stopped by signal {sig}; no dataset was written to {out}; record it again")
+    assert not (out / "data").exists()
+
+
+def test_a_dataset_write_interrupted_midway_leaves_no_dataset_and_the_same_command_writes_it(dataset, tmp_path):
+    """Ctrl-C while the dataset was written left a dataset of 0 episodes in place, which a new recording refused
+    ("a dataset already exists") and training read into an IndexError. The write is stopped here by a real SIGINT
+    after its first episode."""
+    data = demos.read(dataset[0])
+
+    class InterruptedAfterOne(list):
+        def __iter__(self):
+            for i, episode in enumerate(list.__iter__(self)):
+                if i == 1:
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield episode
+
+    out = tmp_path / "recording"
+    args = (data.observation_space, data.action_space, data.recording["env_id"], data.recording)
+    with pytest.raises(KeyboardInterrupt):
+        demos.write(out, InterruptedAfterOne(data.episodes), *args)
+    assert not (out / "data").exists() and sorted(os.listdir(tmp_path)) == ["recording"], "no half dataset, no staging"
+    demos.write(out, data.episodes, *args)
+    assert len(demos.read(out).episodes) == 2
+
+
+def test_a_dataset_of_no_episodes_is_a_one_line_error(dataset, tmp_path):
+    """What an interrupted recording of earlier versions left: training on it ended in an IndexError traceback."""
+    data = demos.read(dataset[0])
+    demos.write(tmp_path / "empty", [], data.observation_space, data.action_space, data.recording["env_id"],
+                data.recording)
+    with pytest.raises(UserError, match=r"^the Minari dataset at .*empty holds no episodes \(a recording that was "
+                                        r"interrupted\?\); move it aside and record it again"):
+        demos.read(tmp_path / "empty")

@@ -62,7 +62,7 @@ def test_compiling_on_a_cpu_needs_the_compiler_named_by_cxx(monkeypatch, tmp_pat
 
 
 def test_cuda_out_of_memory_names_the_setting_and_a_batch_that_fits():
-    """The guide's most common GPU problem: one line, the key to lower and a value scaled from the peak reached."""
+    """The commonest GPU problem, out of memory: one line, the key to lower and a value scaled from the peak reached."""
     gib = 2**30
     message = str(oom_error(batch_size=512, free=1 * gib, total=24 * gib, peak=60 * gib))
     assert "\n" not in message and "sac.batch_size=512" in message and "1.0 of 24.0 GiB free" in message

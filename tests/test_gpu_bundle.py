@@ -1,5 +1,5 @@
-"""scripts/gpu_bundle.py: the packages a lent GPU machine lacks travel in two calls. The pins come from the project's
-requirements, and the machine unpacks what has arrived: the packages with the first part, warp's library only
+"""scripts/gpu_bundle.py: the packages an offline GPU machine lacks travel in two parts. The pins come from the
+project's requirements, and the machine unpacks what has arrived: the packages with the first part, warp's library only
 once the second part is there too, byte for byte."""
 
 import importlib.util
@@ -23,7 +23,7 @@ def test_every_bundled_package_is_pinned_as_the_requirements_pin_it():
         assert re.search(rf"^{re.escape(name)}(\[[^]]*\])?=={re.escape(version)}$", requirements, re.M), pin
 
 
-def test_unpack_takes_the_packages_from_the_first_call_and_warp_once_both_parts_arrived(tmp_path):
+def test_unpack_takes_the_packages_from_the_first_part_and_warp_once_both_parts_arrived(tmp_path):
     bundle = tmp_path / ".gpu"
     first, second, site = gpu_bundle.parts(bundle)
     (first / "debs").mkdir(parents=True)
@@ -36,7 +36,7 @@ def test_unpack_takes_the_packages_from_the_first_call_and_warp_once_both_parts_
     packed = lzma.compress(library)
     (first / "warp.so.xz.0").write_bytes(packed[:1000])
 
-    assert gpu_bundle.unpack(bundle) == "packages; warp not yet (carry .gpu/second in the next call, within 30 s)"
+    assert gpu_bundle.unpack(bundle) == "packages; warp not yet (copy .gpu/second here)"
     assert (site / "warp" / "__init__.py").read_text() == "VERSION = 1\n"
     second.mkdir()
     (second / "warp.so.xz.1").write_bytes(packed[1000:])
@@ -45,6 +45,6 @@ def test_unpack_takes_the_packages_from_the_first_call_and_warp_once_both_parts_
     assert gpu_bundle.unpack(bundle) == "packages; warp ready", "a second call unpacks nothing again"
 
 
-def test_a_machine_that_went_cold_says_what_to_carry(tmp_path):
+def test_a_machine_with_no_part_yet_says_what_to_copy(tmp_path):
     assert gpu_bundle.unpack(tmp_path / ".gpu") == (
-        "nothing (carry .gpu/first); warp not yet (carry .gpu/second in the next call, within 30 s)")
+        "nothing (copy .gpu/first here); warp not yet (copy .gpu/second here)")

@@ -66,7 +66,7 @@ def test_settings_it_cannot_run_are_refused_before_any_seed_starts(tmp_path, arg
 
 
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):
-    """Learning runs longer than a session: the second command picks each seed up where the first stopped."""
+    """Learning outlasts a pod or a day: the second command picks each seed up where the first stopped."""
     tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
                 training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32, checkpoint__every_episodes=2)
     command = [sys.executable, str(ROOT / "bench" / "learn.py"),

@@ -4,6 +4,8 @@
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 
@@ -17,7 +19,7 @@ from envs import demos, make_env
 from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interrupt_when_started
 from trainer.config import frames_of, load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
@@ -157,9 +159,11 @@ def test_weights_of_an_older_format_are_a_one_line_error(pretrained, tmp_path):
     (lambda w: next(iter(w["state_dict"].values())).fill_(float("inf")), r"NaN or inf in state_dict\."),
 ])
 def test_a_damaged_weights_file_is_a_one_line_error(pretrained, tmp_path, damage, message):
-    """Weights files carry no checksum: each of these failed with a traceback, or (inf) at the first forward pass."""
+    """A file from before weights files carried a checksum, or made by hand: each of these failed with a traceback,
+    or (inf) at the first forward pass."""
     out, _ = pretrained
     weights = torch.load(out, weights_only=True)
+    del weights["checksum"]
     damage(weights)
     torch.save(weights, tmp_path / "damaged.pt")
     with pytest.raises(UserError, match=rf"encoder.video.weights=.*damaged.pt is damaged or not from trainer.pretrain: "
@@ -254,11 +258,11 @@ def test_a_missing_dataset_is_a_one_line_error(tmp_path):
     (["--epochs", "inf"], "--epochs and --lr must be finite and > 0"),
     (["--out", "{tmp}"], "--out {tmp} names a folder; pass the weights file to write"),
     (["--out", "{tmp}/file/encoder.pt"], "cannot write {tmp}/file/encoder.pt: {tmp}/file is not a folder"),
-    (["--epochs", "0.5", "--lr", "1e30"], "pretraining diverged (training loss "),
+    (["--epochs", "0.5", "--lr", "1e30", "--replace"], "pretraining diverged (training loss "),
 ])
 def test_settings_that_would_end_in_a_traceback_or_nan_weights_are_one_line_errors(dataset, tmp_path, args, message):
-    """The place to write is checked before training, and weights that are not finite are never written: a huge
-    learning rate used to replace a good weights file with NaNs, and exit 0."""
+    """The place to write is checked before training, and weights that are not finite are never written, not even
+    with --replace: a huge learning rate used to replace a good weights file with NaNs, and exit 0."""
     (tmp_path / "file").write_text("not a folder")
     good = tmp_path / "encoder.pt"
     good.write_bytes(b"earlier weights")
@@ -280,3 +284,78 @@ def test_the_frozen_config_uses_the_pretrained_file_with_the_state_configs_sac_s
                 "target_update_every", "init_temperature", "critic_layer_norm"):
         assert getattr(frozen.sac, key) == getattr(state.sac, key), key
     assert frozen.training.max_env_steps == state.training.max_env_steps and frozen.sac.augment_samples == 1
+
+
+def test_a_weights_file_with_a_flipped_byte_fails_its_checksum(pretrained, tmp_path):
+    """Torch loads flipped bytes silently: a finite change in one weight used to train on without a word."""
+    out, _ = pretrained
+    data = out.read_bytes()
+    weight = torch.load(out, weights_only=True)["state_dict"]["convs.0.weight"].reshape(-1)[0]
+    old = weight.numpy().tobytes()
+    assert data.count(old) == 1
+    (tmp_path / "flipped.pt").write_bytes(data.replace(old, (weight + 0.5).numpy().tobytes()))
+    with pytest.raises(UserError, match=r"flipped.pt is corrupt \(its checksum does not match its contents\); "
+                                        r"restore it from a copy or pretrain it again") as err:
+        build_video_encoder(frozen_config(tmp_path / "flipped.pt").encoder, (3, 3, 32, 32))
+    assert "\n" not in str(err.value)
+
+
+def frozen_run(weights, tmp_path, resume=None) -> Trainer:
+    """A few steps of configs/dishwashing_video_frozen.yaml on `weights`, saved to tmp_path/ckpt."""
+    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [
+        *SETS, f"encoder.video.weights={weights}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
+        "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
+        "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
+        f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    return Trainer(cfg, resume=resume)
+
+
+def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(dataset, pretrained, tmp_path):
+    """Pretraining again to the fixed --out the config suggests replaced the file silently, and the frozen run trained
+    on it could never resume (its stored features were the old trunk's). Now refused; --replace keeps the old file."""
+    out = tmp_path / "pretrained" / "encoder.pt"
+    out.parent.mkdir()
+    shutil.copy(pretrained[0], out)
+    shutil.copy(pretrained[0].with_suffix(".json"), out.with_suffix(".json"))
+    before = out.read_bytes()
+    run = frozen_run(out, tmp_path)
+    run.run(8)
+    run.save(final_of_episode=False)
+    run.close()
+
+    again = ["--data", str(dataset), "--out", str(out), "--epochs", "1", "--batch-size", "8", "--head-hidden",
+             str(HIDDEN), "--set", "training.seed=2"]  # not the default seed: other weights
+    refused = pretrain_cli(*again)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: --out {out} already exists, and runs trained frozen on it resume only with that exact file; pass "
+        "another --out, or --replace to write over it (the old file is kept beside it as "
+        "encoder.replaced-<time>.pt)\n")
+    assert out.read_bytes() == before
+    frozen_run(out, tmp_path, resume="auto").close()
+
+    replaced = pretrain_cli(*again, "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    [kept] = out.parent.glob("encoder.replaced-*.pt")
+    assert kept.read_bytes() == before and out.read_bytes() != before
+    assert out.parent.joinpath(kept.stem + ".json").is_file()
+    assert f"kept the file it replaced as {kept}" in replaced.stdout
+    with pytest.raises(UserError, match=r"stored the features of frozen trunk .* but this config stores the features "
+                                        r"of frozen trunk .*; resume with .* \(a weights file that trainer.pretrain "
+                                        r"--replace wrote over is kept beside it as <name>.replaced-<time>.pt\)"):
+        frozen_run(out, tmp_path, resume="auto")
+    resumed = frozen_run(kept, tmp_path, resume="auto")
+    assert resumed.progress.env_step >= 8
+    resumed.close()
+
+
+def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(dataset, pretrained, tmp_path):
+    """Ctrl-C in trainer.pretrain was a KeyboardInterrupt traceback."""
+    out = tmp_path / "encoder.pt"
+    shutil.copy(pretrained[0], out)
+    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, "--data", str(dataset), "--out", str(out),
+               "--replace", "--epochs", "1000", "--batch-size", "8", *(arg for item in SETS for arg in ("--set", item))]
+    status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"pretraining:")
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].endswith(
+        f"stopped by signal 2; {out} was not written (an earlier file there is intact)")
+    assert out.read_bytes() == pretrained[0].read_bytes() and sorted(os.listdir(tmp_path)) == ["encoder.pt"]

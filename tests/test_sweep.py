@@ -147,3 +147,22 @@ def test_a_sweep_file_reads_numbers_as_configs_do(tmp_path):
     space = read_space(tmp_path / "space.yaml")
     value = suggest(optuna.create_study().ask(), "sac.lr", space["parameters"]["sac.lr"])
     assert isinstance(value, float) and 1e-4 <= value <= 3e-3
+
+
+def test_a_sweep_whose_study_db_was_deleted_refuses_to_continue_another_trials_run(tmp_path):
+    """With study.db deleted and the trials' checkpoints kept, the new trial 0 (other settings) resumed the old trial
+    0's finished run, and the table reported that run's return for the new settings."""
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    tiny = [arg for item in [*TINY_TRIAL, "training.episodes=1"] for arg in ("--set", item)]  # 125 agent steps
+    first = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"), "--study", "tiny", *tiny)
+    assert first.returncode == 0, first.stderr
+    checkpoints = tmp_path / "out" / "checkpoints"
+    before = {p.name: p.read_bytes() for p in checkpoints.iterdir()}
+    (tmp_path / "out" / "study.db").unlink()
+    again = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"), "--study", "tiny", *tiny, "--seed", "1")
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: trial 0's run tiny_t0 already has checkpoints in {checkpoints} (tiny_t0_latest.pt, tiny_t0_ep1.pt, "
+        f"tiny_t0_step125.replay.pt) that {tmp_path / 'out' / 'study.db'} does not know: they are a trial of another "
+        "study, trained with other settings; restore that study.db, or pass another --out or --study")
+    assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == before

@@ -8,7 +8,6 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 import torch
@@ -16,13 +15,13 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, TINY, run_cli, sets
+from tests.conftest import ROOT, TINY, fill, popen_cli, run_cli, sets, tmpfs
 from trainer import checkpoint
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The issue's smoke run (plus one eval episode per episode so every TensorBoard tag appears)."""
+    """A smoke run of 2 episodes (plus one eval episode per episode so every TensorBoard tag appears)."""
     tmp = tmp_path_factory.mktemp("smoke")
     args = sets(
         training__episodes=2, env__max_episode_steps=50, sac__batch_size=8, sac__buffer_size=2000,
@@ -196,8 +195,8 @@ def test_start_over_into_logs_it_cannot_write_refuses_before_moving_the_old_run(
 
 
 def test_a_truncated_shared_sidecar_resumes_the_weights_with_an_empty_replay(smoke_run, tmp_path):
-    """The issue's case: _ep2 and _latest share the one sidecar; truncating it used to make --resume auto start
-    fresh and overwrite both."""
+    """_ep2 and _latest share the one sidecar: truncating it must not make --resume auto start fresh and overwrite
+    both."""
     args, ckpt = copy_of(smoke_run, tmp_path)
     sidecar = ckpt / "sac_video_step100.replay.pt"
     sidecar.write_bytes(sidecar.read_bytes()[:5000])
@@ -286,14 +285,8 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
     tmp, args, _ = smoke_run
     weights = (tmp / "ckpt" / "sac_video_latest.pt").stat().st_size
     replay = (tmp / "ckpt" / "sac_video_step100.replay.pt").stat().st_size  # the second save's sidecar
-    disk = tmp_path / "disk"
-    disk.mkdir()
     size = replay + 2 * weights + 256 * 1024  # holds episode 1's files, not also episode 2's replay
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", disk], capture_output=True,
-                             check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()})")
-    try:
+    with tmpfs(tmp_path / "disk", str(size)) as disk:
         result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={disk}",
                          "--set", f"logging.tensorboard_dir={tmp_path / 'runs'}")
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
@@ -303,8 +296,6 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
                                                            "sac_video_step50.replay.pt"], "no temporary file left"
         data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
         assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
-    finally:
-        subprocess.run(["umount", disk], check=True)
 
 
 def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path):
@@ -321,3 +312,92 @@ def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path):
         "interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
         "continue with --resume auto")
     assert checkpoint.load(tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt")[0]["progress"]["episode"] == 1
+
+
+def files_under(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("fresh_start", [["--start-over"], sets(checkpoint__dir="{tmp}/other_ckpt")])
+def test_a_fresh_start_moves_the_old_runs_logs_aside_whole(smoke_run, tmp_path, fresh_start):
+    """--start-over moved the checkpoints aside but left eval.csv with its header only, overwrote config.yaml and hid
+    the old TensorBoard events (purge_step 0); so did a fresh start into the same log folder from another
+    checkpoint.dir."""
+    args, _ = copy_of(smoke_run, tmp_path)
+    shutil.copytree(smoke_run[0] / "runs", tmp_path / "runs")
+    (tmp_path / "runs" / "sac_video" / "train.log").write_text("a sweep's log, not the logger's\n")
+    before = files_under(tmp_path / "runs" / "sac_video")
+    result = run_cli("--config", CONFIG, *args, *TINY, "--set", "training.episodes=1",
+                     *(arg.format(tmp=tmp_path) for arg in fresh_start))
+    assert result.returncode == 0, result.stderr
+    [aside] = (tmp_path / "runs").glob("sac_video.replaced-*")
+    assert files_under(aside) | {"train.log": before["train.log"]} == before, "moved whole, nothing rewritten"
+    assert "moved the logs of an earlier run 'sac_video' (config.yaml, curve.png, eval.csv, events.out.tfevents." \
+           in result.stdout and f"into {aside}/" in result.stdout
+    logs = tmp_path / "runs" / "sac_video"
+    assert (logs / "train.log").read_bytes() == before["train.log"], "files the logger does not write stay"
+    with open(logs / "eval.csv", newline="") as f:
+        assert [row["episode"] for row in csv.DictReader(f)] == ["1"], "the new run's own evaluation"
+
+
+def test_resuming_an_older_checkpoint_by_hand_moves_the_newer_ones_aside_whole(tmp_path):
+    """`--resume _ep4.pt` of a run that went on to 6 episodes: the branch overwrote `_latest`, the sidecar `_ep6.pt`
+    names where steps coincide, and its keep_last pruning deleted `_ep4.pt`, the checkpoint it resumed from."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), *sets(
+        checkpoint__dir=ckpt, checkpoint__every_episodes=2, checkpoint__keep_last=2, training__seed_steps=20,
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false")]
+    first = run_cli(*args, "--set", "training.episodes=6")
+    assert first.returncode == 0, first.stderr
+    name = "inverted_pendulum_state"
+    ep4 = checkpoint.load(ckpt / f"{name}_ep4.pt")[0]["progress"]
+    before = contents(ckpt)
+    future = {n: data for n, data in before.items() if n in (f"{name}_ep6.pt", f"{name}_latest.pt")
+              or n.endswith(".replay.pt") and int(re.search(r"step(\d+)", n).group(1)) > ep4["env_step"]}
+    assert len(future) == 3, sorted(before)
+
+    branch = run_cli(*args, "--set", "training.episodes=5", "--resume", str(ckpt / f"{name}_ep4.pt"))
+    assert branch.returncode == 0, branch.stderr
+    [aside] = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert aside.name.startswith(f"{name}.abandoned-") and contents(aside) == future, "moved whole"
+    assert (f"{name}_ep4.pt (episode 4, step {ep4['env_step']}) is older than the newest checkpoints of run '{name}': "
+            f"this run branches off it, and the 3 newer files") in branch.stdout
+    assert (ckpt / f"{name}_ep4.pt").read_bytes() == before[f"{name}_ep4.pt"], "the checkpoint it resumed from"
+    assert checkpoint.load(aside / f"{name}_ep6.pt")[1] is not None, "the abandoned future resumes with its replay"
+    assert checkpoint.load(ckpt / f"{name}_latest.pt")[0]["progress"]["episode"] == 5
+
+
+@pytest.mark.parametrize("checkpoints_on_it", [False, True])
+def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving_what_it_can(tmp_path,
+                                                                                             checkpoints_on_it):
+    """Logs (and checkpoints) on a real tmpfs, filled after the first save: the next evaluation's eval.csv write
+    raised ENOSPC, a traceback, and no `_latest` was attempted. The resume runs the evaluation whose logging failed,
+    so eval.csv holds every evaluation once. (64 MiB: room for this run's 10 MB checkpoints once the disk is freed.)"""
+    with tmpfs(tmp_path / "disk", "64m") as disk:
+        ckpt = (disk if checkpoints_on_it else tmp_path) / "ckpt"
+        args = ["--config", CONFIG, *TINY, *sets(
+            training__episodes=3, env__max_episode_steps=50, sac__batch_size=8, sac__buffer_size=2000,
+            checkpoint__dir=ckpt, checkpoint__every_episodes=1, logging__tensorboard_dir=disk / "runs",
+            logging__progress="false", training__seed_steps=20, training__eval_every_episodes=1,
+            training__eval_episodes=1)]
+        run = popen_cli(*args)
+        for line in run.stdout:
+            if line.startswith("saved "):  # episode 1's evaluation and checkpoint
+                fill(disk)
+                break
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+        assert re.match(rf"error: cannot write .* \(the disk holding {disk / 'runs' / 'sac_video'} is full\)", stderr)
+        if checkpoints_on_it:
+            assert (", and the run could not be saved either: the steps after 50 (the last checkpoint) were not "
+                    "saved; cannot save sac_video_step") in stderr
+            assert sorted(p.name for p in ckpt.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
+                                                               "sac_video_step50.replay.pt"], "no temporary file"
+        else:
+            assert f"; saved {ckpt / 'sac_video_latest.pt'} at step " in stderr
+            assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["env_step"] > 50
+        (disk / "filler").unlink()
+        resumed = run_cli(*args, "--resume", "auto")
+        assert resumed.returncode == 0, resumed.stderr
+        with open(disk / "runs" / "sac_video" / "eval.csv", newline="") as f:
+            assert [row["episode"] for row in csv.DictReader(f)] == ["1", "2", "3"]

@@ -10,8 +10,9 @@ Every file is written to a temporary name, fsynced and renamed, so a kill leaves
 a failed write removes its temporary file and is a one-line error. Each file carries a CRC-32 of its contents (a
 checkpoint also its sidecar's), verified on load with a check for NaN/inf, because torch loads flipped bytes
 silently. A damaged sidecar costs the replay, never the weights (`load_newest`). A fresh start never writes over an
-existing run (`start_fresh`). `checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote
-`checkpoint.dir` (see trainer/remote.py) mirrors this folder; `fetch` callbacks below pull files from it on demand.
+existing run (`start_fresh`), nor a resume from an older checkpoint over the newer ones (`set_aside_future`).
+`checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote `checkpoint.dir` (see trainer/remote.py)
+mirrors this folder; `fetch` callbacks below pull files from it on demand.
 Each case, as the user sees it: docs/checkpoints.md.
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError
+from errors import UserError, atomic_write
 from sac import agent, replay
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
@@ -138,20 +139,9 @@ def _size(n: float) -> str:
 def atomic_save(obj, path: Path) -> None:
     """Write `obj` to a temporary file, fsync, rename over `path`. On any failure the temporary file is removed and
     `path` is left as it was; an OSError (a full disk, a folder made read-only) becomes a one-line CheckpointError."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(path, lambda f: torch.save(obj, f))
     except BaseException as raised:
-        tmp.unlink(missing_ok=True)
         err = _os_error(raised)
         if err is None:
             raise
@@ -382,8 +372,13 @@ def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | N
     if fetch:
         fetch(replay_path.name)
     if not replay_path.exists():
-        print(f"warning: {replay_path.name} was pruned (checkpoint.keep_replays); resuming with an empty replay buffer",
-              file=sys.stderr)
+        # keep_replays prunes only sidecars older than a kept one: without a newer one, it went missing otherwise
+        named = re.fullmatch(r"(.+)_step(\d+)\.replay\.pt", replay_path.name)
+        pruned = named and any(step > int(named[2]) for step, _ in _numbered(os.listdir(directory), named[1], "step"))
+        why = ("was pruned (checkpoint.keep_replays)" if pruned else
+               f"is not in {directory} (a checkpoint copied without its sidecar? copy it there and resume again to "
+               "keep the replay)")
+        print(f"warning: {replay_path.name} {why}; resuming with an empty replay buffer", file=sys.stderr)
         return None
     return _read_replay(replay_path, payload.get("replay_checksum"))
 
@@ -501,6 +496,39 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
 
+def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, episode: int,
+                     env_step: int) -> str | None:
+    """Resuming a checkpoint (`resumed`, at `episode` and `env_step`) older than the run's newest saves branches off
+    them: the branch saves at the same episode numbers and, with fixed-length episodes, the same steps, so it would
+    write over the future it abandons (`_ep<N>`, the sidecars `_ep<N>` names, `_latest`) and prune it, and the
+    resumed file with it, by `keep_last`. Moves the files ahead of it (in `directory` and in the `remote` mirror)
+    into `<name>.abandoned-<time>/` beside them, deleting nothing; returns what to say, or None when none is ahead."""
+    def ahead(names: list[str]) -> list[str]:
+        newer = ([n for number, n in _numbered(names, name, "ep") if number > episode]
+                 + [n for number, n in _numbered(names, name, "step") if number > env_step])
+        latest = f"{name}_latest.pt"  # written with every save: part of the future, unless it is what resumes
+        if newer and latest in names and resumed.resolve() != (directory / latest).resolve():
+            newer.append(latest)
+        return newer
+
+    local = ahead(os.listdir(directory))
+    mirrored = ahead(remote.listdir()) if remote else []
+    if not local and not mirrored:
+        return None
+    folder = f"{name}.abandoned-{time.strftime('%Y%m%d-%H%M%S')}"
+    (directory / folder).mkdir()
+    for file in local:
+        os.replace(directory / file, directory / folder / file)
+    if remote:
+        remote.move_aside(mirrored, folder)
+    moved = sorted(set(local) | set(mirrored))
+    where = (remote.url if remote else str(directory)).rstrip("/")
+    return (f"{resumed.name} (episode {episode}, step {env_step}) is older than the newest checkpoints of run "
+            f"'{name}': this run branches off it, and the {len(moved)} newer files ({', '.join(moved)}) are moved "
+            f"into {where}/{folder}/, where its saves cannot overwrite or prune them (--resume one of them there to "
+            "go back to that future)")
+
+
 def check_compatible(*, saved: dict, current: dict, path: Path) -> None:
     """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay: for pixels
     also what the frames look like (the replay's frames and the encoder's training would mix two pictures)."""
@@ -524,7 +552,8 @@ def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
 
         raise UserError(
             f"checkpoint {path.name} stored {stored(saved)} but this config stores {stored(current)}; resume with "
-            "the encoder.video arch, input_size, weights and freeze it was trained with"
+            "the encoder.video arch, input_size, weights and freeze it was trained with (a weights file that "
+            "trainer.pretrain --replace wrote over is kept beside it as <name>.replaced-<time>.pt)"
         )
 
 

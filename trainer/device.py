@@ -69,7 +69,7 @@ def check_host_memory(*, buffer_size: int, slot_bytes: int) -> None:
 
 
 def out_of_memory(device: torch.device, *, batch_size: int) -> UserError:
-    """A CUDA out-of-memory in an update as the one-line error the GPU guide's most common problem deserves: the
+    """A CUDA out-of-memory in an update as a one-line error, since it is the most common failure on a GPU: the
     setting to lower and a batch that fits, scaled from the peak this batch reached against the device's memory."""
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)

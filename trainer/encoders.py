@@ -7,12 +7,13 @@
 - an encoder weights file (`save_encoder_weights`; `python3 -m trainer.pretrain` writes them): a torch file
   {"format": ENCODER_WEIGHTS_FORMAT, "encoder": the `encoder` config section it was built from, "obs_shape": [T, C,
   H, W], "state_dict": the encoder's, "projection": the state dict of a Linear(repr_dim, P) read through a ReLU, or
-  None, "frames": the frame settings of the recordings it learnt from (config.frames_of; absent in older files)},
-  read weights-only. With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's
-  ProjectedEncoder), so the replay stores P features a step instead of the arch's repr_dim (simple2dcnn at 84 px:
-  256 against 39,200) and the SAC heads read P; pretraining learnt it with the encoder, so the frozen pair is what
-  it shaped. With `freeze: false` only the encoder is loaded: fine-tuning trains the SAC trunk's own projection
-  of the arch's features alongside it (DrQ), and a checkpoint of such a run holds the bare arch as any other;
+  None, "frames": the frame settings of the recordings it learnt from (config.frames_of; absent in older files),
+  "checksum": checkpoint.digest of the rest (absent in older files, which load unverified)}, read weights-only.
+  With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's ProjectedEncoder), so the
+  replay stores P features a step instead of the arch's repr_dim (simple2dcnn at 84 px: 256 against 39,200) and the
+  SAC heads read P; pretraining learnt it with the encoder, so the frozen pair is what it shaped. With `freeze:
+  false` only the encoder is loaded: fine-tuning trains the SAC trunk's own projection of the arch's features
+  alongside it (DrQ), and a checkpoint of such a run holds the bare arch as any other;
 - any other file or folder: the arch's own pretrained weights (encoders/r3d18.py, encoders/timesformer.py), read by
   the arch.
 
@@ -29,7 +30,7 @@ from torch import nn
 from encoders import arch_class, build_encoder
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
-from errors import UserError
+from errors import UserError, atomic_write
 from sac.agent import ENCODER_PREFIX, is_state_dict
 from trainer import checkpoint
 from trainer.config import ARCH_KEYS, EnvConfig, frame_settings, frames_of
@@ -55,8 +56,10 @@ def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: n
     learnt from (config.frames_of), checked where it is loaded frozen."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
     head = None if projection is None else cpu_state(projection)
-    checkpoint.atomic_save({"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
-                            "state_dict": cpu_state(encoder), "projection": head, "frames": frames}, Path(path))
+    payload = {"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
+               "state_dict": cpu_state(encoder), "projection": head, "frames": frames}
+    payload["checksum"] = checkpoint.digest(payload)  # torch loads flipped bytes silently
+    atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
 Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (encoder's state, projection's or None)
@@ -66,6 +69,10 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
     """The state dicts of an encoder weights file, or a one-line UserError when it is damaged (not laid out as
     `save_encoder_weights` writes it, or NaN/inf in a weight), or was built for another network (arch and the keys
     that shape it) or for other frame stacks than `obs_shape`."""
+    stored = payload.pop("checksum", None)  # files written before weights carried one have none
+    if stored is not None and stored != checkpoint.digest(payload):
+        raise UserError(f"encoder.video.weights={weights} is corrupt (its checksum does not match its contents); "
+                        "restore it from a copy or pretrain it again (python3 -m trainer.pretrain)")
     problem = _weights_file_problem(payload)
     if problem:
         raise UserError(f"encoder.video.weights={weights} is damaged or not from trainer.pretrain: {problem}; "

@@ -4,11 +4,23 @@ optionally Weights & Biases (`logging.wandb`), whose run id is the run name so a
 
 On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
 from the checkpoint without a doubled tail from the interrupted run. What was logged at that step stays: a checkpoint
-is saved after its step's episodes and evaluation are logged (trainer/loop.py).
+is saved after its step's episodes and evaluation are logged (trainer/loop.py). A fresh start never writes into an
+earlier run's logs: they are moved aside whole (`set_aside`).
+
+Every file here but TensorBoard's (an append-only stream of its own) is rewritten whole and atomically (temporary
+file, fsync, rename), eval.csv last of an evaluation's files, so a row there means the evaluation was logged whole. A
+write that fails (a full disk, an I/O error) is a LogWriteError naming the file: the trainer saves and stops.
 """
 
 import csv
+import errno
+import fnmatch
+import io
+import os
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +28,9 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from errors import UserError
+from errors import UserError, atomic_write
 from trainer.config import Config, to_dict, to_yaml
-from trainer.plot import plot_curves, read_rows
+from trainer.plot import parse_rows, plot_curves
 
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
@@ -26,24 +38,60 @@ STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images ta
 # eval GIFs play one frame per agent step at this rate, whatever an agent step lasts in the task (cartpole at action
 # repeat 8: 80 ms; dishwashing: 40 ms): faster than real time, at one speed for every task
 GIF_FRAMES_PER_S = 30
+# what a run writes into its log folder (W&B's files included): a fresh start moves these aside, and nothing else
+# (a sweep's train.log, the user's own notes)
+LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "curve.png", "videos", "events.out.tfevents.*", "wandb",
+             ".*.tmp*")
+
+
+def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
+    """threading.excepthook: TensorBoard's writer thread raises a failed write (a full disk) again at the next write
+    in the main thread, which reports it in one line (LogWriteError); the thread's own traceback would be a second,
+    noisy report of it."""
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
+        threading.__excepthook__(args)
+
+
+class LogWriteError(UserError):
+    """A log file that could not be written (a full disk, an I/O error): the trainer saves and stops on it."""
+
+
+def set_aside(folder: Path) -> str | None:
+    """Move the logs of an earlier run in `folder` (LOG_FILES) into `<folder>.replaced-<time>/` beside it, so a fresh
+    start neither empties its eval.csv nor hides its TensorBoard curves; what was moved, to say, or None."""
+    old = sorted(n for n in os.listdir(folder) if any(fnmatch.fnmatch(n, pattern) for pattern in LOG_FILES))
+    if not old:
+        return None
+    aside = folder.with_name(f"{folder.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+    aside.mkdir()
+    for name in old:
+        os.replace(folder / name, aside / name)
+    return f"moved the logs of an earlier run '{folder.name}' ({', '.join(old)}) into {aside}/"
 
 
 class Logger:
     def __init__(self, cfg: Config, *, start_step: int, total_episodes: int, start_episode: int):
         self.cfg = cfg
         self.dir = Path(cfg.logging.tensorboard_dir) / cfg.run_name
+        self.failed = False  # a write failed: closing does not report the same disk again
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "config.yaml").write_text(to_yaml(cfg))
+            moved = set_aside(self.dir) if start_step == 0 else None  # step 0: a fresh start (checkpoints come later)
+            atomic_write(self.dir / "config.yaml", lambda f: f.write(to_yaml(cfg).encode()))
         except OSError as err:
             raise UserError(f"cannot write the run's logs to {self.dir} ({err.strerror or err}); set "
                             "logging.tensorboard_dir to a folder this process may write to") from None
+        if moved:
+            self.message(moved)
         self.writer = None
         if cfg.logging.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            # TensorBoard hides events at or past purge_step; a fresh run (step 0) hides an earlier run's whole curve
-            self.writer = SummaryWriter(str(self.dir), purge_step=start_step + 1 if start_step else 0)
+            threading.excepthook = quiet_writer_thread
+            # TensorBoard hides events at or past purge_step: on resume, those of the interrupted run's tail
+            self.writer = SummaryWriter(str(self.dir), purge_step=start_step + 1 if start_step else None)
         self.wandb = None
         if cfg.logging.wandb:
             try:
@@ -56,17 +104,33 @@ class Logger:
         self.eval_csv = self.dir / "eval.csv"
         # held-out scenes (env.randomize.heldout) in a file of their own, same columns: eval.csv's readers see the
         # in-distribution numbers they always did, and plot/sweep read either file
-        for split in ("eval", "eval_heldout"):
-            self._truncate_eval_csv(start_step, self.dir / f"{split}.csv")
+        self.heldout_csv = self.dir / "eval_heldout.csv"
+        self.eval_rows = self._kept_eval_rows(start_step)
+        self.heldout_rows = self._kept_eval_rows(start_step, self.heldout_csv)
+        for path, rows in ((self.eval_csv, self.eval_rows), (self.heldout_csv, self.heldout_rows)):
+            if path.exists():  # a resume: without the rows past its checkpoint
+                with self.writing(path):
+                    self._write_eval_csv(path, rows)
         self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
                         dynamic_ncols=True)
+
+    @contextmanager
+    def writing(self, what: str | Path):
+        """An OSError of the writes inside (a full disk, an I/O error) as a one-line LogWriteError naming `what`."""
+        try:
+            yield
+        except OSError as err:
+            self.failed = True
+            reason = f"the disk holding {self.dir} is full" if err.errno == errno.ENOSPC else err.strerror or str(err)
+            raise LogWriteError(f"cannot write {what} ({reason})") from None
 
     def scalars(self, metrics: dict, step: int, prefix: str) -> None:
         values = {f"{prefix}/{key}": value.item() if isinstance(value, torch.Tensor) else value
                   for key, value in metrics.items()}
         if self.writer is not None:
-            for tag, value in values.items():
-                self.writer.add_scalar(tag, value, step)
+            with self.writing(f"the TensorBoard events in {self.dir}"):  # the writer's thread raises its error here
+                for tag, value in values.items():
+                    self.writer.add_scalar(tag, value, step)
         if self.wandb is not None and values:
             self.wandb.log(values, step=step)
 
@@ -79,32 +143,42 @@ class Logger:
                    wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
         """`success_rate` is None for tasks without success (trainer/loop.py `evaluate`); `clip`: uint8 (H, W, 3)
         frames of the first eval episode (empty when eval videos are off); `split`: eval, or eval_heldout (held-out
-        scenes: <split>.csv and <split>/* in TensorBoard)."""
+        scenes: eval_heldout.csv and eval_heldout/* in TensorBoard)."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
                      split)
-        path = self.dir / f"{split}.csv"
-        new = not path.exists()
-        with open(path, "a", newline="") as f:
-            writer = csv.writer(f)
-            if new:
-                writer.writerow(EVAL_COLUMNS)
-            writer.writerow((step, frames, episode, f"{mean_return:.3f}",
-                             "" if success_rate is None else f"{success_rate:.3f}", f"{wall_s:.1f}"))
+        heldout = split == "eval_heldout"
+        success = "" if success_rate is None else f"{success_rate:.3f}"
+        rows = (self.heldout_rows if heldout else self.eval_rows) + [
+            [str(step), str(frames), str(episode), f"{mean_return:.3f}", success, f"{wall_s:.1f}"]]
         if self.cfg.logging.curve:
-            curves = {self.cfg.run_name: read_rows(self.eval_csv)}
-            if (self.dir / "eval_heldout.csv").exists():
-                curves[f"{self.cfg.run_name}, held-out scenes"] = read_rows(self.dir / "eval_heldout.csv")
-            plot_curves(curves, self.dir / "curve.png", title=self.cfg.run_name)
+            curve = self.dir / "curve.png"
+            ours, held = (self.eval_rows, rows) if heldout else (rows, self.heldout_rows)
+            curves = {self.cfg.run_name: parse_rows(_csv_text(ours).splitlines())}
+            if held:
+                curves[f"{self.cfg.run_name}, held-out scenes"] = parse_rows(_csv_text(held).splitlines())
+            with self.writing(curve):
+                plot_curves({name: found for name, found in curves.items() if found}, curve, title=self.cfg.run_name)
         if clip:
             if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
                 picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)
-                self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step, dataformats="NHWC")
-            (self.dir / "videos").mkdir(exist_ok=True)
+                with self.writing(f"the TensorBoard events in {self.dir}"):
+                    self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step, dataformats="NHWC")
+            gif = self.dir / "videos" / f"eval_ep{episode}.gif"
             images = [Image.fromarray(frame) for frame in clip]
-            images[0].save(self.dir / "videos" / f"eval_ep{episode}.gif", save_all=True, append_images=images[1:],
-                           duration=1000 // GIF_FRAMES_PER_S, loop=0)
+            with self.writing(gif):
+                gif.parent.mkdir(exist_ok=True)
+                atomic_write(gif, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
+                                                           duration=1000 // GIF_FRAMES_PER_S, loop=0))
+        if heldout:
+            with self.writing(self.heldout_csv):
+                self.heldout_rows = rows
+                self._write_eval_csv(self.heldout_csv, rows)
+        else:
+            with self.writing(self.eval_csv):  # last: its row says the evaluation's files are whole
+                self.eval_rows = rows
+                self._write_eval_csv(self.eval_csv, rows)
         success = "" if success_rate is None else f", success {success_rate:.0%}"
-        what = "eval on held-out scenes" if split == "eval_heldout" else "eval"
+        what = "eval on held-out scenes" if heldout else "eval"
         self.message(f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
@@ -115,11 +189,16 @@ class Logger:
     def warning(self, text: str) -> None:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
-    def _truncate_eval_csv(self, start_step: int, path: Path) -> None:
-        """Keep the evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that
-        do not parse (an edit, a disk that filled mid-row) are dropped with a warning rather than failing the resume."""
+    def _write_eval_csv(self, path: Path, rows: list[list[str]]) -> None:
+        atomic_write(path, lambda f: f.write(_csv_text(rows).encode()))
+
+    def _kept_eval_rows(self, start_step: int, path: Path | None = None) -> list[list[str]]:
+        """The evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that do
+        not parse (an edit, a file from before eval.csv was written atomically) are dropped with a warning rather
+        than failing the resume. `path`: eval.csv by default, or eval_heldout.csv."""
+        path = path or self.eval_csv
         if not path.exists():
-            return
+            return []
         try:
             with open(path, newline="") as f:
                 rows = list(csv.reader(f))
@@ -137,14 +216,27 @@ class Logger:
         if None in steps:
             self.warning(f"{path}: dropped {steps.count(None)} rows that do not parse")
         # rows of a run logged before wall_s was a column get it empty: one header for the whole file
-        kept = [list(EVAL_COLUMNS)] + [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
-                                       if at is not None and at <= start_step]
-        with open(path, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
+        return [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
+                if at is not None and at <= start_step]
 
     def close(self) -> None:
+        """Flush and close. It runs while the run stops on any error (a failed save, a failed write), which it must not
+        mask: a failed flush is a warning, none where a write failed already (the run stops on that one)."""
         self.bar.close()
-        if self.writer is not None:
-            self.writer.close()
+        failed = self.failed
+        try:
+            with self.writing(f"the TensorBoard events in {self.dir}"):
+                if self.writer is not None:
+                    self.writer.close()
+        except LogWriteError as err:
+            if not failed:
+                self.warning(f"{err}: the events logged since its last flush are missing")
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _csv_text(rows: list[list[str]]) -> str:
+    """eval.csv's contents: the header, then `rows`."""
+    text = io.StringIO()
+    csv.writer(text).writerows([list(EVAL_COLUMNS), *rows])
+    return text.getvalue()

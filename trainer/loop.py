@@ -59,7 +59,7 @@ from trainer.device import (
 )
 from trainer.encoders import build_encoders
 from trainer.gpu_monitor import GpuMonitor
-from trainer.logger import Logger
+from trainer.logger import Logger, LogWriteError
 from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
 
@@ -167,6 +167,10 @@ class Trainer:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
             self.restore(*found)
+            branch = checkpoint.set_aside_future(self.checkpoint_dir, cfg.run_name, self.remote, resumed=found[0],
+                                                 episode=self.progress.episode, env_step=self.progress.env_step)
+            if branch:
+                self.logger.message(branch)
         # training wall time, carried across resumes (time stopped does not count): eval.csv's wall_s column
         self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
         self.stop = GracefulStop()  # installed while `train` runs
@@ -362,7 +366,10 @@ class Trainer:
         cfg, progress = self.cfg, self.progress
         try:
             with self.stop:
-                self.run()
+                try:
+                    self.run()
+                except LogWriteError as err:
+                    raise self.save_after(err) from None
                 if self.stop.requested:
                     path = self.save(final_of_episode=False)
                     self.logger.message(
@@ -381,6 +388,18 @@ class Trainer:
         if cfg.training.auto_shutdown:
             subprocess.run(cfg.training.auto_shutdown, shell=True, check=False)
         return 0
+
+    def save_after(self, failure: LogWriteError) -> UserError:
+        """A log write failed (a full disk, an I/O error): save `_latest` where the checkpoints go, which may be
+        another disk, and say in one line what was saved, or what was not."""
+        last = self.saved_step
+        try:
+            path = self.save(final_of_episode=False)
+        except checkpoint.CheckpointError as err:
+            lost = f"the steps after {last} (the last checkpoint) were not saved" if last else "nothing was saved"
+            return UserError(f"{failure}, and the run could not be saved either: {lost}; {err}")
+        return UserError(f"{failure}; saved {path} at step {self.progress.env_step}: free space or set "
+                         "logging.tensorboard_dir to another disk, then continue with --resume auto")
 
     def run(self, steps: int | None = None) -> None:
         """Act and learn until the run is complete, `steps` more agent steps are taken (with several envs a vector
@@ -468,13 +487,13 @@ class Trainer:
         heldout = self.evaluate(self.heldout_env) if evaluation and held_out else None
         if evaluation is None or held_out and heldout is None:  # both, or neither: it stays due
             return False
-        progress.evaluation_due = False
         frames = progress.env_step * self.cfg.env.action_repeat
-        self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
-                               wall_s=self.wall_seconds(), clip=evaluation[2])
-        if heldout:
+        if heldout:  # first: eval.csv's row, written last, says the evaluation was logged whole
             self.logger.evaluation(*heldout[:2], step=progress.env_step, frames=frames, episode=progress.episode,
                                    wall_s=self.wall_seconds(), clip=[], split="eval_heldout")
+        self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
+                               wall_s=self.wall_seconds(), clip=evaluation[2])
+        progress.evaluation_due = False  # after logging it: a save after a failed log write runs it again on resume
         return True
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ reference points.
 
 import argparse
 import csv
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
@@ -23,6 +25,9 @@ matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
+from errors import atomic_write  # noqa: E402
+from trainer.signals import Interrupted, interrupted, interrupts  # noqa: E402
+
 X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 
 
@@ -30,10 +35,15 @@ def read_rows(path: Path) -> list[dict]:
     """(env_step, frames, seed, return, success, wall_s) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV;
     success is None for tasks without it, wall_s for runs logged before it was a column."""
     with open(path, newline="") as f:
-        return [{"env_step": int(r["env_step"]), "frames": int(r["frames"]), "seed": int(r.get("seed") or 0),
-                 "return": float(r["return"]),
-                 "success": float(r["success"]) if r.get("success") else None,
-                 "wall_s": float(r["wall_s"]) if r.get("wall_s") else None} for r in csv.DictReader(f)]
+        return parse_rows(f)
+
+
+def parse_rows(lines: Iterable[str]) -> list[dict]:
+    """`read_rows` of a CSV's lines."""
+    return [{"env_step": int(r["env_step"]), "frames": int(r["frames"]), "seed": int(r.get("seed") or 0),
+             "return": float(r["return"]),
+             "success": float(r["success"]) if r.get("success") else None,
+             "wall_s": float(r["wall_s"]) if r.get("wall_s") else None} for r in csv.DictReader(lines)]
 
 
 def seed_statistics(rows: list[dict], key: str = "return", x: str = "frames") -> tuple[np.ndarray, np.ndarray,
@@ -76,11 +86,22 @@ def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", refer
         if len(curves) + len(references or {}) > 1:
             ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        atomic_write(out, lambda f: fig.savefig(f, format=out.suffix.lstrip(".").lower()))
+    finally:
+        plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    try:
+        with interrupts():
+            plot(argv)
+    except Interrupted as stop:
+        return interrupted(stop, "the image was not written (an earlier file there is intact)")
+    return 0
+
+
+def plot(argv: list[str] | None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs"
@@ -117,4 +138,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,7 +24,9 @@ The last `--holdout` share of each dataset's episodes (at least one, at most all
 the end the held-out R^2 and RMSE (in the state's own units) of each part of the state vector (for the dishwashing
 task the groups of envs/dishwashing/env.py's layout) are printed and written beside the weights (PATH with the
 suffix .json). The weights file is written at the end only (atomically: an interrupted pretraining leaves the
-previous file).
+previous file), with a checksum the trainer verifies. An existing `--out` is refused before any work: every run
+trained frozen on it resumes only with that exact file. `--replace` writes over it, and first keeps the old file
+and its report beside it as `<name>.replaced-<time>.pt` and `.json`.
 
 Hand-written because no library trains this project's encoders on its replay's stacks: it is a plain supervised
 loop (Adam on a mean squared error) around the project's own builder, store and augmentation.
@@ -34,6 +36,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,13 +47,14 @@ from torch import nn
 from tqdm import tqdm
 
 from encoders import build_encoder
-from errors import UserError, check_writable_folder
+from errors import UserError, atomic_write, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer.config import Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
+from trainer.signals import Interrupted, interrupted, interrupts
 
 # the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
 
@@ -262,18 +266,40 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     if not all(torch.isfinite(p).all() for p in model.parameters()):
         raise UserError(f"pretraining diverged (training loss {losses[-1]:.3g}): its weights are not finite; lower "
                         f"--lr (was {lr}); {out} was not written")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0],
-                         frames=frames_of(cfg.env))
     report["wall_s"] = round(time.monotonic() - started, 1)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        report["replaced"] = [str(path) for path in keep_aside(out)]
+        save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0],
+                             frames=frames_of(cfg.env))
+        atomic_write(out.with_suffix(".json"), lambda f: f.write((json.dumps(report, indent=2) + "\n").encode()))
+    except OSError as err:
+        raise UserError(f"cannot write {err.filename or out} ({err.strerror or err}); free space or pass another "
+                        "--out (an earlier file there is intact)") from None
     return report
 
 
-def check_writable(out: Path) -> None:
-    """`out` can take the weights file (and its .json) at the end, checked before minutes of training."""
+def keep_aside(out: Path) -> list[Path]:
+    """Hard links `<name>.replaced-<time>.pt` and `.json` to the weights file `out` and its report, made before the
+    new ones are renamed over them: runs trained frozen on the old weights resume only with that file."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = []
+    for path in (out, out.with_suffix(".json")):
+        if path.is_file():
+            kept.append(path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}"))
+            os.link(path, kept[-1])
+    return kept
+
+
+def check_writable(out: Path, *, replace: bool) -> None:
+    """`out` can take the weights file (and its .json) at the end, checked before minutes of training; an existing
+    file only with `replace`."""
     if not out.name or out.is_dir():
         raise UserError(f"--out {out} names a folder; pass the weights file to write, e.g. pretrained/mine.pt")
+    if out.exists() and not replace:
+        raise UserError(f"--out {out} already exists, and runs trained frozen on it resume only with that exact file; "
+                        "pass another --out, or --replace to write over it (the old file is kept beside it as "
+                        f"{out.stem}.replaced-<time>{out.suffix})")
     check_writable_folder(out.parent, what=f"write {out}", fix="pass --out under one")
 
 
@@ -283,11 +309,13 @@ def describe(report: dict) -> str:
         r2 = "-" if row["r2"] is None else f"{row['r2']:.3f}"
         rows.append(f"{name:<18} {r2:>7} {row['rmse']:>9.4f}")
     loss = report["train_loss"]
+    replaced = [f"kept the file it replaced as {', '.join(report['replaced'])}"] if report["replaced"] else []
     return "\n".join([
         f"wrote {report['weights']} ({report['steps']} steps, {report['wall_s']} s): training loss "
         f"{loss['first_epoch']:.3f} in the first epoch, {loss['last_epoch']:.3f} in the last; held-out loss "
         f"{report['held_out_loss']:.3f} (standardised state, mean squared error)",
         *rows,
+        *replaced,
     ])
 
 
@@ -298,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose encoder and frames are used")
     parser.add_argument("--data", nargs="+", required=True, metavar="DATASET", help="Minari datasets (trainer.record)")
     parser.add_argument("--out", required=True, help="encoder weights file to write (and its report, .json)")
+    parser.add_argument("--replace", action="store_true",
+                        help="write over an existing --out, keeping the old file beside it as "
+                             "<name>.replaced-<time>.pt")
     parser.add_argument("--epochs", type=float, default=10, help="passes over the training stacks (fractions allowed)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
@@ -309,18 +340,21 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.headless import configure
 
     try:
-        configure()  # before the env layer loads mujoco
-        if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
-                and 0 < args.holdout < 1 and args.head_hidden >= 1):
-            raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, --holdout "
-                            f"in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, {args.head_hidden}, "
-                            f"{args.holdout}")
-        check_writable(Path(args.out))
-        cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-        report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                          holdout=args.holdout, hidden=args.head_hidden)
+        with interrupts():
+            configure()  # before the env layer loads mujoco
+            if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
+                    and 0 < args.holdout < 1 and args.head_hidden >= 1):
+                raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, "
+                                f"--holdout in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, "
+                                f"{args.head_hidden}, {args.holdout}")
+            check_writable(Path(args.out), replace=args.replace)
+            cfg = load_config(args.config, [*args.set, "encoder.type=video"])
+            report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
+                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
     except UserError as err:
         return error_exit(err)
+    except Interrupted as stop:
+        return interrupted(stop, f"{args.out} was not written (an earlier file there is intact)")
     print(describe(report))
     return 0
 

@@ -38,6 +38,7 @@ from tqdm import tqdm
 from errors import UserError
 from trainer.config import SEED_LIMIT, Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
+from trainer.signals import Interrupted, interrupted, interrupts
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 
@@ -108,10 +109,12 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
     source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg)
     rng = np.random.default_rng(seed)
     recorded = []
-    with tqdm(total=episodes, unit="episode", disable=not progress) as bar:
-        for first in range(0, episodes, source.batch):
-            recorded += play(source, seed=seed + first, noise=noise, rng=rng, ended=bar.update)
-    source.close()
+    try:  # closed on an interrupt too: a renderer left to the interpreter's exit prints EGL errors
+        with tqdm(total=episodes, unit="episode", disable=not progress) as bar:
+            for first in range(0, episodes, source.batch):
+                recorded += play(source, seed=seed + first, noise=noise, rng=rng, ended=bar.update)
+    finally:
+        source.close()
     unbounded = np.full(source.state_dim, np.inf, np.float32)
     space = gym.spaces.Dict({demos.STATE: gym.spaces.Box(-unbounded, unbounded), demos.PIXELS: source.frame_space})
     # the dishwashing tasks terminate on success only
@@ -173,23 +176,26 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.headless import configure
 
     try:
-        configure()  # before the env layer loads mujoco
-        from envs import demos
+        with interrupts():
+            configure()  # before the env layer loads mujoco
+            from envs import demos
 
-        if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
-            raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), got "
-                            f"{args.episodes}, {args.noise} and {args.seed}")
-        cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-        demos.check_new(args.out)
-        if not cfg.env.id.startswith("Dishwashing"):
-            raise UserError(
-                f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
-                "pass a dishwashing config"
-            )
-        episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
-        demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
+            if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
+                raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), "
+                                f"got {args.episodes}, {args.noise} and {args.seed}")
+            cfg = load_config(args.config, [*args.set, "encoder.type=video"])
+            demos.check_new(args.out)
+            if not cfg.env.id.startswith("Dishwashing"):
+                raise UserError(
+                    f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
+                    "pass a dishwashing config"
+                )
+            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
+            demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     except UserError as err:
         return error_exit(err)
+    except Interrupted as stop:
+        return interrupted(stop, f"no dataset was written to {args.out}; record it again")
     steps = sum(len(e) for e in episodes)
     print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
     return 0

@@ -28,6 +28,7 @@ import csv
 import ctypes
 import logging
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -39,8 +40,9 @@ import optuna
 import sqlalchemy
 
 from errors import UserError
+from trainer.checkpoint import run_files
 from trainer.config import RUN_NAME, SEED_LIMIT, error_exit, load_config, read_yaml
-from trainer.signals import GracefulStop
+from trainer.signals import GracefulStop, Interrupted, interrupted, interrupts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPACE = ROOT / "scripts" / "cloud" / "sweep.yaml"
@@ -56,16 +58,10 @@ class TrialFailed(Exception):
     """A trial's run crashed: the sweep stops rather than spend its budget on more crashes."""
 
 
-class Stopped(Exception):
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by signal {signum}")
-        self.signum = signum
-
-
 def _no_traceback_for_our_exits(record: logging.LogRecord) -> bool:
     """Optuna logs a failed trial with the objective's traceback. For a run that exited, or a stop signal, the
     message (exit status and log, or the signal) says it all; the traceback would show only this module's raise."""
-    if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, Stopped)):
+    if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, Interrupted, UserError)):
         record.exc_info = None
     return True
 
@@ -83,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="sampler seed")
     args = parser.parse_args(argv)
     try:
-        return run_sweep(args)
+        with interrupts():  # before and between trials; a running trial's stop is GracefulStop's
+            return run_sweep(args)
     except UserError as err:
         return error_exit(err)
+    except Interrupted as stop:
+        return interrupted(stop, "no trial was running; run the same command to continue the sweep")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -129,7 +128,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             trial_runner = TrialRunner(args.config, args.set, space, out, study_name=name, stop=stop)
             try:
                 study.optimize(trial_runner, callbacks=[optuna.study.MaxTrialsCallback(args.trials, states=finished)])
-            except Stopped as err:
+            except Interrupted as err:
                 [interrupted] = [t for t in study.trials if t.number == trial_runner.number]
                 optuna.storages.RetryHeartbeatStaleTrialCallback()(study, interrupted)  # queued first next time
                 run = interrupted.user_attrs["run"]
@@ -239,6 +238,7 @@ class TrialRunner:
         run = trial.user_attrs.get("run")  # a queued-again trial keeps its run, and so its checkpoint
         if run is None:
             run = f"{self.study_name}_t{trial.number}"
+            self.check_unknown(trial.number, run)
             trial.set_user_attr("run", run)
         run_dir = self.out / "runs" / run
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -267,6 +267,17 @@ class TrialRunner:
                             "raise training.episodes or lower training.eval_every_episodes")
         return values[-1]
 
+    def check_unknown(self, number: int, run: str) -> None:
+        """A new trial's run must have no checkpoints: ones there belong to a trial of a study this study.db does not
+        hold (deleted, replaced), trained with other settings, and --resume auto would report their result as this
+        trial's."""
+        folder = self.out / "checkpoints"
+        found = run_files(os.listdir(folder) if folder.is_dir() else [], run)
+        if found:
+            raise UserError(f"trial {number}'s run {run} already has checkpoints in {folder} ({', '.join(found[:3])}) "
+                            f"that {self.out / 'study.db'} does not know: they are a trial of another study, trained "
+                            "with other settings; restore that study.db, or pass another --out or --study")
+
     def _follow(self, trial, process: subprocess.Popen, eval_csv: Path) -> list[float]:
         reported: list[float] = []
         while True:
@@ -280,7 +291,7 @@ class TrialRunner:
                 raise optuna.TrialPruned(f"pruned after {len(values)} evaluations")
             if running and self.stop.requested:
                 self._terminate(process)
-                raise Stopped(self.stop.signum)
+                raise Interrupted(self.stop.signum)
             if not running:
                 return values
             time.sleep(POLL_S)

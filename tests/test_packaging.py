@@ -1,0 +1,92 @@
+"""`pip install .` gives a package that works outside the clone: the wheel built from the tracked files, installed
+into a fresh venv, imports every module it holds and answers `--help` for every command, from another folder.
+
+The venv sees this environment's installed dependencies through a .pth file and the wheel goes in with --no-deps:
+nothing is downloaded, and only the wheel can supply the project's own modules."""
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# each command as a user of the installed package types it: the console script, and the module form
+COMMANDS = {
+    "pixel-sac-train": "train_sac",
+    "pixel-sac-record": "trainer.record",
+    "pixel-sac-pretrain": "trainer.pretrain",
+    "pixel-sac-evaluate": "trainer.evaluate",
+    "pixel-sac-export": "trainer.export",
+    "pixel-sac-plot": "trainer.plot",
+    "pixel-sac-sweep": "trainer.sweep",
+    "pixel-sac-config": "trainer.config",
+}
+GUARD_S = 300  # a guard against hangs, never a measurement
+
+
+def run(*command, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=GUARD_S)
+    assert result.returncode == 0, f"{' '.join(map(str, command))}: {result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv, wheel's module names, a folder outside the clone, the env to run in)."""
+    tmp = tmp_path_factory.mktemp("packaging")
+    source = tmp / "source"  # the tracked files only: a stale build/ or an untracked module cannot leak in
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for path in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / path).is_file():
+            (source / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, source / path)
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w",
+        str(tmp / "dist"), str(source), cwd=tmp)
+    wheel = next((tmp / "dist").glob("pixel_sac-*.whl"))
+    venv = tmp / "venv"
+    run(sys.executable, "-m", "venv", "--without-pip", str(venv), cwd=tmp)
+    python = venv / "bin" / "python"
+    site = run(str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=tmp).stdout.strip()
+    site = Path(site)
+    outer = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (site / "dependencies.pth").write_text("\n".join(sorted(outer)) + "\n")
+    run(sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q", str(wheel),
+        cwd=tmp)
+    with zipfile.ZipFile(wheel) as archive:
+        modules = sorted(name[:-3].removesuffix("/__init__").replace("/", ".") for name in archive.namelist()
+                         if name.endswith(".py"))
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp), "MUJOCO_GL": "egl", "OMP_NUM_THREADS": "1"}
+    return venv, modules, elsewhere, env
+
+
+def test_the_wheel_holds_every_package_the_commands_import(installed):
+    _, modules, _, _ = installed
+    for module in ("errors", "train_sac", "trainer", "sac", "envs", "envs.dishwashing", "envs.mjwarp", "encoders"):
+        assert module in modules, f"{module} is missing from the wheel"
+    assert not [module for module in modules if module.split(".")[0] in ("tests", "bench", "scripts")]
+
+
+def test_every_module_imports_from_the_installed_package_and_not_from_the_clone(installed, tmp_path):
+    venv, modules, elsewhere, env = installed
+    check = (f"import importlib, pathlib\n"
+             f"for name in {modules!r}:\n"
+             f"    module = importlib.import_module(name)\n"
+             f"    assert pathlib.Path(module.__file__).is_relative_to({str(venv)!r}), module.__file__\n"
+             f"from envs.dishwashing.env import SCENE\n"
+             f"assert SCENE.is_file() and pathlib.Path(SCENE).is_relative_to({str(venv)!r}), SCENE\n")
+    run(str(venv / "bin" / "python"), "-c", check, cwd=elsewhere, env=env)
+
+
+@pytest.mark.parametrize("script", COMMANDS)
+def test_every_command_answers_help_as_a_console_script_and_as_a_module(installed, script):
+    venv, _, elsewhere, env = installed
+    for command in ([str(venv / "bin" / script)], [str(venv / "bin" / "python"), "-m", COMMANDS[script]]):
+        result = run(*command, "--help", cwd=elsewhere, env=env)
+        assert result.stdout.startswith("usage:"), result.stdout[:500]

@@ -1,0 +1,123 @@
+"""The README's results table says what the committed CSVs say: each figure below is recomputed from docs/*.csv (the
+files bench/learn.py writes, one row per evaluation) and must appear, so written, in its row of the table."""
+
+import csv
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+from tests.conftest import ROOT
+
+WALL = "wall_s"  # training seconds at the evaluation
+TOLERANCE = 2000  # frames: a resumed run's evaluations land a little past the round number
+
+
+def runs(name: str) -> dict[int, list[dict]]:
+    """seed -> its evaluations in order, from docs/<name>."""
+    by_seed: dict[int, list[dict]] = {}
+    with open(ROOT / "docs" / name) as file:
+        for row in csv.DictReader(file):
+            by_seed.setdefault(int(row["seed"]), []).append(row)
+    return dict(sorted(by_seed.items()))
+
+
+def returns_at(name: str, frames: int) -> list[float]:
+    """Each seed's return at its evaluation nearest `frames`."""
+    found = []
+    for seed, rows in runs(name).items():
+        row = min(rows, key=lambda row: abs(float(row["frames"]) - frames))
+        assert abs(float(row["frames"]) - frames) <= TOLERANCE, f"{name}: seed {seed} has no evaluation near {frames}"
+        found.append(float(row["return"]))
+    return found
+
+
+def mean_and_seeds(name: str, frames: int) -> str:
+    """'689 (793, 798, 477)': the mean, then each seed."""
+    values = returns_at(name, frames)
+    return f"{mean(values):.0f} ({', '.join(f'{value:.0f}' for value in values)})"
+
+
+def first_success(name: str, level: float = 0.8) -> list[dict]:
+    return [next(row for row in rows if float(row["success"]) >= level) for rows in runs(name).values()]
+
+
+def last_five(name: str) -> str:
+    """'91%, 95%': each seed's mean success over its last five evaluations."""
+    return ", ".join(f"{100 * mean(float(row['success']) for row in rows[-5:]):.0f}%" for rows in runs(name).values())
+
+
+def thousands(rows: list[dict], key: str = "env_step", scale: float = 1000) -> list[str]:
+    return [f"{float(row[key]) / scale:.1f}k" for row in rows]
+
+
+def above_from(name: str, level: float) -> int:
+    """The first evaluation's frames from which every seed stays above `level`."""
+    by_frames: dict[float, list[float]] = {}
+    for rows in runs(name).values():
+        for row in rows:
+            by_frames.setdefault(float(row["frames"]), []).append(float(row["return"]))
+    frames = sorted(by_frames)
+    return int(next(f for i, f in enumerate(frames) if all(min(by_frames[g]) > level for g in frames[i:])))
+
+
+def claims():
+    frozen, warp = first_success("dishwashing_video_frozen.csv"), first_success("dishwashing_video_frozen_warp_lit.csv")
+    no_demos = [float(row["success"]) for rows in runs("dishwashing_state_nodemos.csv").values() for row in rows]
+    return [
+        ("cartpole swing-up, 100k frames | pixels | `cpu_bf16`",
+         f"**{mean_and_seeds('cartpole_swingup_b128_bf16.csv', 100_000).replace(' (', '** (', 1)}"),
+        ("cartpole swing-up, 100k frames | pixels | `cpu`: batch 64",
+         f"{mean_and_seeds('cartpole_swingup_nstep3.csv', 100_000)}; "
+         f"{mean(returns_at('cartpole_swingup_nstep3.csv', 130_000)):.0f} at 130k"),
+        ("cartpole swing-up, 100k frames | pixels | `cpu` with DrQ's one-step targets",
+         f"{mean_and_seeds('cartpole_swingup.csv', 100_000)}; "
+         f"{mean(returns_at('cartpole_swingup.csv', 130_000)):.0f} at 130k"),
+        ("MuJoCo Warp backend (10 worlds", mean_and_seeds("cartpole_swingup_warp.csv", 100_000)),
+        ("MuJoCo Warp backend (10 worlds",
+         f"{mean(returns_at('cartpole_swingup_warp_cpu.csv', 100_000)):.0f} against "
+         f"{mean(returns_at('cartpole_swingup_frames_opengl_cpu.csv', 100_000)):.0f}"),
+        ("cartpole swing-up, 100k frames | state",
+         f"**{mean_and_seeds('cartpole_swingup_state.csv', 100_000).replace(' (', '** (', 1)}, every seed above 800 "
+         f"from {above_from('cartpole_swingup_state.csv', 800) // 1000}k frames"),
+        ("`Dishwashing-v0`), 20 scripted demonstrations",
+         f"mean of the last five evaluations {last_five('dishwashing_state_demos.csv').replace('%', '')}%"),
+        ("`Dishwashing-v0`), 20 scripted demonstrations",
+         "without demonstrations 0% at every evaluation" if max(no_demos) == 0 else "some success without"),
+        ("from 84x84 frames, 20 demonstrations",
+         f"first at {' and '.join(thousands(frozen))} agent steps"),
+        ("from 84x84 frames, 20 demonstrations", f"last five evaluations {last_five('dishwashing_video_frozen.csv')}"),
+        ("from 84x84 ray-traced frames",
+         f"first at {' and '.join(thousands(warp))} agent steps, "
+         f"{' and '.join(f'{float(row[WALL]) / 60:.0f}' for row in warp)} min of training"),
+        ("from 84x84 ray-traced frames",
+         f"last five evaluations {last_five('dishwashing_video_frozen_warp_lit.csv')}, as OpenGL's route on the same "
+         f"CPU and profile ({last_five('dishwashing_video_frozen_opengl_cpu.csv')})"),
+    ]
+
+
+def table_row(readme: str, start: str) -> str:
+    rows = [line for line in readme.split("## Results", 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("|") and start in line]
+    assert len(rows) == 1, f"{len(rows)} rows of the README's results table contain {start!r}"
+    return rows[0]
+
+
+@pytest.mark.parametrize("row, figure", claims())
+def test_the_readme_results_table_says_what_the_committed_csvs_say(row, figure):
+    assert figure in table_row((ROOT / "README.md").read_text(), row)
+
+
+def test_a_changed_figure_is_caught():
+    readme = (ROOT / "README.md").read_text().replace("**689** (793, 798, 477)", "**699** (793, 798, 477)")
+    row, figure = claims()[0]
+    assert figure == "**689** (793, 798, 477)" and figure not in table_row(readme, row)
+
+
+def test_every_csv_the_claims_read_is_committed():
+    names = {"cartpole_swingup_b128_bf16.csv", "cartpole_swingup_nstep3.csv", "cartpole_swingup.csv",
+             "cartpole_swingup_warp.csv", "cartpole_swingup_warp_cpu.csv", "cartpole_swingup_frames_opengl_cpu.csv",
+             "cartpole_swingup_state.csv", "dishwashing_state_demos.csv", "dishwashing_state_nodemos.csv",
+             "dishwashing_video_frozen.csv", "dishwashing_video_frozen_warp_lit.csv",
+             "dishwashing_video_frozen_opengl_cpu.csv"}
+    assert all(Path(ROOT / "docs" / name).is_file() for name in names)
