@@ -16,11 +16,14 @@ from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, Tra
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
 from envs.pixels import PixelObservation
+from envs.randomize import RandomScene
 from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
 
 
-def make_env(cfg, pixels: bool) -> gym.Env:
+def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
+    """`heldout`: scenes randomised from the held-out seeds and ranges (envs/randomize.py), whatever
+    `cfg.randomize.enabled` says; else randomised as that says."""
     env = make_task(cfg.id)
     bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
     env = RescaleAction(env, bound(-1.0), bound(1.0))
@@ -28,6 +31,8 @@ def make_env(cfg, pixels: bool) -> gym.Env:
         env = ActionRepeat(env, cfg.action_repeat)
     if cfg.max_episode_steps:
         env = TimeLimit(env, cfg.max_episode_steps)
+    if pixels and (heldout or cfg.randomize.enabled):  # inside the frames: the first frame shows the new scene
+        env = RandomScene(env, cfg.randomize, camera=cfg.camera, heldout=heldout)
     if pixels:
         return PixelObservation(
             env,
@@ -55,7 +60,7 @@ def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-def make_batched_env(cfg, pixels: bool, device):
+def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
     """The `backend` mujoco_warp (whatever `cfg.backend` says: the caller chose it): `cfg.num_envs` worlds on `device`
     (a torch device), stepped and rendered by MuJoCo Warp (on the CPU split over `cfg.warp_processes` processes); the
     interface of make_vector_env's workers with torch tensors on `device` in and out (envs/mjwarp/vector.py)."""
@@ -64,7 +69,7 @@ def make_batched_env(cfg, pixels: bool, device):
     except ImportError as err:
         raise UserError(f"the `backend` mujoco_warp needs MuJoCo Warp ({err}); install it with "
                         "'pip install -r requirements-warp.txt'") from None
-    return make_warp_env(cfg, pixels, device)
+    return make_warp_env(cfg, pixels, device, heldout)
 
 
 def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:

@@ -3,6 +3,11 @@ rendered through make_env's video path at the config's resolution, at evenly spa
 Rows are cameras, columns moments; pixels are enlarged without smoothing.
 
     python3 scripts/frame_grid.py [--config configs/dishwashing_video.yaml] [--out docs/dishwashing_frames.png]
+
+`--scenes N`: instead, the first frame of N episodes in randomised scenes (the config's env.randomize ranges; top row
+training scenes, seeds 0..N-1, bottom row held-out scenes of the same seeds), from the config's own camera:
+    python3 scripts/frame_grid.py --config configs/dishwashing_video_randomized.yaml --scenes 6 \
+        --out docs/dishwashing_randomized_frames.png
 """
 
 import argparse
@@ -41,6 +46,24 @@ def episode_frames(config: str, camera: str, seed: int) -> list[np.ndarray]:
     return frames
 
 
+def scene_rows(config: str, scenes: int, moment: int) -> list[np.ndarray]:
+    """[training scenes, held-out scenes]: each a list of the frames the encoder gets at step `moment` of a scripted
+    episode from seeds 0..scenes-1 (the same starts: only the scene differs between the rows)."""
+    cfg = load_config(config, ["env.randomize.enabled=true"])
+    rows = []
+    for heldout in (False, True):
+        env = make_env(cfg.env, cfg.pixels, heldout=heldout)
+        row = []
+        for seed in range(scenes):
+            obs, _ = env.reset(seed=seed)
+            for _ in range(moment):
+                obs, *_ = env.step(scripted_action(env.unwrapped.observation()))
+            row.append(obs[-1].transpose(1, 2, 0))
+        env.close()
+        rows.append(row)
+    return rows
+
+
 def join(images: list[np.ndarray], axis: int) -> np.ndarray:
     """Concatenate along `axis` (0 rows, 1 columns) with white gaps between."""
     shape = list(images[0].shape)
@@ -56,7 +79,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--moments", type=int, default=6, help="columns: evenly spaced steps, first and last included")
     parser.add_argument("--scale", type=int, default=2, help="pixel enlargement for viewing")
+    parser.add_argument("--scenes", type=int, default=0, help="randomised scenes per row (0: cameras and moments)")
+    parser.add_argument("--moment", type=int, default=12, help="with --scenes: the scripted episode's step shown")
     args = parser.parse_args()
+    if args.scenes:
+        rows = scene_rows(args.config, args.scenes, args.moment)
+        enlarge = np.ones((args.scale, args.scale, 1), np.uint8)
+        grid = join([join([np.kron(frame, enlarge) for frame in row], axis=1) for row in rows], axis=0)
+        Image.fromarray(grid).save(args.out, optimize=True)
+        print(f"wrote {args.out}: training scenes 0..{args.scenes - 1} (top), held-out scenes of the same seeds "
+              f"(bottom), step {args.moment}")
+        return
 
     rows = []
     for camera in CAMERAS:

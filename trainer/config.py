@@ -39,6 +39,9 @@ VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")
 PARAMETER_KEYS = {
     "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs",
     "warp_processes": "env.warp_processes",
+    "parts": "env.randomize.parts", "light_tilt_deg": "env.randomize.light_tilt_deg",
+    "camera_pos": "env.randomize.camera_pos", "camera_rot_deg": "env.randomize.camera_rot_deg",
+    "camera_fov_deg": "env.randomize.camera_fov_deg",
     "capacity": "sac.buffer_size",
     "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
     "preset": "encoder.video.preset", "input_size": "encoder.video.input_size", "freeze": "encoder.video.freeze",
@@ -97,6 +100,27 @@ def frames_of(env) -> dict:
 
 
 @dataclass
+class RandomizeConfig:
+    # visual domain randomisation (envs/randomize.py): per episode, a scene drawn from these ranges by the episode's
+    # seed, around the scene's own values; physics never changes (docs/dishwashing.md#visual-domain-randomisation)
+    enabled: bool = False
+    # recoloured: all, or a comma-separated list of the task's parts (dishwashing: table, basin, rack, plate, floor;
+    # other tasks: their material names, and the names of geoms without a material)
+    parts: str = "all"
+    color: float = setting(0.2, ge=0, le=1)  # each RGB channel of each part moves by up to +-this (clipped to 0..1)
+    light_tilt_deg: float = setting(20.0, ge=0, le=90)  # every light's direction turns by up to this
+    light_intensity: float = setting(0.3, ge=0, le=1)  # diffuse light (lights and headlight) scaled by 1 +-up to this
+    ambient: float = setting(0.15, ge=0, le=1)  # the headlight's ambient level moves by up to +-this
+    camera_pos: float = setting(0.02, ge=0, le=1)  # metres the observed camera moves along each axis, up to +-this
+    camera_rot_deg: float = setting(2.0, ge=0, le=45)  # degrees it turns about a random axis, up to this
+    camera_fov_deg: float = setting(2.0, ge=0, le=45)  # its vertical field of view changes by up to +-this
+    # also evaluate on held-out scenes: scene seeds no training episode uses, these ranges times heldout_scale;
+    # eval_heldout.csv and eval_heldout/* in TensorBoard. Also without `enabled` (a policy trained on one scene)
+    heldout: bool = False
+    heldout_scale: float = setting(1.0, ge=1, le=10)
+
+
+@dataclass
 class EnvConfig:
     id: str = "dm_control/cartpole-swingup-v0"
     image_size: int = setting(84, ge=32, le=1024)
@@ -120,6 +144,7 @@ class EnvConfig:
     # (docs/warp.md#shadows-and-skybox-what-they-cost); off: MuJoCo Warp's own defaults
     warp_shadows: bool = False
     warp_skybox: bool = False
+    randomize: RandomizeConfig = field(default_factory=RandomizeConfig)
 
 
 @dataclass
@@ -590,6 +615,14 @@ def _check_cross_keys(cfg: Config) -> None:
                         "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
+    scenes = env.randomize.enabled or env.randomize.heldout
+    if scenes and not pixels:
+        raise UserError("env.randomize changes what the camera sees, and encoder.type state sees no frames; set "
+                        "env.randomize.enabled=false and env.randomize.heldout=false, or use encoder.type video")
+    if scenes and env.backend == "mujoco_warp" and env.randomize.ambient > 0:
+        raise UserError("env.randomize.ambient cannot vary with env.backend=mujoco_warp: MuJoCo Warp renders one "
+                        "headlight for every world, see docs/warp.md#visual-domain-randomisation; set "
+                        "env.randomize.ambient=0, or use env.backend=mujoco")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat
     if physics_steps > PHYSICS_STEPS_LIMIT:
         raise UserError(f"env.max_episode_steps * env.action_repeat is {physics_steps} simulator steps per episode, "

@@ -34,6 +34,11 @@ class Demos:
         data = demo_files.read(self.path)
         key = check_fits(cfg, data, obs_space, action_dim)
         self.fingerprint, self.episodes, self.steps = data.fingerprint, len(data.episodes), data.steps
+        # said, not refused: fixed-scene demonstrations in a randomised run (or the reverse) are a user's choice
+        recorded = data.recording.get("randomized")
+        self.scenes = ("" if recorded is None or recorded == cfg.env.randomize.enabled or key != demo_files.PIXELS
+                       else f", recorded {'on randomised scenes' if recorded else 'on the fixed scene'} while this run "
+                            f"{'randomises' if cfg.env.randomize.enabled else 'does not randomise'} them")
         sac = cfg.sac
         observations = [e.observations[key] for e in data.episodes]
         frame_stack = cfg.env.frame_stack if key == demo_files.PIXELS else None
@@ -56,7 +61,7 @@ class Demos:
         self.store: ReplayBuffer = store(observations, frame_stack, frames_on)
 
     def describe(self) -> str:
-        text = f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}"
+        text = f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}{self.scenes}"
         if self.encode_s is None:
             return text
         return f"{text}, stored as the frozen trunk's features (encoded in {self.encode_s:.1f} s)"

@@ -2,7 +2,7 @@
 uses (the run's own config from the checkpoint; pixel policies trained on MuJoCo Warp frames in MuJoCo Warp).
 
     python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--out DIR] [--video]
-        [--set key=value ...]
+        [--heldout] [--set key=value ...]
 
 Prints each checkpoint's mean return with a 95% confidence interval (Student's t) and, where the task has success,
 its success rate with a 95% Wilson interval; with several checkpoints (seeds of one config) also the aggregate over
@@ -10,7 +10,10 @@ them: the mean, and the interquartile mean with a 95% percentile-bootstrap inter
 reports it. Writes episodes.csv (checkpoint, seed, return, length, success) into --out, by default the first run's
 log folder's evaluate/, and with --video a GIF of the first episodes of each checkpoint there. Episode i starts
 from seed S + i; the default S is the run's own evaluation seeds, so `--episodes training.eval_episodes` repeats the
-evaluation the trainer logged for that checkpoint.
+evaluation the trainer logged for that checkpoint. `--heldout` also evaluates on held-out randomised scenes (the
+checkpoint's env.randomize ranges times heldout_scale, scene seeds no training episode used; the same start states),
+reported on lines of their own and written to episodes_heldout.csv; `--set env.randomize.enabled=false` evaluates a
+randomised policy on the task's own scene.
 """
 
 import argparse
@@ -52,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--video-size", type=positive, help="GIF pixels (default: the run's logging.video_size)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the checkpoints' config, e.g. env.max_episode_steps=500")
+    parser.add_argument("--heldout", action="store_true",
+                        help="also evaluate on held-out randomised scenes (episodes_heldout.csv)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return parser.parse_args(argv)
 
@@ -63,17 +68,17 @@ def positive(text: str) -> int:
     return value
 
 
-def eval_env(cfg, device, *, episodes: int, video_size: int | None):
+def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False):
     """(env, camera or None) as the trainer evaluates: the ordinary env in this process with its own camera for the
     video, or for a pixel policy trained on MuJoCo Warp frames up to `training.eval_episodes` worlds (video from
-    their frames)."""
+    their frames). `heldout`: the held-out scenes (envs/randomize.py)."""
     from envs import InProcessEnv, make_batched_env, make_env
     from envs.pixels import Camera
 
     if cfg.env.backend == "mujoco_warp" and cfg.pixels:
         worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)
-        return make_batched_env(worlds, True, device), None
-    env = InProcessEnv(make_env(cfg.env, cfg.pixels))
+        return make_batched_env(worlds, True, device, heldout=heldout), None
+    env = InProcessEnv(make_env(cfg.env, cfg.pixels, heldout=heldout))
     if video_size is None:
         return env, None
     return env, Camera(env.env, size=video_size, camera=cfg.env.camera, shadow_size=cfg.env.render_shadow_size,
@@ -219,11 +224,12 @@ def default_out(configs: list) -> Path:
 
 
 def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
-             progress) -> tuple[list[Episode], list[np.ndarray]]:
-    """One checkpoint's episodes (and video frames when `video_size` is given), in the trainer's evaluation env."""
+             progress, heldout: bool = False) -> tuple[list[Episode], list[np.ndarray]]:
+    """One checkpoint's episodes (and video frames when `video_size` is given), in the trainer's evaluation env, or
+    with `heldout` on its held-out scenes."""
     from trainer.config import EVAL_SEED_OFFSET
 
-    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size)
+    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size, heldout=heldout)
     try:
         return run_episodes(policy, env, camera, name=name,
                             seed=cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed, episodes=episodes,
@@ -255,12 +261,15 @@ def run(args: argparse.Namespace) -> int:
 
     loaded = []
     for name in args.checkpoints:  # every checkpoint is read before the first episode: bad input fails at once
-        policy, cfg, _ = load_checkpoint(name, unit_actions=True, overrides=args.set)
+        # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line error
+        overrides = [*args.set, "env.randomize.heldout=true"] if args.heldout else args.set
+        policy, cfg, _ = load_checkpoint(name, unit_actions=True, overrides=overrides)
         loaded.append((name, policy.to(resolve_device(cfg.training.device)), cfg))
     out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
     check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
-    rows, results = [], []
-    with tqdm(total=args.episodes * len(loaded), unit="ep", disable=not args.progress, dynamic_ncols=True) as bar:
+    rows, results, heldout_rows, heldout_results = [], [], [], []
+    total = args.episodes * len(loaded) * (2 if args.heldout else 1)
+    with tqdm(total=total, unit="ep", disable=not args.progress, dynamic_ncols=True) as bar:
         for name, policy, cfg in loaded:
             size = (args.video_size or cfg.logging.video_size) if args.video else None
             episodes, clip = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed,
@@ -271,11 +280,22 @@ def run(args: argparse.Namespace) -> int:
             if clip:
                 out.mkdir(parents=True, exist_ok=True)
                 write_gif(clip, out / f"{Path(name).stem}.gif")
+            if args.heldout:
+                episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed, video_episodes=0,
+                                       video_size=None, progress=bar, heldout=True)
+                heldout_rows += episodes
+                heldout_results.append(summary(episodes))
+                bar.write(describe(f"{name}, held-out scenes", heldout_results[-1]))
     if len(results) > 1:
         print(describe_aggregate(results))
+        if heldout_results:
+            print(f"held-out scenes, {describe_aggregate(heldout_results)}")
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "episodes.csv")
-    print(f"wrote {out / 'episodes.csv'}" + (" and videos" if args.video else ""))
+    if args.heldout:  # a file of its own: episodes.csv keeps its columns and meaning
+        write_csv(heldout_rows, out / "episodes_heldout.csv")
+    held = f" and {out / 'episodes_heldout.csv'}" if args.heldout else ""
+    print(f"wrote {out / 'episodes.csv'}{held}" + (" and videos" if args.video else ""))
     return 0
 
 

@@ -40,7 +40,8 @@ STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images ta
 GIF_FRAMES_PER_S = 30
 # what a run writes into its log folder (W&B's files included): a fresh start moves these aside, and nothing else
 # (a sweep's train.log, the user's own notes)
-LOG_FILES = ("config.yaml", "eval.csv", "curve.png", "videos", "events.out.tfevents.*", "wandb", ".*.tmp*")
+LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "curve.png", "videos", "events.out.tfevents.*", "wandb",
+             ".*.tmp*")
 
 
 def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
@@ -101,10 +102,15 @@ class Logger:
             self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name,
                                     resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
+        # held-out scenes (env.randomize.heldout) in a file of their own, same columns: eval.csv's readers see the
+        # in-distribution numbers they always did, and plot/sweep read either file
+        self.heldout_csv = self.dir / "eval_heldout.csv"
         self.eval_rows = self._kept_eval_rows(start_step)
-        if self.eval_csv.exists():  # a resume: without the rows past its checkpoint
-            with self.writing(self.eval_csv):
-                self._write_eval_csv()
+        self.heldout_rows = self._kept_eval_rows(start_step, self.heldout_csv)
+        for path, rows in ((self.eval_csv, self.eval_rows), (self.heldout_csv, self.heldout_rows)):
+            if path.exists():  # a resume: without the rows past its checkpoint
+                with self.writing(path):
+                    self._write_eval_csv(path, rows)
         self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
                         dynamic_ncols=True)
 
@@ -134,18 +140,24 @@ class Logger:
         self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
-                   wall_s: float, clip: list[np.ndarray]) -> None:
+                   wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
         """`success_rate` is None for tasks without success (trainer/loop.py `evaluate`); `clip`: uint8 (H, W, 3)
-        frames of the first eval episode (empty when eval videos are off)."""
+        frames of the first eval episode (empty when eval videos are off); `split`: eval, or eval_heldout (held-out
+        scenes: eval_heldout.csv and eval_heldout/* in TensorBoard)."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
-                     "eval")
-        rows = self.eval_rows + [[str(step), str(frames), str(episode), f"{mean_return:.3f}",
-                                  "" if success_rate is None else f"{success_rate:.3f}", f"{wall_s:.1f}"]]
+                     split)
+        heldout = split == "eval_heldout"
+        success = "" if success_rate is None else f"{success_rate:.3f}"
+        rows = (self.heldout_rows if heldout else self.eval_rows) + [
+            [str(step), str(frames), str(episode), f"{mean_return:.3f}", success, f"{wall_s:.1f}"]]
         if self.cfg.logging.curve:
             curve = self.dir / "curve.png"
+            ours, held = (self.eval_rows, rows) if heldout else (rows, self.heldout_rows)
+            curves = {self.cfg.run_name: parse_rows(_csv_text(ours).splitlines())}
+            if held:
+                curves[f"{self.cfg.run_name}, held-out scenes"] = parse_rows(_csv_text(held).splitlines())
             with self.writing(curve):
-                plot_curves({self.cfg.run_name: parse_rows(_csv_text(rows).splitlines())}, curve,
-                            title=self.cfg.run_name)
+                plot_curves({name: found for name, found in curves.items() if found}, curve, title=self.cfg.run_name)
         if clip:
             if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
                 picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)
@@ -157,11 +169,17 @@ class Logger:
                 gif.parent.mkdir(exist_ok=True)
                 atomic_write(gif, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
                                                            duration=1000 // GIF_FRAMES_PER_S, loop=0))
-        with self.writing(self.eval_csv):  # last: its row says the evaluation's files are whole
-            self.eval_rows = rows
-            self._write_eval_csv()
+        if heldout:
+            with self.writing(self.heldout_csv):
+                self.heldout_rows = rows
+                self._write_eval_csv(self.heldout_csv, rows)
+        else:
+            with self.writing(self.eval_csv):  # last: its row says the evaluation's files are whole
+                self.eval_rows = rows
+                self._write_eval_csv(self.eval_csv, rows)
         success = "" if success_rate is None else f", success {success_rate:.0%}"
-        self.message(f"eval after episode {episode} (step {step}): return {mean_return:.1f}{success}")
+        what = "eval on held-out scenes" if heldout else "eval"
+        self.message(f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
         """A line on stdout, above the progress bar; flushed, so a log file under tmux shows it at once."""
@@ -171,20 +189,21 @@ class Logger:
     def warning(self, text: str) -> None:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
-    def _write_eval_csv(self) -> None:
-        atomic_write(self.eval_csv, lambda f: f.write(_csv_text(self.eval_rows).encode()))
+    def _write_eval_csv(self, path: Path, rows: list[list[str]]) -> None:
+        atomic_write(path, lambda f: f.write(_csv_text(rows).encode()))
 
-    def _kept_eval_rows(self, start_step: int) -> list[list[str]]:
+    def _kept_eval_rows(self, start_step: int, path: Path | None = None) -> list[list[str]]:
         """The evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that do
         not parse (an edit, a file from before eval.csv was written atomically) are dropped with a warning rather
-        than failing the resume."""
-        if not self.eval_csv.exists():
+        than failing the resume. `path`: eval.csv by default, or eval_heldout.csv."""
+        path = path or self.eval_csv
+        if not path.exists():
             return []
         try:
-            with open(self.eval_csv, newline="") as f:
+            with open(path, newline="") as f:
                 rows = list(csv.reader(f))
         except (OSError, UnicodeDecodeError, csv.Error) as err:
-            raise UserError(f"cannot read {self.eval_csv} ({err}); move it aside and the run starts a new one"
+            raise UserError(f"cannot read {path} ({err}); move it aside and the run starts a new one"
                             ) from None
 
         def step(row: list[str]) -> int | None:
@@ -195,7 +214,7 @@ class Logger:
 
         steps = [step(row) for row in rows[1:]]
         if None in steps:
-            self.warning(f"{self.eval_csv}: dropped {steps.count(None)} rows that do not parse")
+            self.warning(f"{path}: dropped {steps.count(None)} rows that do not parse")
         # rows of a run logged before wall_s was a column get it empty: one header for the whole file
         return [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
                 if at is not None and at <= start_step]

@@ -117,6 +117,8 @@ class Trainer:
         # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
+        # held-out scenes (env.randomize.heldout): a second eval env, logged apart as eval_heldout
+        self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
         obs_space = self.env.single_observation_space
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
@@ -174,18 +176,19 @@ class Trainer:
         self.stop = GracefulStop()  # installed while `train` runs
         self.start_episodes()
 
-    def make_eval_env(self):
+    def make_eval_env(self, heldout: bool = False):
         """(eval env, eval camera or None): the ordinary single env as a vector of one, with its own camera for the
         GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF;
-        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run."""
+        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run.
+        `heldout`: on the held-out randomised scenes, without a camera (no video)."""
         env, logging = self.cfg.env, self.cfg.logging
         if self.cfg.training.eval_every_episodes == 0:
             return None, None
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
-            return make_batched_env(worlds, True, self.device), None
-        eval_env = InProcessEnv(make_env(env, self.cfg.pixels))
-        if not logging.eval_video:
+            return make_batched_env(worlds, True, self.device, heldout=heldout), None
+        eval_env = InProcessEnv(make_env(env, self.cfg.pixels, heldout=heldout))
+        if not logging.eval_video or heldout:
             return eval_env, None
         return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
                                 shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
@@ -316,17 +319,19 @@ class Trainer:
         return mixed_sample(self.replay, demos=self.demos.store, batch_size=batch_size, share=self.cfg.demos.share,
                             device=self.device)
 
-    def evaluate(self) -> tuple[float, float | None, list[np.ndarray]] | None:
+    def evaluate(self, env=None) -> tuple[float, float | None, list[np.ndarray]] | None:
         """The deterministic policy over `training.eval_episodes` fixed starts, episode i from `training.seed +
         EVAL_SEED_OFFSET + i`, run `eval_env.num_envs` at a time (one env, or one world per episode; what an env does
         after its episode ends is ignored). Returns the mean return; the success rate where the task terminates only on
         success (else None); and the first episode's frames for the eval video: the eval camera's, or without one
-        the observed frames. None when a stop signal cuts it short: the run saves and exits instead."""
+        the observed frames. None when a stop signal cuts it short: the run saves and exits instead. `env`: another
+        eval env (the held-out scenes' one), same seeds, no video."""
         if self.eval_env is None:
             raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
                             "evaluate")
-        env, episodes, n = self.eval_env, self.cfg.training.eval_episodes, self.eval_env.num_envs
-        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video else 0
+        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video and env is None else 0
+        env = self.eval_env if env is None else env
+        episodes, n = self.cfg.training.eval_episodes, env.num_envs
         returns, successes, clip = [], [], []
         for first in range(0, episodes, n):
             env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
@@ -478,9 +483,14 @@ class Trainer:
         is ever lost; one due from a run that evaluated stays due while evaluation is off."""
         progress = self.progress
         evaluation = self.evaluate() if progress.evaluation_due and self.eval_env is not None else None
-        if evaluation is None:
+        held_out = self.heldout_env is not None
+        heldout = self.evaluate(self.heldout_env) if evaluation and held_out else None
+        if evaluation is None or held_out and heldout is None:  # both, or neither: it stays due
             return False
         frames = progress.env_step * self.cfg.env.action_repeat
+        if heldout:  # first: eval.csv's row, written last, says the evaluation was logged whole
+            self.logger.evaluation(*heldout[:2], step=progress.env_step, frames=frames, episode=progress.episode,
+                                   wall_s=self.wall_seconds(), clip=[], split="eval_heldout")
         self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
                                wall_s=self.wall_seconds(), clip=evaluation[2])
         progress.evaluation_due = False  # after logging it: a save after a failed log write runs it again on resume
@@ -494,5 +504,7 @@ class Trainer:
             self.eval_camera.close()
         if self.eval_env is not None:
             self.eval_env.close()
+        if self.heldout_env is not None:
+            self.heldout_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)

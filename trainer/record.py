@@ -15,6 +15,11 @@ The config's `env.backend` renders them: the OpenGL env plays the episodes one a
 (`--set env.backend=mujoco_warp`, docs/warp.md) plays them all at once, a world each, so a warp pixel run learns from
 the ray tracer's frames (OpenGL's look different and do not fit it).
 
+Under `env.randomize` (`--config configs/dishwashing_video_randomized.yaml`) every episode is recorded in its own
+randomised scene, drawn from its seed as in training; the states are those of the fixed scene (randomisation never
+changes physics), so one recording still serves state runs, and pretraining on it learns to read the state through
+the variation.
+
 `--noise` adds Gaussian noise of that standard deviation to every action (clipped to [-1, 1]) for coverage of
 states next to the solver's path; the stored action is the one executed. Episode i starts from seed `--seed` + i.
 
@@ -152,7 +157,7 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Gen
 def recording_settings(cfg: Config) -> dict:
     """What the stored frames and steps depend on; the trainer checks them against its config."""
     return {"env_id": cfg.env.id, "image_size": cfg.env.image_size, "action_repeat": cfg.env.action_repeat,
-            **frames_of(cfg.env)}
+            "randomized": cfg.env.randomize.enabled, **frames_of(cfg.env)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,6 +102,9 @@ class DishwashingEnv(MujocoEnv):
     # no "human": the project renders headless (trainer/headless.py selects EGL or OSMesa), where no window can open
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 25}
     terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
+    # what visual randomisation recolours (envs/randomize.py), by material; the gripper stays as the robot's own
+    scene_parts = {"table": ("wood",), "basin": ("basin",), "rack": ("rack", "peg"), "plate": ("plate", "plate_well"),
+                   "floor": ("floor",)}
 
     def __init__(self, variant: str = "full", model_path: str | Path = SCENE, render_mode: str | None = None,
                  width: int = 84, height: int = 84, camera_name: str = "overview"):

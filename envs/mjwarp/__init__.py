@@ -40,15 +40,15 @@ def make_task(env_id: str, device: torch.device):
                     "(or use the `backend` mujoco)")
 
 
-def make_warp_env(cfg, pixels: bool, device: torch.device) -> WarpVectorEnv | WarpShards:
+def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False) -> WarpVectorEnv | WarpShards:
     """`cfg.num_envs` worlds of the task `cfg.id` (`cfg` the env config section); frame stacks when `pixels`, state
     vectors otherwise. On the CPU the worlds are split over `processes(cfg, device)` processes
     (envs/mjwarp/shards.py)."""
     device = torch.device(device)
     task, count = make_task(cfg.id, device), processes(cfg, device)
     if count > 1:
-        return WarpShards(task, cfg, pixels=pixels, processes=count)
-    return WarpVectorEnv(task, cfg, num_envs=cfg.num_envs, pixels=pixels, device=device)
+        return WarpShards(task, cfg, pixels=pixels, processes=count, heldout=heldout)
+    return WarpVectorEnv(task, cfg, num_envs=cfg.num_envs, pixels=pixels, device=device, heldout=heldout)
 
 
 def processes(cfg, device: torch.device) -> int:

@@ -50,7 +50,7 @@ class Shared:
 
 
 class WarpShards:
-    def __init__(self, task, env_cfg, *, pixels: bool, processes: int):
+    def __init__(self, task, env_cfg, *, pixels: bool, processes: int, heldout: bool = False):
         """`task`: the batched task (read here for its spaces and flags; every process makes its own); `env_cfg`:
         the config's env section, with `num_envs` worlds in all; `processes`: how many, at most `num_envs`."""
         n = env_cfg.num_envs
@@ -80,7 +80,7 @@ class WarpShards:
                 pipe, their_end = context.Pipe()
                 process = context.Process(target=_serve, daemon=True, kwargs={
                     "env_cfg": env_cfg, "pixels": pixels, "first": int(rows[0]), "count": len(rows),
-                    "shared": self._shared, "pipe": their_end})
+                    "shared": self._shared, "pipe": their_end, "heldout": heldout})
                 process.start()
                 their_end.close()  # so that a dead process's pipe reads as broken here
                 self._processes.append(process)
@@ -157,7 +157,7 @@ class WarpShards:
         self._finalizer()
 
 
-def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe) -> None:
+def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe, heldout: bool = False) -> None:
     """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
@@ -165,7 +165,8 @@ def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pip
 
     rows = slice(first, first + count)
     try:
-        env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels, device=CPU)
+        env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels, device=CPU,
+                            heldout=heldout)
     except Exception as error:
         _answer(pipe, _failure(error))
         return

@@ -29,6 +29,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.mjwarp.randomize import FIELDS as SCENE_FIELDS
+from envs.mjwarp.randomize import WarpScenes
 from envs.mjwarp.simulation import Simulation, WarpCamera
 from envs.pixels import resolve_camera
 from errors import UserError
@@ -37,9 +39,10 @@ TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 class WarpVectorEnv:
-    def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device):
+    def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device, heldout: bool = False):
         """`env_cfg`: the config's env section (image_size, camera, warp_shadows, warp_skybox, frame_stack,
-        action_repeat, max_episode_steps); `pixels`: frame stacks, else state vectors."""
+        action_repeat, max_episode_steps, randomize); `pixels`: frame stacks, else state vectors; `heldout`: the
+        held-out randomised scenes (envs/mjwarp/randomize.py)."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
         # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
@@ -47,8 +50,12 @@ class WarpVectorEnv:
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
         camera = WarpCamera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
                         shadows=env_cfg.warp_shadows, skybox=env_cfg.warp_skybox) if pixels else None
+        scenes = pixels and (heldout or env_cfg.randomize.enabled)
         self.sim = Simulation(task.mjm, num_worlds=num_envs, device=self.device, camera=camera,
-                              batched_model_fields=task.batched_model_fields, max_constraints=task.max_constraints)
+                              batched_model_fields=task.batched_model_fields + (SCENE_FIELDS if scenes else ()),
+                              max_constraints=task.max_constraints)
+        self._scenes = WarpScenes(env_cfg.randomize, task, self.sim.model, camera=camera.index,
+                                  heldout=heldout) if scenes else None
         self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
         self.obs = torch.zeros((num_envs, *self.single_observation_space.shape),
                                dtype=torch.uint8 if pixels else torch.float32, device=self.device)
@@ -146,6 +153,8 @@ class WarpVectorEnv:
         """Initial state of the worlds in `mask` (positions not yet synced)."""
         self.sim.reset(mask)
         self.task.reset(self.sim, mask, seeds=self._seeds, episodes=self._episodes)
+        if self._scenes is not None:  # before `sync`, whose camlight places the moved camera and lights
+            self._scenes.apply(mask, self._seeds, self._episodes)
         self._task_steps.masked_fill_(mask, 0)
         self._agent_steps.masked_fill_(mask, 0)
 
