@@ -8,7 +8,9 @@ backticks (`camera`), and the config layer (`trainer.config.explain`) puts the c
 a config key never means editing the replay buffer or an encoder.
 """
 
+import itertools
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -50,3 +52,16 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def new_aside_folder(parent: Path, stem: str) -> Path:
+    """A new, empty folder `<stem>-<time>` in `parent` (`-2`, `-3`, ... when that second already has one): files
+    moved aside must never land on those an earlier move put there."""
+    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in itertools.count(1):
+        folder = parent / (base if n == 1 else f"{base}-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue

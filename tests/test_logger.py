@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import errors
 from errors import UserError
 from tests.conftest import ROOT
 from trainer.config import Config, check_log_folder, load_config
-from trainer.logger import Logger
+from trainer.logger import Logger, set_aside
 
 
 def config(tmp_path, **logging) -> Config:
@@ -89,3 +90,16 @@ def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypat
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-run.wandb"))
     assert len(runs) == 1 and runs[0].stat().st_size > 0
 
+
+
+def test_logs_moved_aside_twice_in_one_second_keep_both_earlier_runs(tmp_path, monkeypatch):
+    """Two fresh starts in the same second (a script, a quick Ctrl-C and restart): the second move must not land on
+    the files the first one kept."""
+    monkeypatch.setattr(errors.time, "strftime", lambda _: "20260101-000000")
+    run = tmp_path / "run"
+    run.mkdir()
+    for text in ("first", "second"):
+        (run / "eval.csv").write_text(text)
+        set_aside(run)
+    kept = sorted(path.read_text() for path in tmp_path.glob("run.replaced-*/eval.csv"))
+    assert kept == ["first", "second"]

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import sys
-import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from errors import UserError, atomic_write
+from errors import UserError, atomic_write, new_aside_folder
 from sac import agent, replay
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
@@ -486,8 +485,7 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
             f"run '{name}' already has checkpoints in {where} ({shown}); continue it with --resume auto, start a "
             "separate run with --set checkpoint.name=<new name>, or start over with --start-over (moves its files "
             "aside, deletes nothing)")
-    folder = f"{name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
-    (directory / folder).mkdir(parents=True, exist_ok=True)
+    folder = new_aside_folder(directory, f"{name}.replaced").name
     for file in local:
         os.replace(directory / file, directory / folder / file)
     if remote:
@@ -515,8 +513,7 @@ def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, 
     mirrored = ahead(remote.listdir()) if remote else []
     if not local and not mirrored:
         return None
-    folder = f"{name}.abandoned-{time.strftime('%Y%m%d-%H%M%S')}"
-    (directory / folder).mkdir()
+    folder = new_aside_folder(directory, f"{name}.abandoned").name
     for file in local:
         os.replace(directory / file, directory / folder / file)
     if remote:

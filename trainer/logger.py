@@ -19,7 +19,6 @@ import io
 import os
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from errors import UserError, atomic_write
+from errors import UserError, atomic_write, new_aside_folder
 from trainer.config import Config, to_dict, to_yaml
 from trainer.plot import parse_rows, plot_curves
 
@@ -64,8 +63,7 @@ def set_aside(folder: Path) -> str | None:
     old = sorted(n for n in os.listdir(folder) if any(fnmatch.fnmatch(n, pattern) for pattern in LOG_FILES))
     if not old:
         return None
-    aside = folder.with_name(f"{folder.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-    aside.mkdir()
+    aside = new_aside_folder(folder.parent, f"{folder.name}.replaced")
     for name in old:
         os.replace(folder / name, aside / name)
     return f"moved the logs of an earlier run '{folder.name}' ({', '.join(old)}) into {aside}/"
