@@ -468,6 +468,17 @@ def _newest_replay(directory: Path, name: str, payload: dict, names: list[str],
     return None
 
 
+def move_aside(directory: Path, remote, *, local: list[str], mirrored: list[str], stem: str) -> str:
+    """Move files of `directory` (`local`) and of the `remote` mirror (`mirrored`) into a new folder `<stem>-<time>`
+    beside them; its name."""
+    folder = new_aside_folder(directory, stem).name
+    for file in local:
+        os.replace(directory / file, directory / folder / file)
+    if remote:
+        remote.move_aside(mirrored, folder)
+    return folder
+
+
 def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) -> None:
     """A run started without --resume writes `<name>_latest.pt` and `<name>_ep1.pt`: over an earlier run of that name
     it would replace them, and then prune the replay the new `_latest` names. So where checkpoints of the run exist
@@ -485,11 +496,7 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
             f"run '{name}' already has checkpoints in {where} ({shown}); continue it with --resume auto, start a "
             "separate run with --set checkpoint.name=<new name>, or start over with --start-over (moves its files "
             "aside, deletes nothing)")
-    folder = new_aside_folder(directory, f"{name}.replaced").name
-    for file in local:
-        os.replace(directory / file, directory / folder / file)
-    if remote:
-        remote.move_aside(mirrored, folder)
+    folder = move_aside(directory, remote, local=local, mirrored=mirrored, stem=f"{name}.replaced")
     moved = len(set(local) | set(mirrored))
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
@@ -513,11 +520,7 @@ def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, 
     mirrored = ahead(remote.listdir()) if remote else []
     if not local and not mirrored:
         return None
-    folder = new_aside_folder(directory, f"{name}.abandoned").name
-    for file in local:
-        os.replace(directory / file, directory / folder / file)
-    if remote:
-        remote.move_aside(mirrored, folder)
+    folder = move_aside(directory, remote, local=local, mirrored=mirrored, stem=f"{name}.abandoned")
     moved = sorted(set(local) | set(mirrored))
     where = (remote.url if remote else str(directory)).rstrip("/")
     return (f"{resumed.name} (episode {episode}, step {env_step}) is older than the newest checkpoints of run "
