@@ -4,6 +4,7 @@ mujoco."""
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,15 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def popen_cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until `path` exists; fails if `proc` ends first."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
 
 
 def sets(**overrides) -> list[str]:

@@ -389,7 +389,8 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
                                               r"\(this file needs about 1.0 MB, \d+ KB free\)") as err:
         checkpoint.save(ckpt, "run", payload(20), big, env_step=20, episode=None, keep_replays=1, keep_last=0)
     assert "\n" not in str(err.value)
-    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"], "no temporary left"
+    assert sorted(p.name for p in ckpt.iterdir()) == [".run.lock", "run_latest.pt", "run_step10.replay.pt"], (
+        "no temporary left")
     assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
 
     (ckpt / ".run_latest.pt.tmp999999").write_bytes(b"\0" * (tiny_disk.stat().st_blksize * 64))  # a killed writer's
@@ -400,7 +401,7 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
         checkpoint.prepare(tiny_disk / "elsewhere", "run")
     filler.unlink()
     checkpoint.prepare(ckpt, "run")  # the next start sweeps the killed writer's temporary file
-    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".run.lock", "run_latest.pt", "run_step10.replay.pt"]
 
 
 def test_a_save_that_fails_midway_removes_what_no_checkpoint_names(tmp_path, monkeypatch):

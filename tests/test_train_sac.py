@@ -8,6 +8,8 @@ import csv
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 
 import pytest
@@ -16,7 +18,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, TINY, run_cli, sets
+from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets, wait_for
 from trainer import checkpoint
 
 
@@ -38,7 +40,8 @@ def smoke_run(tmp_path_factory):
 def test_smoke_run_writes_episode_and_latest_checkpoints(smoke_run):
     tmp, _, result = smoke_run
     names = sorted(p.name for p in (tmp / "ckpt").iterdir())
-    assert names == ["sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt", "sac_video_step100.replay.pt"]
+    assert names == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt",
+                     "sac_video_step100.replay.pt"]
     data, replay = checkpoint.load(tmp / "ckpt" / "sac_video_latest.pt")
     assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False, "next_seed": 0}
     assert data["config"]["sac"]["batch_size"] == 8 and replay["count"] == 102
@@ -155,7 +158,8 @@ def copy_of(smoke_run, tmp_path) -> tuple[list[str], object]:
 
 
 def contents(folder) -> dict:
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    """The run's files; not the lock file, which each process that takes the lock writes its name into."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.suffix != ".lock"}
 
 
 @pytest.mark.parametrize("resume", [[], ["--resume", ""]])
@@ -299,7 +303,7 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert "error: cannot save sac_video_step100.replay.pt: the disk holding" in result.stderr
         assert "is full" in result.stderr and "the previous checkpoint is intact" in result.stderr
-        assert sorted(p.name for p in disk.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
+        assert sorted(p.name for p in disk.iterdir()) == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_latest.pt",
                                                            "sac_video_step50.replay.pt"], "no temporary file left"
         data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
         assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
@@ -321,3 +325,32 @@ def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path):
         "interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
         "continue with --resume auto")
     assert checkpoint.load(tmp_path / "ckpt" / "inverted_pendulum_state_latest.pt")[0]["progress"]["episode"] == 1
+
+def test_a_second_trainer_on_a_run_in_use_refuses_in_one_line_and_touches_nothing(tmp_path):
+    """The same command twice (two tmux windows, a relaunched job while the old process runs): both trained into one
+    folder, and the second's --start-over moved the first's files away under it. The first is paused (SIGSTOP) so its
+    files stand still while the second tries; killed, it leaves no lock in the way of the next start."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), "--resume", "auto", *sets(
+        training__episodes=10**6, training__seed_steps=20, checkpoint__dir=ckpt, checkpoint__every_episodes=1,
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false", training__eval_every_episodes=0)]
+    first = popen_cli(*args)
+    try:
+        wait_for(ckpt / "inverted_pendulum_state_ep1.pt", first)
+        first.send_signal(signal.SIGSTOP)
+        before = contents(ckpt) | {"lock": (ckpt / ".inverted_pendulum_state.lock").read_bytes()}
+        fresh = [arg for arg in args if arg not in ("--resume", "auto")]
+        for second in (args, [*fresh, "--start-over"]):
+            result = run_cli(*second, "--set", "training.episodes=2")
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+            assert result.stderr.startswith(f"error: run 'inverted_pendulum_state' is in use by pid {first.pid} on "
+                                            f"host {socket.gethostname()} since ")
+            assert f"(lock {ckpt / '.inverted_pendulum_state.lock'})" in result.stderr
+            assert "--set checkpoint.name=<new name>" in result.stderr
+            after = contents(ckpt) | {"lock": (ckpt / ".inverted_pendulum_state.lock").read_bytes()}
+            assert after == before and not [p for p in ckpt.iterdir() if p.is_dir()]
+    finally:
+        first.kill()
+        first.communicate()
+    result = run_cli(*args, "--set", "training.episodes=2")
+    assert result.returncode == 0 and "resumed from" in result.stdout, result.stderr

@@ -96,7 +96,7 @@ class Trainer:
             self.remote = RemoteDir(ckpt.dir, staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir), ckpt.upload_retries,
                                     ckpt.upload_backoff_s, report=lambda text: self.logger.message(text))
         self.checkpoint_dir = self.remote.local_dir if self.remote else Path(ckpt.dir)
-        checkpoint.prepare(self.checkpoint_dir, cfg.run_name)
+        self.lock = checkpoint.prepare(self.checkpoint_dir, cfg.run_name)  # the run's, until close()
         if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
@@ -468,7 +468,7 @@ class Trainer:
         return True
 
     def close(self) -> None:
-        """Flush logs and pending uploads, release the renderers."""
+        """Flush logs and pending uploads, release the renderers, then the run's lock."""
         self.logger.close()
         self.env.close()
         if self.eval_camera:
@@ -477,3 +477,4 @@ class Trainer:
             self.eval_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)
+        self.lock.close()
