@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
+from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
 
 
 def frames(replay: dict) -> list[float]:
@@ -365,6 +367,40 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
     assert f"moved 3 files of run 'run' into {folder}/" in capsys.readouterr().out
     checkpoint.start_fresh(tmp_path, "run", start_over=False)  # the way is clear now
 
+
+
+class SignalledMirror:
+    """A remote mirror (trainer.remote.RemoteDir's interface) holding two files of the run, that receives SIGTERM
+    while it moves the first one aside, as a slow copy of a large sidecar in a bucket would."""
+
+    url = "s3://bucket/runs"
+
+    def __init__(self):
+        self.names, self.moved = ["run_latest.pt", "run_step10.replay.pt"], []
+
+    def listdir(self) -> list[str]:
+        return list(self.names)
+
+    def move_aside(self, names: list[str], folder: str) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.moved += names
+
+
+def test_a_stop_signal_while_start_over_moves_a_run_aside_waits_for_the_last_file(tmp_path, capsys):
+    """A run split between its folder and the folder it was being moved into would resume from neither whole."""
+    save(tmp_path, step=10, episode=1)
+    mirror = SignalledMirror()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    stop_at_once()  # as the command line has it while starting
+    try:
+        with pytest.raises(Stopped):
+            checkpoint.start_fresh(tmp_path, "run", mirror, start_over=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    [folder] = tmp_path.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["run_ep1.pt", "run_latest.pt", "run_step10.replay.pt"]
+    assert mirror.moved == mirror.names and "moved 4 files" not in capsys.readouterr().out
 
 @pytest.fixture
 def tiny_disk(tmp_path):

@@ -32,7 +32,7 @@ import torch
 
 from errors import UserError
 from sac import agent, replay
-from trainer import lock
+from trainer import lock, signals
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
@@ -502,11 +502,12 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
             "separate run with --set checkpoint.name=<new name>, or start over with --start-over (moves its files "
             "aside, deletes nothing)")
     folder = f"{name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
-    (directory / folder).mkdir(parents=True, exist_ok=True)
-    for file in local:
-        os.replace(directory / file, directory / folder / file)
-    if remote:
-        remote.move_aside(mirrored, folder)
+    with signals.deferred():  # a stop waits for the last file: a run split over two folders would resume from neither
+        (directory / folder).mkdir(parents=True, exist_ok=True)
+        for file in local:
+            os.replace(directory / file, directory / folder / file)
+        if remote:
+            remote.move_aside(mirrored, folder)
     moved = len(set(local) | set(mirrored))
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
