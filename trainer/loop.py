@@ -46,7 +46,7 @@ from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer import checkpoint
+from trainer import checkpoint, compiling
 from trainer.config import EVAL_SEED_OFFSET, Config, check_log_folder, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
@@ -161,6 +161,8 @@ class Trainer:
                 "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
                 "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
             )
+        if compiled:  # before the first compile: its children shielded from stop signals, its cache checked
+            compiling.prepare(self.logger.message)
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
