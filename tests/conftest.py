@@ -39,6 +39,15 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
         time.sleep(0.05)
 
 
+def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until `proc` holds the lock file `lock` (trainer/lock.py: the holder writes its pid into it)."""
+    deadline = time.time() + timeout
+    while not (lock.exists() and f"pid {proc.pid} " in lock.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{lock} never named pid {proc.pid}"
+        time.sleep(0.05)
+
+
 def sets(**overrides) -> list[str]:
     """--set arguments from keyword pairs; '__' stands for '.' (checkpoint__dir -> checkpoint.dir)."""
     return [arg for key, value in overrides.items() for arg in ("--set", f"{key.replace('__', '.')}={value}")]

@@ -35,3 +35,10 @@ def hold(path: Path, *, what: str, fix: str) -> TextIO:
         f.close()
         raise
     return f
+
+
+def hold_output(path: str | Path, *, what: str) -> TextIO:
+    """`hold` for a command's --out (a dataset, a weights file): its folder is made first, as the write would."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return hold(path, what=f"{what} {path}", fix="wait for that process to finish, or pass another --out")

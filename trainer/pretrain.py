@@ -48,6 +48,7 @@ from errors import UserError, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
+from trainer import lock
 from trainer.config import Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
@@ -317,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"{args.holdout}")
         check_writable(Path(args.out))
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-        report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                          holdout=args.holdout, hidden=args.head_hidden)
+        with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
+            report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
+                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
     except UserError as err:
         return error_exit(err)
     print(describe(report))
