@@ -10,7 +10,6 @@ aside first. What each case does: docs/checkpoints.md.
 """
 
 import argparse
-import signal
 import sys
 
 
@@ -36,23 +35,33 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     from errors import UserError
-    from trainer.config import error_exit, load_config
-    from trainer.headless import configure
+    from trainer import signals
 
+    signals.stop_at_once()  # nothing to save before the run takes stop signals over, nor after it has saved
+    started = False
     try:
+        from trainer.config import error_exit, load_config
+        from trainer.headless import configure
+
         cfg = load_config(args.config, args.set)
         if args.resume and args.start_over:
             raise UserError("--start-over begins a new run and --resume continues one; pass one of them")
         configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 
-        return Trainer(cfg, resume=args.resume, start_over=args.start_over).train()
+        trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over)
+        started = True
+        return trainer.train()
     except UserError as err:
         return error_exit(err)
-    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's save or shutdown ran (trainer/signals.py)
-        print("interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
-              "continue with --resume auto", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except signals.Stopped as stop:
+        if started:  # a second signal while the first one's save or shutdown ran, or one after the run ended
+            print("interrupted before the run finished shutting down; every checkpoint written is whole (atomic "
+                  "writes): continue with --resume auto", file=sys.stderr)
+        else:
+            print(f"stopped by signal {stop.signum} while starting, before training began: nothing was saved; start it "
+                  "again (--resume auto continues from the run's last checkpoint)", file=sys.stderr)
+        return 128 + stop.signum
 
 
 if __name__ == "__main__":

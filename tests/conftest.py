@@ -6,6 +6,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +32,24 @@ def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def popen_cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until `path` exists; fails if `proc` ends first."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until `proc` holds the lock file `lock` (trainer/lock.py: the holder writes its pid into it)."""
+    deadline = time.time() + timeout
+    while not (lock.exists() and f"pid {proc.pid} " in lock.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{lock} never named pid {proc.pid}"
+        time.sleep(0.05)
 
 
 def sets(**overrides) -> list[str]:

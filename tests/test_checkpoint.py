@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointError
 from trainer.config import Config, to_dict
+from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
 
 
 def frames(replay: dict) -> list[float]:
@@ -379,6 +381,40 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
     checkpoint.start_fresh(tmp_path, "run", start_over=False)  # the way is clear now
 
 
+
+class SignalledMirror:
+    """A remote mirror (trainer.remote.RemoteDir's interface) holding two files of the run, that receives SIGTERM
+    while it moves the first one aside, as a slow copy of a large sidecar in a bucket would."""
+
+    url = "s3://bucket/runs"
+
+    def __init__(self):
+        self.names, self.moved = ["run_latest.pt", "run_step10.replay.pt"], []
+
+    def listdir(self) -> list[str]:
+        return list(self.names)
+
+    def move_aside(self, names: list[str], folder: str) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.moved += names
+
+
+def test_a_stop_signal_while_start_over_moves_a_run_aside_waits_for_the_last_file(tmp_path, capsys):
+    """A run split between its folder and the folder it was being moved into would resume from neither whole."""
+    save(tmp_path, step=10, episode=1)
+    mirror = SignalledMirror()
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    stop_at_once()  # as the command line has it while starting
+    try:
+        with pytest.raises(Stopped):
+            checkpoint.start_fresh(tmp_path, "run", mirror, start_over=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    [folder] = tmp_path.iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["run_ep1.pt", "run_latest.pt", "run_step10.replay.pt"]
+    assert mirror.moved == mirror.names and "moved 4 files" not in capsys.readouterr().out
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A real 1 MiB tmpfs."""
@@ -395,7 +431,8 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
                                               r"\(this file needs about 1.0 MB, \d+ KB free\)") as err:
         checkpoint.save(ckpt, "run", payload(20), big, env_step=20, episode=None, keep_replays=1, keep_last=0)
     assert "\n" not in str(err.value)
-    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"], "no temporary left"
+    assert sorted(p.name for p in ckpt.iterdir()) == [".run.lock", "run_latest.pt", "run_step10.replay.pt"], (
+        "no temporary left")
     assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
 
     (ckpt / ".run_latest.pt.tmp999999").write_bytes(b"\0" * (tiny_disk.stat().st_blksize * 64))  # a killed writer's
@@ -406,7 +443,7 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
         checkpoint.prepare(tiny_disk / "elsewhere", "run")
     filler.unlink()
     checkpoint.prepare(ckpt, "run")  # the next start sweeps the killed writer's temporary file
-    assert sorted(p.name for p in ckpt.iterdir()) == ["run_latest.pt", "run_step10.replay.pt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == [".run.lock", "run_latest.pt", "run_step10.replay.pt"]
 
 
 def test_a_save_that_fails_midway_removes_what_no_checkpoint_names(tmp_path, monkeypatch):

@@ -113,8 +113,9 @@ def good_run_args(folder: Path) -> list[str]:
 
 
 def digests(folder: Path) -> dict[str, str]:
+    """Not the run's lock file: every process that takes the lock writes its pid there (trainer/lock.py)."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
+            for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".lock"}
 
 
 @dataclasses.dataclass(frozen=True)

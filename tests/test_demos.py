@@ -22,7 +22,7 @@ from envs import demos, make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, interrupt_when_started, run_cli, sets
+from tests.conftest import ROOT, interrupt_when_started, run_cli, sets, wait_for_lock
 from trainer import checkpoint
 from trainer.config import load_config
 from trainer.demos import Demos, check_fits
@@ -516,3 +516,22 @@ def test_a_dataset_of_no_episodes_is_a_one_line_error(dataset, tmp_path):
     with pytest.raises(UserError, match=r"^the Minari dataset at .*empty holds no episodes \(a recording that was "
                                         r"interrupted\?\); move it aside and record it again"):
         demos.read(tmp_path / "empty")
+
+
+def test_a_recording_into_a_folder_another_recording_is_writing_refuses_in_one_line(tmp_path):
+    """Both recorded (a command run twice), and the later write went over the earlier one's dataset."""
+    out = tmp_path / "datasets" / "scripted"
+    first = subprocess.Popen([sys.executable, "-m", "trainer.record", "--episodes", "1000", "--out", str(out)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_lock(out.with_name(".scripted.lock"), first)
+        first.send_signal(signal.SIGSTOP)
+        second = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(out)],
+                                cwd=ROOT, capture_output=True, text=True)
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert second.stderr.startswith(f"error: dataset {out} is in use by pid {first.pid} on host ")
+        assert second.stderr.endswith("; wait for that process to finish, or pass another --out\n")
+        assert not out.exists()
+    finally:
+        first.kill()
+        first.communicate()

@@ -24,7 +24,7 @@ from envs import make_env
 from envs.dishwashing.scripted import scripted_action
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets
+from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets, wait_for
 from trainer import checkpoint, loop
 from trainer.config import EVAL_SEED_OFFSET, SEED_LIMIT, config_from_dict, load_config
 from trainer.device import native_bfloat16
@@ -39,14 +39,6 @@ def run_args(tmp_path, episodes: int) -> list[str]:
         logging__tensorboard_dir=tmp_path / "runs", logging__progress="false", training__seed_steps=15,
         training__eval_every_episodes=2, training__eval_episodes=1,
     ) + TINY
-
-
-def wait_for(path, proc, timeout: float = 240) -> None:
-    deadline = time.time() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupted_one(tmp_path):
@@ -156,7 +148,8 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     assert run.agent.updates > 0 and len(run.replay) == 25
     run.run(10)
     assert run.progress.env_step == 35
-    assert not list((tmp_path / "ckpt").iterdir()), "no checkpoint falls due in 35 steps (the folder was only probed)"
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [".inverted_pendulum_state.lock"], (
+        "no checkpoint falls due in 35 steps (the folder was only probed, and holds the run's lock)")
     run.close()
 
 

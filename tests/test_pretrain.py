@@ -19,7 +19,7 @@ from envs import demos, make_env
 from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, interrupt_when_started
+from tests.conftest import ROOT, interrupt_when_started, wait_for_lock
 from trainer.config import frames_of, load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
@@ -270,7 +270,8 @@ def test_settings_that_would_end_in_a_traceback_or_nan_weights_are_one_line_erro
                         *(arg.format(tmp=tmp_path) for arg in args))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr  # above it, the progress bar
     assert message.format(tmp=tmp_path) in done.stderr.strip().splitlines()[-1]
-    assert good.read_bytes() == b"earlier weights" and sorted(os.listdir(tmp_path)) == ["encoder.pt", "file"]
+    written = sorted(name for name in os.listdir(tmp_path) if name != ".encoder.pt.lock")  # the run's lock stays
+    assert good.read_bytes() == b"earlier weights" and written == ["encoder.pt", "file"]
 
 
 def test_the_frozen_config_uses_the_pretrained_file_with_the_state_configs_sac_settings():
@@ -359,3 +360,23 @@ def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(d
     assert stderr.strip().splitlines()[-1].endswith(
         f"stopped by signal 2; {out} was not written (an earlier file there is intact)")
     assert out.read_bytes() == pretrained[0].read_bytes() and sorted(os.listdir(tmp_path)) == ["encoder.pt"]
+
+
+def test_pretraining_into_a_weights_file_another_pretraining_is_writing_refuses_in_one_line(dataset, tmp_path):
+    """Both trained (a command run twice), and the one that finished last silently replaced the other's file."""
+    out = tmp_path / "pretrained" / "encoder.pt"
+    args = ["--data", str(dataset), "--out", str(out), "--batch-size", "8", "--head-hidden", str(HIDDEN)]
+    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, *args, "--epochs", "1000",
+               *(arg for item in SETS for arg in ("--set", item))]
+    first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_lock(out.with_name(".encoder.pt.lock"), first)
+        first.send_signal(signal.SIGSTOP)
+        second = pretrain_cli(*args, "--epochs", "1")
+        assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+        assert second.stderr.startswith(f"error: weights file {out} is in use by pid {first.pid} on host ")
+        assert second.stderr.endswith("; wait for that process to finish, or pass another --out\n")
+        assert not out.exists() and not out.with_suffix(".json").exists()
+    finally:
+        first.kill()
+        first.communicate()

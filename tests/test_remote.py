@@ -5,16 +5,18 @@ never overwrites the remote run."""
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, checkpoint_payload, replay_state, run_cli, sets
+from tests.conftest import ROOT, checkpoint_payload, popen_cli, replay_state, run_cli, sets
 from trainer import checkpoint
 from trainer.remote import RemoteDir
 
@@ -168,3 +170,36 @@ def test_a_fresh_start_over_a_remote_run_refuses_and_start_over_moves_the_remote
     moved = {path.rsplit("/", 1)[-1] for path in remote.fs.ls(f"ckpt/again/{folder}")}
     assert {"sac_video_ep1.pt", "sac_video_latest.pt"} <= moved
     remote.close(timeout_s=5)
+
+
+def test_the_lock_of_a_remote_run_is_the_machines_own_a_second_machine_is_not_stopped(s3, tmp_path):
+    """What docs/checkpoints.md says of two machines on one remote run. On one machine a second trainer refuses (the
+    lock is on the staging folder). A second machine stages elsewhere: it resumes from the uploaded files and its own
+    saves replace the remote `_latest`, so the first machine's later saves and this one's overwrite each other."""
+    url = f"{s3}/shared"
+    first = popen_cli("--config", CONFIG, "--resume", "auto", *tiny_run(tmp_path, url, 10**6))
+    names = RemoteDir(url, tmp_path / "check", 1, 0.01, print)
+    try:
+        while "sac_video_latest.pt" not in names.listdir():  # the first machine's first save is uploaded
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.2)
+            names.fs.invalidate_cache()  # s3fs keeps listings
+        first.send_signal(signal.SIGSTOP)
+        names.fetch("sac_video_latest.pt")
+        uploaded = checkpoint.load_weights(tmp_path / "check" / "sac_video_latest.pt")["progress"]["episode"]
+        same_machine = run_cli("--config", CONFIG, "--resume", "auto", *tiny_run(tmp_path, url, uploaded + 1))
+        assert same_machine.returncode == 2 and "error: run 'sac_video' is in use by pid" in same_machine.stderr
+
+        other_machine = run_cli("--config", CONFIG, "--resume", "auto",
+                                *tiny_run(tmp_path, url, uploaded + 1, local_dir="other"))
+        assert other_machine.returncode == 0, other_machine.stderr
+        assert f"resumed from {tmp_path / 'other' / 'sac_video_latest.pt'}: episode {uploaded}," in other_machine.stdout
+    finally:
+        first.kill()
+        first.communicate()
+    (tmp_path / "check" / "sac_video_latest.pt").unlink()
+    names.fs.invalidate_cache()
+    names.fetch("sac_video_latest.pt")
+    latest = checkpoint.load_weights(tmp_path / "check" / "sac_video_latest.pt")["progress"]["episode"]
+    assert latest == uploaded + 1, "the remote _latest is now the second machine's"
+    names.close(timeout_s=5)

@@ -166,3 +166,34 @@ def test_a_sweep_whose_study_db_was_deleted_refuses_to_continue_another_trials_r
         f"tiny_t0_step125.replay.pt) that {tmp_path / 'out' / 'study.db'} does not know: they are a trial of another "
         "study, trained with other settings; restore that study.db, or pass another --out or --study")
     assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == before
+
+
+HOLD = """
+import sys
+from pathlib import Path
+from trainer import lock
+held = lock.hold(Path(sys.argv[1]), what="run", fix="")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_trial_whose_run_another_process_holds_stops_the_sweep_in_one_line(tmp_path):
+    """A trial queued again while its old trainer still runs (a sweep frozen past Optuna's heartbeat, two sweeps on
+    one study): its trainer refuses the run, and the sweep says so rather than training over it."""
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    out = tmp_path / "sweep"
+    (out / "checkpoints").mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / "checkpoints" / "tiny_t0")], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        done = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--space",
+                               str(tmp_path / "space.yaml"), "--trials", "1", "--study", "tiny", "--out", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.communicate("")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"error: trial 0 (tiny_t0): run 'tiny_t0' is in use by pid "
+                                                   f"{holder.pid} on host ")
+    assert [p.name for p in (out / "checkpoints").iterdir()] == [".tiny_t0.lock"], "nothing of the run written"

@@ -8,6 +8,10 @@ import csv
 import os
 import re
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,7 +19,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, TINY, fill, popen_cli, run_cli, sets, tmpfs
+from tests.conftest import ROOT, TINY, fill, popen_cli, run_cli, sets, tmpfs, wait_for
 from trainer import checkpoint
 
 
@@ -37,7 +41,8 @@ def smoke_run(tmp_path_factory):
 def test_smoke_run_writes_episode_and_latest_checkpoints(smoke_run):
     tmp, _, result = smoke_run
     names = sorted(p.name for p in (tmp / "ckpt").iterdir())
-    assert names == ["sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt", "sac_video_step100.replay.pt"]
+    assert names == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt",
+                     "sac_video_step100.replay.pt"]
     data, replay = checkpoint.load(tmp / "ckpt" / "sac_video_latest.pt")
     assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False, "next_seed": 0}
     assert data["config"]["sac"]["batch_size"] == 8 and replay["count"] == 102
@@ -154,7 +159,8 @@ def copy_of(smoke_run, tmp_path) -> tuple[list[str], object]:
 
 
 def contents(folder) -> dict:
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    """The run's files; not the lock file, which each process that takes the lock writes its name into."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and p.suffix != ".lock"}
 
 
 @pytest.mark.parametrize("resume", [[], ["--resume", ""]])
@@ -292,21 +298,27 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert "error: cannot save sac_video_step100.replay.pt: the disk holding" in result.stderr
         assert "is full" in result.stderr and "the previous checkpoint is intact" in result.stderr
-        assert sorted(p.name for p in disk.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
+        assert sorted(p.name for p in disk.iterdir()) == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_latest.pt",
                                                            "sac_video_step50.replay.pt"], "no temporary file left"
         data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
         assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
 
 
-def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN])
+def test_a_second_ctrl_c_during_shutdown_is_one_line_not_a_traceback(tmp_path, inherited):
     """The first Ctrl-C saves and shuts down; a second one (the user's, impatient) used to end in a KeyboardInterrupt
     traceback from wherever shutdown was, e.g. joining a MuJoCo Warp process. Sent here deterministically, by the
-    run's own auto_shutdown command, after the run has finished and saved."""
-    result = run_cli("--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), *sets(
+    run's own auto_shutdown command, after the run has finished and saved. A trainer started in the background by a
+    script inherits SIGINT ignored (as did this test under such a CI job): the run took the first Ctrl-C and ignored
+    this one, exit status 0."""
+    config = str(ROOT / "configs" / "inverted_pendulum_state.yaml")
+    command = [sys.executable, str(ROOT / "train_sac.py"), "--config", config, *sets(
         training__episodes=1, env__max_episode_steps=10, training__seed_steps=5, checkpoint__dir=tmp_path / "ckpt",
         logging__tensorboard_dir=tmp_path / "runs", logging__progress="false",
         training__auto_shutdown="kill -INT $PPID",  # the shell's parent: the trainer
-    ))
+    )]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "interrupted before the run finished shutting down; every checkpoint written is whole (atomic writes): "
@@ -401,3 +413,57 @@ def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving
         assert resumed.returncode == 0, resumed.stderr
         with open(disk / "runs" / "sac_video" / "eval.csv", newline="") as f:
             assert [row["episode"] for row in csv.DictReader(f)] == ["1", "2", "3"]
+
+
+def test_a_second_trainer_on_a_run_in_use_refuses_in_one_line_and_touches_nothing(tmp_path):
+    """The same command twice (two tmux windows, a relaunched job while the old process runs): both trained into one
+    folder, and the second's --start-over moved the first's files away under it. The first is paused (SIGSTOP) so its
+    files stand still while the second tries; killed, it leaves no lock in the way of the next start."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"), "--resume", "auto", *sets(
+        training__episodes=10**6, training__seed_steps=20, checkpoint__dir=ckpt, checkpoint__every_episodes=1,
+        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false", training__eval_every_episodes=0)]
+    first = popen_cli(*args)
+    try:
+        wait_for(ckpt / "inverted_pendulum_state_ep1.pt", first)
+        first.send_signal(signal.SIGSTOP)
+        before = contents(ckpt) | {"lock": (ckpt / ".inverted_pendulum_state.lock").read_bytes()}
+        fresh = [arg for arg in args if arg not in ("--resume", "auto")]
+        for second in (args, [*fresh, "--start-over"]):
+            result = run_cli(*second, "--set", "training.episodes=2")
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+            assert result.stderr.startswith(f"error: run 'inverted_pendulum_state' is in use by pid {first.pid} on "
+                                            f"host {socket.gethostname()} since ")
+            assert f"(lock {ckpt / '.inverted_pendulum_state.lock'})" in result.stderr
+            assert "--set checkpoint.name=<new name>" in result.stderr
+            after = contents(ckpt) | {"lock": (ckpt / ".inverted_pendulum_state.lock").read_bytes()}
+            assert after == before and not [p for p in ckpt.iterdir() if p.is_dir()]
+    finally:
+        first.kill()
+        first.communicate()
+    result = run_cli(*args, "--set", "training.episodes=2")
+    assert result.returncode == 0 and "resumed from" in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_while_starting_is_one_line_and_128_plus_the_signal(tmp_path, signum):
+    """Held in start-up for as long as it takes: the checkpoint folder is on an S3 endpoint that accepts the
+    connection and never answers, so listing it blocks. The signal reaches the whole process group, as Ctrl-C or a
+    scheduler sends it. SIGTERM and SIGHUP used to kill the trainer without a word (status -15, -1), SIGINT to say
+    that it was shutting down."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.getsockname()[1]}"}
+        config = str(ROOT / "configs" / "inverted_pendulum_state.yaml")
+        args = sets(checkpoint__dir="s3://bucket/runs", checkpoint__local_dir=tmp_path / "staged",
+                    logging__tensorboard_dir=tmp_path / "runs")
+        trainer = subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), "--config", config, "--resume", "auto",
+                                    *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
+        connection, _ = server.accept()  # the trainer is listing the folder now, and waits for an answer
+        os.killpg(trainer.pid, signum)
+        out, err = trainer.communicate(timeout=60)
+        connection.close()
+    assert trainer.returncode == 128 + signum and out == "", err
+    assert err == (f"stopped by signal {signum} while starting, before training began: nothing was saved; start it "
+                   "again (--resume auto continues from the run's last checkpoint)\n")

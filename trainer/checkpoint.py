@@ -26,11 +26,13 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import torch
 
 from errors import UserError, atomic_write, new_aside_folder
 from sac import agent, replay
+from trainer import lock, signals
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
 FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
@@ -241,13 +243,18 @@ def _oldest_beyond(numbered: list[tuple[int, str]], count: int, keep: set[str]) 
     return [n for _, n in numbered if n not in keep][:max(0, len(numbered) - count)]
 
 
-def prepare(directory: Path, name: str) -> None:
-    """At start: create the folder, remove temporary files that killed or failed writers of this run left (one on a
-    full disk makes the next save fail at once; a killed run's upload links hold pruned sidecars' bytes), and write
-    a probe file, so an unwritable or full folder is reported now rather than after the first episodes' work."""
-    probe = directory / f".{name}_probe.pt.tmp{os.getpid()}"
+def prepare(directory: Path, name: str) -> TextIO:
+    """At start: create the folder, take the run's lock (trainer/lock.py: a second process on the run refuses in one
+    line, before it moves, prunes or writes anything), remove temporary files that killed or failed writers of this
+    run left (one on a full disk makes the next save fail at once; a killed run's upload links hold pruned sidecars'
+    bytes), and write a probe file, so an unwritable or full folder is reported now rather than after the first
+    episodes' work. Returns the lock, held until it is closed or the process ends."""
+    probe, held = directory / f".{name}_probe.pt.tmp{os.getpid()}", None
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        held = lock.hold(directory / name, what=f"run '{name}'", fix=(
+            "wait for it to end, or stop it (its checkpoints are whole at any instant) and continue with --resume "
+            "auto; or train a separate run with --set checkpoint.name=<new name>"))
         for path, _ in _temporaries(directory, name):
             path.unlink()
         with open(probe, "wb") as f:
@@ -255,12 +262,15 @@ def prepare(directory: Path, name: str) -> None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as err:
+        if held:
+            held.close()
         reason = "the disk is full" if err.errno == errno.ENOSPC else err.strerror or str(err)
         raise CheckpointError(f"cannot write checkpoints to {directory} ({reason}); free space or make it writable, "
                               "or set checkpoint.dir to another folder") from None
     finally:
         if probe.exists():  # unlink on a read-only mount fails even for a missing file
             probe.unlink()
+    return held
 
 
 def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, dict | None]:
@@ -472,10 +482,11 @@ def move_aside(directory: Path, remote, *, local: list[str], mirrored: list[str]
     """Move files of `directory` (`local`) and of the `remote` mirror (`mirrored`) into a new folder `<stem>-<time>`
     beside them; its name."""
     folder = new_aside_folder(directory, stem).name
-    for file in local:
-        os.replace(directory / file, directory / folder / file)
-    if remote:
-        remote.move_aside(mirrored, folder)
+    with signals.deferred():  # a stop waits for the last file: a run split over two folders would resume from neither
+        for file in local:
+            os.replace(directory / file, directory / folder / file)
+        if remote:
+            remote.move_aside(mirrored, folder)
     return folder
 
 

@@ -46,7 +46,7 @@ from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer import checkpoint
+from trainer import checkpoint, compiling
 from trainer.config import EVAL_SEED_OFFSET, Config, check_log_folder, to_dict, to_yaml
 from trainer.demos import Demos
 from trainer.device import (
@@ -96,7 +96,7 @@ class Trainer:
             self.remote = RemoteDir(ckpt.dir, staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir), ckpt.upload_retries,
                                     ckpt.upload_backoff_s, report=lambda text: self.logger.message(text))
         self.checkpoint_dir = self.remote.local_dir if self.remote else Path(ckpt.dir)
-        checkpoint.prepare(self.checkpoint_dir, cfg.run_name)
+        self.lock = checkpoint.prepare(self.checkpoint_dir, cfg.run_name)  # the run's, until close()
         if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
@@ -163,6 +163,8 @@ class Trainer:
                 "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
                 "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
             )
+        if compiled:  # before the first compile: its children shielded from stop signals, its cache checked
+            compiling.prepare(self.logger.message)
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
         if found:
@@ -497,7 +499,7 @@ class Trainer:
         return True
 
     def close(self) -> None:
-        """Flush logs and pending uploads, release the renderers."""
+        """Flush logs and pending uploads, release the renderers, then the run's lock."""
         self.logger.close()
         self.env.close()
         if self.eval_camera:
@@ -508,3 +510,4 @@ class Trainer:
             self.heldout_env.close()
         if self.remote:
             self.remote.close(self.cfg.checkpoint.upload_timeout_s)
+        self.lock.close()

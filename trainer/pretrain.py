@@ -51,6 +51,7 @@ from errors import UserError, atomic_write, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
+from trainer import lock
 from trainer.config import Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
@@ -349,8 +350,9 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{args.head_hidden}, {args.holdout}")
             check_writable(Path(args.out), replace=args.replace)
             cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-            report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
-                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
+            with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
+                report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
+                                  lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
     except UserError as err:
         return error_exit(err)
     except Interrupted as stop:

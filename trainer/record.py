@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from errors import UserError
+from trainer import lock
 from trainer.config import SEED_LIMIT, Config, error_exit, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.signals import Interrupted, interrupted, interrupts
@@ -190,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
                     "pass a dishwashing config"
                 )
-            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
-            demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
+            with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
+                demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
+                episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
+                demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     except UserError as err:
         return error_exit(err)
     except Interrupted as stop:

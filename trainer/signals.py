@@ -3,6 +3,11 @@ a flag the training loop checks between steps, so it can save `_latest` and exit
 gets the previous handler back, so an impatient user can still kill at once; the atomic checkpoint writes make that
 safe too.
 
+Before the loop takes them over (start-up: imports, envs, loading a checkpoint) and after it saved (shutdown),
+there is nothing to save: `stop_at_once` makes a stop signal raise Stopped there. It takes all three whatever the
+process inherited: a trainer started in the background by a script (SIGINT ignored) used to save on a first Ctrl-C
+and ignore the second.
+
 Commands with nothing to save on the way out (record, pretrain, plot, sweep before its trials) use `interrupts`
 instead: the signal unwinds the command, closing what it opened, to one line and 128+signal.
 """
@@ -12,6 +17,35 @@ import sys
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal where there is nothing to save. A BaseException, so that no library's `except Exception` takes
+    it for an error of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame) -> None:
+    raise Stopped(signum)
+
+
+def stop_at_once() -> None:
+    """From now on, outside GracefulStop: a stop signal raises Stopped wherever the main thread is."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_stopped)
+
+
+@contextmanager
+def deferred():
+    """Around a step that must not be cut in half (moving a run's files aside): a stop signal raises Stopped after it
+    (a second one at once)."""
+    with GracefulStop() as stop:
+        yield
+    if stop.requested:
+        raise Stopped(stop.signum)
 
 
 class GracefulStop:

@@ -1,0 +1,102 @@
+"""What a compiled run (`training.compile`) needs so that a stop at any instant breaks nothing: the C++ compilers
+torch.compile starts are shielded from stop signals (`shield_compilers`), and torch's on-disk compile cache
+(`TORCHINDUCTOR_CACHE_DIR`, default /tmp/torchinductor_<user>) is checked before the first compile (`repair`).
+
+The compiler writes each kernel library straight into the cache, so a compile cut short (a SIGKILL, a power cut, or
+before the shield, a Ctrl-C) leaves a prefix of one, which torch loads later without a check: an ImportError
+traceback ("file too short") or a bus error at the first update of every compiled run after it. Such a library is
+removed, so it is compiled again."""
+
+import fcntl
+import logging
+import os
+import signal
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from trainer.signals import STOP_SIGNALS
+
+HEADER_BYTES = 64  # an ELF64 header; a file shorter than this is no library
+
+
+def prepare(report: Callable[[str], None]) -> None:
+    """Before the run's first compile: shield the compilers, repair the cache and say what was removed."""
+    # torch's CUDA build says "No CUDA runtime is found" on stderr at every compile on a CPU: not this run's news
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    shield_compilers()
+    folder = cache_folder()
+    removed = repair(folder)
+    if removed:
+        report(f"removed {len(removed)} damaged kernel libraries from torch's compile cache {folder} (left by a "
+               "compile that was cut short); they are compiled again")
+
+
+def shield_compilers() -> None:
+    """torch.compile runs C++ compilers (and a pool of compile workers) as child processes. A stop signal sent to the
+    process group (Ctrl-C, `timeout`, a scheduler) killed them mid-compile: a compiler error with pages of output
+    instead of a save, and a library cut short in torch's cache. So the stop signals are blocked in the thread that
+    compiles while it compiles: the children start with them blocked and never see them, and the trainer takes a
+    signal that arrived when the compile ends, at the next step, as usual."""
+    from torch._dynamo.callback import callback_handler
+
+    if _block not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_block)
+        callback_handler.register_end_callback(_unblock)
+
+
+def _block(_) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _unblock(_) -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def cache_folder() -> Path:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+def repair(folder: Path) -> list[Path]:
+    """Remove the kernel libraries in `folder` that are shorter than their own headers say; the removed ones. A
+    library that torch is building now (its lock in `locks/` is held, by any process) is left alone."""
+    removed = []
+    for library in sorted(folder.glob("*/*.so")):
+        lock = folder / "locks" / f"{library.name.split('.')[0]}.lock"  # torch's, named by the library's key
+        if cut_short(library) and _remove_unless_building(library, lock):
+            removed.append(library)
+    return removed
+
+
+def cut_short(path: Path) -> bool:
+    """Whether a shared library ends before its section table, which the linker writes last (ELF64; other files are
+    judged only by being shorter than a header)."""
+    with open(path, "rb") as f:
+        header = f.read(HEADER_BYTES)
+        size = os.fstat(f.fileno()).st_size
+    if len(header) < HEADER_BYTES:
+        return True
+    if header[:5] != b"\x7fELF\x02":
+        return False
+    order = "<" if header[5] == 1 else ">"
+    table, = struct.unpack_from(order + "Q", header, 0x28)  # e_shoff, then e_shentsize and e_shnum
+    entry, count = struct.unpack_from(order + "HH", header, 0x3A)
+    return size < table + entry * count
+
+
+def _remove_unless_building(library: Path, lock: Path) -> bool:
+    """Unlink `library` under torch's lock for it (flock, as the `filelock` package takes it); False if it is held."""
+    try:
+        f = open(lock, "a")
+    except FileNotFoundError:  # no locks folder: nothing was ever built there
+        library.unlink(missing_ok=True)
+        return True
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        library.unlink(missing_ok=True)
+        return True
