@@ -359,7 +359,8 @@ def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(d
     assert status == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].endswith(
         f"stopped by signal 2; {out} was not written (an earlier file there is intact)")
-    assert out.read_bytes() == pretrained[0].read_bytes() and sorted(os.listdir(tmp_path)) == ["encoder.pt"]
+    assert out.read_bytes() == pretrained[0].read_bytes()
+    assert sorted(os.listdir(tmp_path)) == [".encoder.pt.lock", "encoder.pt"], "nothing but the output's lock file"
 
 
 def test_pretraining_into_a_weights_file_another_pretraining_is_writing_refuses_in_one_line(dataset, tmp_path):
