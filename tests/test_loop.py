@@ -261,6 +261,7 @@ def test_compile_without_a_cpu_compiler_warns_with_the_fix_and_builds_the_agent_
     monkeypatch.setenv("CXX", "no-such-compiler")
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")
     assert warning in capsys.readouterr().err and run.agent.critic._compiled_call_impl is None
+    run.close()  # the run's lock: one trainer per run, in this process too
     monkeypatch.setattr(loop, "can_compile", lambda device: True)
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", compile="true")
     assert warning not in capsys.readouterr().err and run.agent.critic._compiled_call_impl is not None

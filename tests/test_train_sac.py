@@ -403,8 +403,9 @@ def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving
         if checkpoints_on_it:
             assert (", and the run could not be saved either: the steps after 50 (the last checkpoint) were not "
                     "saved; cannot save sac_video_step") in stderr
-            assert sorted(p.name for p in ckpt.iterdir()) == ["sac_video_ep1.pt", "sac_video_latest.pt",
-                                                               "sac_video_step50.replay.pt"], "no temporary file"
+            assert sorted(p.name for p in ckpt.iterdir()) == [".sac_video.lock", "sac_video_ep1.pt",
+                                                               "sac_video_latest.pt", "sac_video_step50.replay.pt"], (
+                "no temporary file")
         else:
             assert f"; saved {ckpt / 'sac_video_latest.pt'} at step " in stderr
             assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["env_step"] > 50
