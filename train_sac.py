@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             print("interrupted before the run finished shutting down; every checkpoint written is whole (atomic "
                   "writes): continue with --resume auto", file=sys.stderr)
         else:
-            print(f"stopped by signal {stop.signum} while starting, before training began: nothing was saved; start it "
-                  "again (--resume auto continues from the run's last checkpoint)", file=sys.stderr)
+            print(f"stopped by signal {stop.signum} while starting, before training began: nothing was saved; run the "
+                  "same command again", file=sys.stderr)
         return 128 + stop.signum
 
 

@@ -58,6 +58,23 @@ def stop_signals_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+@contextlib.contextmanager
+def stop_signals_held():
+    """`stop_signals_blocked`, and a stop signal that reaches this process meanwhile is held until every worker has
+    started, then raised again: the mask alone does not hold it back, since another thread (torch's, a renderer's)
+    takes it, and Python runs the handler here anyway, which would orphan a worker half started."""
+    held = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        with stop_signals_blocked():
+            yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def ignore_stop_signals() -> None:
     """In a worker process: deaf to the stop signals the trainer handles for it, then unblocked."""
     for sig in STOP_SIGNALS:
@@ -101,25 +118,33 @@ def kill_processes(processes: list) -> None:
             process.join()
 
 
+def kill_workers(workers: list[gym.vector.AsyncVectorEnv]) -> None:
+    kill_processes([worker.processes[0] for worker in workers])
+
+
 class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
         shielded = functools.partial(_shielded, make_env)
-        with stop_signals_blocked():
-            self.workers = [
-                gym.vector.AsyncVectorEnv([shielded], shared_memory=True, copy=False, context="spawn",
-                                          autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-                for _ in range(num_envs)
-            ]
+        self.workers: list[gym.vector.AsyncVectorEnv] = []
         # Workers ignore SIGTERM, so multiprocessing's and Gymnasium's own exit clean-up (terminate, then join)
-        # would wait forever on a run that ends without close(): kill them first.
-        self._finalizer = weakref.finalize(self, kill_processes, [w.processes[0] for w in self.workers])
+        # would wait forever on a run that ends without close(): kill them first
+        self._finalizer = weakref.finalize(self, kill_workers, self.workers)
+        self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
+        self.dead: set[int] = set()  # workers found dead (their pipe broke)
+        try:
+            with stop_signals_held():
+                for _ in range(num_envs):
+                    self.workers.append(gym.vector.AsyncVectorEnv(
+                        [shielded], shared_memory=True, copy=False, context="spawn",
+                        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
+        except BaseException:  # one failed to start, or a stop signal came meanwhile: the caller gets none to close
+            self.close()
+            raise
         self.num_envs = num_envs
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
         self.actions = None  # (N, A) the actions the workers are stepping with now; None before the first step
-        self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
-        self.dead: set[int] = set()  # workers found dead (their pipe broke)
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""

@@ -293,6 +293,34 @@ def test_a_signal_to_the_process_group_with_two_workers_saves_and_exits_128_plus
     assert checkpoint.load(latest)[0]["progress"]["env_step"] > 0
 
 
+def session_processes(sid: int) -> list[str]:
+    """The command lines of the live processes in session `sid` (a trainer started in its own session, and its
+    workers)."""
+    ps = subprocess.run(["ps", "-s", str(sid), "-o", "args="], capture_output=True, text=True)
+    return [line for line in ps.stdout.splitlines() if not line.endswith("<defunct>")]  # ended, not yet reaped
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0, 2.5])
+def test_sigterm_to_the_trainer_alone_while_its_workers_start_is_one_line_and_leaves_no_process(tmp_path, delay):
+    """`kill -TERM <trainer pid>` (not the group) at moments from the first worker's start to training: a stop
+    during start-up used to leave the workers behind, which printed BrokenPipeError tracebacks and leaked
+    semaphores once the trainer had gone."""
+    proc = start_in_own_group("--config", CONFIG, *workers_args(tmp_path))
+    deadline = time.time() + 240
+    while not any("spawn_main" in args for args in session_processes(proc.pid)):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.02)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "leaked" not in err and err.count("\n") <= 1, err
+    assert ("stopped by signal 15 while starting, before training began: nothing was saved; run the same command "
+            "again" in err) or "stopped by signal 15; saved " in out, (out, err)
+    time.sleep(1)  # a worker left behind would outlive the trainer
+    assert session_processes(proc.pid) == [], "every worker ended with the trainer"
+
+
 def test_a_stop_request_cuts_a_long_evaluation_short(tmp_path):
     """SIGTERM inside a long evaluation (the update loop listens the same way): the run saves and exits within
     seconds, as a spot reclaim (30-120 s of notice) needs; it used to finish the loop first, or need SIGKILL."""

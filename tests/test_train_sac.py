@@ -466,5 +466,5 @@ def test_a_stop_signal_while_starting_is_one_line_and_128_plus_the_signal(tmp_pa
         out, err = trainer.communicate(timeout=60)
         connection.close()
     assert trainer.returncode == 128 + signum and out == "", err
-    assert err == (f"stopped by signal {signum} while starting, before training began: nothing was saved; start it "
-                   "again (--resume auto continues from the run's last checkpoint)\n")
+    assert err == (f"stopped by signal {signum} while starting, before training began: nothing was saved; run the "
+                   "same command again\n")

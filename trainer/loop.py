@@ -29,6 +29,7 @@ updates due, the fraction carried to the next step (and saved), so a thousand wo
 updates per step.
 """
 
+import contextlib
 import dataclasses
 import math
 import subprocess
@@ -86,17 +87,28 @@ class Trainer:
 
     def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg
+        self.opened = contextlib.ExitStack()  # what close() releases, the newest first
+        try:
+            self.setup(resume, start_over)
+        except BaseException:  # bad input, a failed load, a stop signal: what had started (env workers) stops too
+            self.opened.close()
+            raise
+
+    def setup(self, resume: str | None, start_over: bool) -> None:
+        cfg = self.cfg
         check_log_folder(cfg)  # before a --start-over moves anything
         self.device = resolve_device(cfg.training.device)
         if self.device.type == "cuda":  # process-wide, as cuDNN has it
             torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
         ckpt = cfg.checkpoint
+        remote = is_remote(ckpt.dir)
+        self.checkpoint_dir = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir) if remote else Path(ckpt.dir)
+        self.opened.enter_context(checkpoint.prepare(self.checkpoint_dir, cfg.run_name))  # the run's lock
         self.remote = None
-        if is_remote(ckpt.dir):  # it reports from its upload thread, once the logger exists
-            self.remote = RemoteDir(ckpt.dir, staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir), ckpt.upload_retries,
-                                    ckpt.upload_backoff_s, report=lambda text: self.logger.message(text))
-        self.checkpoint_dir = self.remote.local_dir if self.remote else Path(ckpt.dir)
-        self.lock = checkpoint.prepare(self.checkpoint_dir, cfg.run_name)  # the run's, until close()
+        if remote:  # it reports from its upload thread, once the logger exists
+            self.remote = RemoteDir(ckpt.dir, self.checkpoint_dir, ckpt.upload_retries, ckpt.upload_backoff_s,
+                                    report=lambda text: self.logger.message(text))
+            self.opened.callback(self.remote.close, ckpt.upload_timeout_s)
         if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
@@ -114,11 +126,15 @@ class Trainer:
             self.env = make_batched_env(cfg.env, cfg.pixels, self.device)
         else:
             self.env = make_vector_env(cfg.env, cfg.pixels)
+        self.opened.callback(self.env.close)
         # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
         # held-out scenes (env.randomize.heldout): a second eval env, logged apart as eval_heldout
         self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
+        for opened in (self.eval_env, self.eval_camera, self.heldout_env):
+            if opened is not None:
+                self.opened.callback(opened.close)
         obs_space = self.env.single_observation_space
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
@@ -145,6 +161,7 @@ class Trainer:
         # the logger last: bad input above fails before a run folder or a progress bar exists
         self.logger = Logger(cfg, start_step=self.progress.env_step, total_episodes=cfg.training.episodes,
                              start_episode=self.progress.episode)
+        self.opened.callback(self.logger.close)
         self.logger.message(
             f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}"
         )
@@ -499,15 +516,5 @@ class Trainer:
         return True
 
     def close(self) -> None:
-        """Flush logs and pending uploads, release the renderers, then the run's lock."""
-        self.logger.close()
-        self.env.close()
-        if self.eval_camera:
-            self.eval_camera.close()
-        if self.eval_env is not None:
-            self.eval_env.close()
-        if self.heldout_env is not None:
-            self.heldout_env.close()
-        if self.remote:
-            self.remote.close(self.cfg.checkpoint.upload_timeout_s)
-        self.lock.close()
+        """Flush logs, release the renderers and env workers, wait for pending uploads, then release the run's lock."""
+        self.opened.close()
