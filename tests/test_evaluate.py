@@ -4,6 +4,8 @@ numbers twice; the run's own evaluation is repeated exactly; several checkpoints
 load; bad input is one line. The interval formulas are checked against values worked by hand."""
 
 import csv
+import signal
+import sys
 
 import boto3
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 from PIL import Image
 from scipy import stats
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interrupt_when_started
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
 from trainer import evaluate
 from trainer.config import load_config
@@ -129,3 +131,13 @@ def test_intervals_match_values_worked_by_hand():
     iqm, low, high = evaluate.iqm_interval(np.arange(1.0, 9.0))
     assert iqm == 4.5 and 2.5 <= low < iqm < high <= 6.5
     assert evaluate.iqm_interval(np.array([3.0, 3.0, 3.0])) == (3.0, 3.0, 3.0)
+
+
+def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_no_csv(state, tmp_path):
+    out = tmp_path / "evaluation"
+    command = [sys.executable, "-m", "trainer.evaluate", latest(state), "--episodes", "100000", "--out", str(out)]
+    status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"/100000")
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].endswith(
+        "stopped by signal 2; the evaluation was cut short: no episodes.csv was written")
+    assert not (out / "episodes.csv").exists()

@@ -6,6 +6,7 @@ dtype, a folder of another format) is one line. Checkpoints here are the trainer
 the computation is what is checked, not what it learnt."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import torch
 
 from envs import make_env
 from errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interrupt_when_started
 from trainer import export
 from trainer.config import load_config
 from trainer.encoders import save_encoder_weights
@@ -218,3 +219,14 @@ def test_a_push_that_cannot_reach_the_hub_is_one_line_and_keeps_the_folder(tmp_p
     with pytest.raises(UserError, match=said) as raised:
         export.push(tmp_path, "user/policy")
     assert "\n" not in str(raised.value) and (tmp_path / "README.md").exists()
+
+
+def test_ctrl_c_during_an_export_is_one_line_and_leaves_no_folder(tmp_path):
+    """Interrupted in its evaluation, the last step before the folder is moved into place."""
+    _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml")
+    out = tmp_path / "exported"
+    command = [sys.executable, "-m", "trainer.export", path, "--out", str(out), "--episodes", "100000"]
+    status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"/100000")
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].endswith(f"stopped by signal 2; {out} was not written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"], "no folder, no temporary one"

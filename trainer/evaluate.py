@@ -245,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainer.config import error_exit
     from trainer.headless import configure
+    from trainer.signals import Interrupted, interrupted, interrupts
 
     try:
-        configure()
-        return run(args)
+        with interrupts():
+            configure()
+            return run(args)
     except UserError as err:
         return error_exit(err)
+    except Interrupted as stop:
+        return interrupted(stop, "the evaluation was cut short: no episodes.csv was written")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -257,17 +257,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainer.config import error_exit
     from trainer.headless import configure
+    from trainer.signals import Interrupted, interrupted, interrupts
 
+    out = None
     try:
-        configure()
-        out = export(args)
-        print(f"exported {args.checkpoint} to {out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
-              "config.yaml, README.md")
-        if args.push:
-            push(out, args.push)
-            print(f"pushed {out} to https://huggingface.co/{args.push}")
+        with interrupts():
+            configure()
+            out = export(args)
+            print(f"exported {args.checkpoint} to {out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
+                  "config.yaml, README.md")
+            if args.push:
+                push(out, args.push)
+                print(f"pushed {out} to https://huggingface.co/{args.push}")
     except UserError as err:
         return error_exit(err)
+    except Interrupted as stop:
+        return interrupted(stop, f"{args.out} was not written" if out is None else f"{out} is complete; not pushed")
     return 0
 
 
