@@ -293,10 +293,10 @@ def test_a_signal_to_the_process_group_with_two_workers_saves_and_exits_128_plus
     assert checkpoint.load(latest)[0]["progress"]["env_step"] > 0
 
 
-def session_processes(sid: int) -> list[str]:
-    """The command lines of the live processes in session `sid` (a trainer started in its own session, and its
+def processes_started_with(leader: int) -> list[str]:
+    """The command lines of the live processes that `start_in_own_group` started as `leader` (the trainer and its
     workers)."""
-    ps = subprocess.run(["ps", "-s", str(sid), "-o", "args="], capture_output=True, text=True)
+    ps = subprocess.run(["ps", "-s", str(leader), "-o", "args="], capture_output=True, text=True)
     return [line for line in ps.stdout.splitlines() if not line.endswith("<defunct>")]  # ended, not yet reaped
 
 
@@ -307,7 +307,7 @@ def test_sigterm_to_the_trainer_alone_while_its_workers_start_is_one_line_and_le
     semaphores once the trainer had gone."""
     proc = start_in_own_group("--config", CONFIG, *workers_args(tmp_path))
     deadline = time.time() + 240
-    while not any("spawn_main" in args for args in session_processes(proc.pid)):
+    while not any("spawn_main" in args for args in processes_started_with(proc.pid)):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()
         time.sleep(0.02)
     time.sleep(delay)
@@ -318,7 +318,7 @@ def test_sigterm_to_the_trainer_alone_while_its_workers_start_is_one_line_and_le
     assert ("stopped by signal 15 while starting, before training began: nothing was saved; run the same command "
             "again" in err) or "stopped by signal 15; saved " in out, (out, err)
     time.sleep(1)  # a worker left behind would outlive the trainer
-    assert session_processes(proc.pid) == [], "every worker ended with the trainer"
+    assert processes_started_with(proc.pid) == [], "every worker ended with the trainer"
 
 
 def test_a_stop_request_cuts_a_long_evaluation_short(tmp_path):
