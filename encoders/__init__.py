@@ -1,9 +1,5 @@
-"""Observation encoders and their registry.
-
-Contract at this boundary, for every video arch: uint8 (B, T, C, H, W) in, float (B, repr_dim) out; the encoder
-normalises and reshapes for itself (encoders/video_encoder.py holds what they share). The state encoder takes
-float32 (B, D) and returns (B, D). Adding an arch is one file in this folder plus one line in ARCHS.
-"""
+"""Observation encoders and their registry: a video arch takes uint8 (B, T, C, H, W) and returns float (B, repr_dim).
+Adding an arch is one file in this folder plus one line in ARCHS."""
 
 import importlib
 

@@ -1,10 +1,5 @@
-"""A frozen trunk run outside the SAC update: once per agent step on the newest frame stacks, so the replay stores
-its features instead of frames and every update runs the SAC heads only (`encoder.video.freeze: true`; why and what
-it costs: docs/encoders.md#frozen-trunks-features-computed-once-per-step).
-
-In: uint8 (N, T, C, H, W) frame stacks, numpy from the OpenGL envs or a torch tensor on the training device from
-MuJoCo Warp (encoded where they are). Out: FEATURE_DTYPE (N, repr_dim) numpy features for the actor and the replay:
-only those bytes cross to the host, never the frames.
+"""A frozen trunk run once per agent step outside the SAC update, so the replay stores its features instead of frames
+(docs/encoders.md#frozen-trunks-features-computed-once-per-step).
 """
 
 import hashlib
@@ -19,8 +14,7 @@ FEATURE_DTYPE = np.float16  # half of float32, 10-bit mantissa (bfloat16 has 7 a
 
 
 def fingerprint(encoder: nn.Module, arch: str) -> str:
-    """What the stored features mean: the arch, the frames it sees (stack shape, resize) and a hash of every tensor
-    in its state dict (weights and BatchNorm statistics), whatever their memory layout."""
+    """What the stored features mean: the arch, the frames it sees and a hash of every tensor in its state dict."""
     digest = hashlib.sha256()
     for key, tensor in sorted(encoder.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
@@ -31,10 +25,8 @@ def fingerprint(encoder: nn.Module, arch: str) -> str:
 
 
 class ProjectedEncoder(nn.Module):
-    """A frozen video encoder under the first layer of the head it was pretrained with (`projection`: Linear then
-    ReLU), so a frozen trunk stores that layer's few hundred features rather than the arch's tens of thousands
-    (trainer/pretrain.py writes both). uint8 (B, T, C, H, W) in, float32 (B, repr_dim = projection.out_features)
-    out; `input_size` and `obs_shape` are the encoder's (what `fingerprint` names)."""
+    """A frozen video encoder under the first layer of the head it was pretrained with (`projection`), so the replay
+    stores that layer's few hundred features rather than the arch's tens of thousands."""
 
     def __init__(self, encoder: nn.Module, projection: nn.Linear):
         super().__init__()
@@ -53,8 +45,7 @@ class ProjectedEncoder(nn.Module):
 
 
 class FrozenTrunk:
-    """`encoder` (a frozen video encoder) on `device`, computing features under inference mode, in bfloat16
-    autocast when `autocast` is on."""
+    """A frozen video encoder on `device`, under inference mode (and bfloat16 autocast when `autocast` is on)."""
 
     def __init__(self, encoder: nn.Module, arch: str, device: torch.device, *, autocast: bool):
         assert not any(p.requires_grad for p in encoder.parameters()), "a FrozenTrunk needs a frozen encoder"

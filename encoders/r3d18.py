@@ -1,9 +1,5 @@
-"""torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: the classifier is removed, features are
-the pooled 512-d output, and Kinetics-400 weights load with `pretrained`.
-
-Frames are normalised with Kinetics' mean and std whether or not weights are loaded: it is the input the network
-was designed for. Weights come from `encoder.video.weights`, or from torch's hub cache, where torchvision downloads
-them on a connected machine (as `r3d_18(weights=...)` does) when they are not there yet.
+"""torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: features are the pooled 512-d output, and
+Kinetics-400 weights load with `pretrained` (docs/encoders.md#pretrained-weights-offline).
 """
 
 import urllib.error
@@ -25,8 +21,7 @@ def default_weights_path() -> Path:
 
 
 def download(path: Path) -> str | None:
-    """Fetch the Kinetics-400 file into torch's hub cache the way torchvision does (hash checked); None when it
-    arrived, else why not (an offline machine, a proxy, a failed check)."""
+    """Fetch the Kinetics-400 file into torch's hub cache as torchvision does; None when it arrived, else why not."""
     try:
         torch.hub.download_url_to_file(KINETICS.url, str(path), hash_prefix=path.stem.rsplit("-", 1)[-1])
     except (urllib.error.URLError, OSError, RuntimeError) as err:
@@ -36,8 +31,7 @@ def download(path: Path) -> str | None:
 
 
 def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
-    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache (downloaded into it when
-    missing and the machine is online); UserError if neither."""
+    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache; UserError if neither."""
     path = Path(weights) if weights else default_weights_path()
     failed = None
     if not weights and not path.is_file():

@@ -1,7 +1,5 @@
-"""A small 3D conv net over (C, T, H, W): every layer's (3, 3, 3) kernels see neighbouring frames, so motion is
-learnt by the convolutions at every depth instead of being mixed into channels once by a 2D net's first layer.
-DrQ's widths and depth (`num_filters`, `num_layers`), with the first two layers halving the image so a batch of
-32 stays cheap on a CPU; the time axis is kept (padded) to the end."""
+"""A small 3D conv net over (C, T, H, W): every layer's kernels see neighbouring frames, so motion is learnt at every
+depth, not mixed into channels once as in a 2D net. DrQ's widths and depth; the first two layers halve the image."""
 
 import torch
 from torch import nn

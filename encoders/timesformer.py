@@ -1,12 +1,7 @@
-"""TimeSformer (Bertasius et al., 2021) with divided space-time attention: in every block, temporal attention
-across the T frames at each patch position, then spatial attention among the patches of each frame.
+"""TimeSformer (Bertasius et al., 2021), divided space-time attention, as Hugging Face transformers' `TimesformerModel`.
 
-The network is Hugging Face transformers' `TimesformerModel`: a maintained implementation that reads the public
-Kinetics-400 checkpoint (`facebook/timesformer-base-finetuned-k400`) with its published key names. This module
-picks the size (`preset`), feeds it frames, and loads that checkpoint (from the Hugging Face cache, where the hub
-downloads it on a connected machine when it is missing), adapting its 8-frame time
-embeddings (and its patch grid, when `input_size` is not 224) to ours the way TimeSformer's own code does
-(nearest-neighbour). Features: the final CLS token, (B, hidden_size).
+This module picks the size (`preset`) and loads the public Kinetics-400 checkpoint, resizing its time and position
+embeddings to ours as TimeSformer's own code does. Features: the final CLS token, (B, hidden_size).
 """
 
 from pathlib import Path
@@ -33,8 +28,7 @@ DIVIDED = "divided_space_time"
 
 
 def find_checkpoint(weights: str | None) -> Path:
-    """The checkpoint directory: `weights`, or the public checkpoint in the Hugging Face cache, downloaded there by the
-    hub when it is missing and the machine is online."""
+    """The checkpoint directory: `weights`, or the public checkpoint in the Hugging Face cache."""
     if weights:
         path = Path(weights)
         if not (path / "config.json").is_file():

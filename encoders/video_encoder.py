@@ -1,12 +1,7 @@
-"""The base every video arch derives from: the encoder boundary and the options all archs get the same way.
+"""The base every video arch derives from: uint8 (B, T, C, H, W) in, float32 (B, repr_dim) out.
 
-In: uint8 (B, T, C, H, W) frame stacks, as the env and the replay give them. Out: float32 (B, repr_dim).
-A subclass implements `build(cfg)`, which builds its network and returns repr_dim, and `encode` on float
-(B, T, C, S, S) frames that this class has already resized to `input_size` (S) and normalised with the arch's
-MEAN/STD. The constructor calls `build`, then applies `freeze` (no gradients, eval-mode BatchNorm, no_grad forward)
-and channels-last memory to what it built, so an arch describes only its network and an encoder is whole when
-constructed. Nothing here registers parameters or persistent buffers: state-dict
-keys are the subclass's own.
+A subclass implements `build(cfg)` (its network; returns repr_dim) and `encode` on float (B, T, C, S, S) frames
+already resized and normalised here; freezing and channels-last apply to what it built. State-dict keys are its own.
 """
 
 import contextlib
@@ -82,10 +77,8 @@ class VideoEncoder(nn.Module):
             return self.encode(self.prepare(obs)).float()  # float32 out, also under the agent's bf16 autocast
 
     def prepare(self, obs: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized on the obs's device and normalised. Under autocast
-        unresized frames are normalised in its dtype (bfloat16): half the memory traffic of float32 and no cast at
-        the first conv; on a CPU this pass over the batch costs as much as a conv layer. Resized frames are
-        normalised in float32 and rounded once."""
+        """uint8 (B, T, C, H, W) -> float (B, T, C, S, S), resized and normalised; under autocast unresized frames are
+        normalised in bfloat16 (half the memory traffic), resized ones in float32 and rounded once."""
         device = obs.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else torch.float32
         if not self.input_size:

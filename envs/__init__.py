@@ -1,9 +1,6 @@
-"""Environments: `make_env(cfg, pixels)` returns a Gymnasium env whose actions lie in [-1, 1] and whose observations
-are uint8 frame stacks (T, 3, H, W) (`pixels`) or float32 state vectors; `cfg` is the `env` config section.
-`make_vector_env(cfg, pixels)` gives `cfg.num_envs` of them behind one interface, observations batched (N, ...): worker
-processes, or with one env, that env in this process; `make_batched_env(cfg, pixels, device)` runs `cfg.num_envs`
-MuJoCo Warp worlds in this process (the `backend` mujoco_warp).
-Rendering is headless: the process chooses MuJoCo's GL backend before importing this package (trainer/headless.py)."""
+"""Environments: `make_env(cfg, pixels)` returns a Gymnasium env with actions in [-1, 1] and observations uint8 frame
+stacks (T, 3, H, W) or float32 state vectors; `make_vector_env` and `make_batched_env` give `cfg.num_envs` of them.
+The process chooses MuJoCo's GL backend before importing this package (trainer/headless.py)."""
 
 import functools
 import multiprocessing
@@ -51,9 +48,7 @@ def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
 
 
 def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
-    """`cfg.num_envs` envs, one spawned worker process and one renderer each (fork is unsafe once torch and GL are
-    initialised), frames through shared memory, stepped in turn with pipelined actions: see envs/workers.py. One env
-    steps in this process: no worker to wait for, and every episode seeded."""
+    """`cfg.num_envs` envs in worker processes (envs/workers.py); one env steps in this process."""
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
@@ -61,9 +56,8 @@ def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
 
 
 def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
-    """The `backend` mujoco_warp (whatever `cfg.backend` says: the caller chose it): `cfg.num_envs` worlds on `device`
-    (a torch device), stepped and rendered by MuJoCo Warp (on the CPU split over `cfg.warp_processes` processes); the
-    interface of make_vector_env's workers with torch tensors on `device` in and out (envs/mjwarp/vector.py)."""
+    """`cfg.num_envs` MuJoCo Warp worlds on `device` (whatever `cfg.backend` says), with make_vector_env's interface
+    in torch tensors (envs/mjwarp/vector.py)."""
     try:
         from envs.mjwarp import make_warp_env
     except ImportError as err:
@@ -73,21 +67,15 @@ def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
 
 
 def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:
-    """A vector worker's env. Mesa's software renderer (llvmpipe, what EGL and OSMesa use without a GPU) starts a
-    rasterizer thread per core in every process; N workers would fight over the cores, so each gets its share. A
-    share of one core means LP_NUM_THREADS=0: the worker rasterizes in its own thread, because a separate rasterizer
-    thread only adds a hand-off per frame (2 workers on 2 cores collected 1.63x one env's rate against 1.38x with one
-    rasterizer thread each, measured interleaved). Only in the worker processes: Gymnasium also calls this once in
-    the trainer's process (for the spaces), whose environment stays as it was. A user's LP_NUM_THREADS wins; GPU
-    renderers ignore it."""
+    """A vector worker's env. Mesa's software renderer starts a rasterizer thread per core in every process, so each
+    worker gets its share of the cores; a share of one renders in the worker's own thread (docs/guide.md)."""
     if multiprocessing.parent_process() is not None:
         os.environ.setdefault("LP_NUM_THREADS", str(render_threads if render_threads > 1 else 0))
     return make_env(cfg, pixels)
 
 
 def make_task(env_id: str) -> gym.Env:
-    """The bare task: a Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it
-    (`dm_control/cartpole-swingup-v0`)."""
+    """A Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it (`dm_control/cartpole-swingup-v0`)."""
     if env_id.startswith("dm_control/"):
         import shimmy  # noqa: F401  (registers the dm_control/* ids)
     try:

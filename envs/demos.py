@@ -1,14 +1,7 @@
-"""Demonstrations on disk, as Minari datasets (Farama's format for Gymnasium offline-RL data), so a recording made
-here, a teleoperated one or any other Minari dataset of the same env plugs into training the same way.
+"""Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into training the same way.
 
-A dataset is a folder holding `data/` (Minari's HDF5 file and metadata.json). Observations are either a plain Box
-(a state vector, or one camera frame uint8 (C, H, W)) or, as `trainer/record.py` writes them, a Dict of
-both, {"state": float32 (S,), "pixels": uint8 (C, H, W)}, so one recording serves state and pixel runs. Frames are
-stored one per step, never as stacks: the trainer rebuilds stacks of whatever length its config asks for. They are
-stored losslessly (Minari's JPEG encoding is off), so training sees exactly the frames that were recorded.
-
-`RECORDING_KEY` in the metadata holds the settings the frames depend on (env id, camera, image size, action repeat),
-for the trainer to check against its config.
+Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/record.py` writes them,
+{"state": float32 (S,), "pixels": uint8 (C, H, W)}. Frames are stored singly and losslessly (no JPEG).
 """
 
 import hashlib
@@ -30,8 +23,7 @@ DATA_DIR = "data"
 
 @dataclass
 class Episode:
-    """One episode: `observations` {key: (L + 1, ...)} (the reset observation first), actions float32 (L, A),
-    rewards float32 (L,), terminations and truncations bool (L,)."""
+    """`observations` {key: (L + 1, ...)} (the reset observation first); the rest (L, ...)."""
 
     observations: dict[str, np.ndarray]
     actions: np.ndarray
@@ -72,8 +64,7 @@ def fingerprint(path: str | Path) -> str:
 
 
 def check_new(path: str | Path) -> None:
-    """`path` can take a new dataset, checked before minutes of recording: named, holding no dataset, not a file,
-    and under a folder this process may write to."""
+    """`path` can take a new dataset: checked before minutes of recording."""
     if not str(path).strip():
         raise UserError("the dataset folder is empty; pass one to create, e.g. --out datasets/mine")
     target = Path(path).expanduser()
@@ -153,7 +144,7 @@ def read(path: str | Path) -> Demonstrations:
         reason = " ".join(str(err).split())[:200]
         raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
                         "record it again with python3 -m trainer.record") from None
-    if not raw:  # what an interrupted recording of older versions, which wrote in place, left behind
+    if not raw:  # an interrupted recording that wrote in place
         raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was interrupted?); move it "
                         "aside and record it again with python3 -m trainer.record")
     if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector

@@ -1,10 +1,7 @@
-"""Camera observations for any MuJoCo-backed Gymnasium task (Gymnasium's own MuJoCo envs, dm_control through
-Shimmy, and this project's tasks).
+"""Camera observations for any MuJoCo-backed Gymnasium task (Gymnasium's MuJoCo envs, dm_control through Shimmy).
 
-Rendering goes through one `mujoco.Renderer` per env at the target size, into a preallocated buffer, with the
-render-quality settings applied before the GL context exists (shadow map size and multisampling dominate software
-rendering time). Observation: uint8 (T, 3, H, W), the last T frames, oldest first; at reset the first frame fills
-the stack.
+Observation: uint8 (T, 3, H, W), the last T frames, oldest first; at reset the first frame fills the stack. The
+render-quality settings are applied before the GL context exists: they dominate software rendering time.
 """
 
 import gymnasium as gym
@@ -61,8 +58,7 @@ class Camera:
         self.camera = resolve_camera(self.model, camera, free_config)
         self.model.vis.quality.shadowsize = shadow_size
         self.model.vis.quality.offsamples = offsamples
-        # mujoco.Renderer refuses images larger than the model's offscreen buffer (MuJoCo's default 640x480); a
-        # context made earlier keeps the buffer it was made with, so smaller cameras of this model are unchanged
+        # mujoco.Renderer refuses images larger than the model's offscreen buffer (MuJoCo's default 640x480)
         buffer = self.model.vis.global_
         buffer.offwidth, buffer.offheight = max(buffer.offwidth, size), max(buffer.offheight, size)
         self.renderer = mujoco.Renderer(self.model, size, size)

@@ -1,12 +1,6 @@
 """Visual domain randomisation: per episode, the colours of a task's parts, its lights and the observed camera drawn
-from ranges around the scene's own values (`cfg`: the config's env.randomize section). Only MuJoCo's visual model
-fields change (material and geom rgba, light direction and diffuse, the headlight, the camera's pose and field of
-view): masses, friction and geometry never, so the same actions give the same physics in every scene.
-
-Scene seeds: an episode reset with seed s shows scene s; a reset without a seed (a worker's autoreset) the next draw
-below HELDOUT from a stream seeded by the last seed. Held-out scenes (`heldout=True`) are s + HELDOUT, with the
-ranges times `cfg.heldout_scale`: every seed episodes start from is below HELDOUT (trainer/config.py: training and
-evaluation seeds stay under 2**32), so no training episode ever shows a held-out scene.
+around the scene's own values; only visual model fields change, never the physics (docs/dishwashing.md).
+An episode reset with seed s shows scene s; held-out scenes are s + HELDOUT, above every episode seed.
 """
 
 import gymnasium as gym
@@ -21,8 +15,8 @@ TARGETING = (int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY), int(mujoco.mjtCamLig
 
 
 def task_parts(named: dict | None, model: mujoco.MjModel) -> dict[str, tuple[list[int], list[int]]]:
-    """{part: (material ids, geom ids)} a task can recolour: its own `scene_parts` (`named`: {part: material names},
-    the dishwashing scene's table, basin, rack, plate, floor), else every material and every geom without one."""
+    """{part: (material ids, geom ids)} a task can recolour: its own `scene_parts` ({part: material names}), else
+    every material and every geom without one."""
     if named:
         return {part: ([model.material(name).id for name in names], []) for part, names in named.items()}
     parts = {model.material(i).name: ([i], []) for i in range(model.nmat) if model.material(i).name}
@@ -42,8 +36,8 @@ def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
 
 
 def check_camera(cfg, model: mujoco.MjModel, camera) -> bool:
-    """Whether the ranges move the observed `camera` (a resolved camera: an index, or a free MjvCamera), after
-    checking that it can be moved: a fixed camera of the task, turned only if it does not aim at a body."""
+    """Whether the ranges move the observed `camera`, after checking that it can be moved: a fixed camera of the
+    task, turned only if it does not aim at a body."""
     moves = cfg.camera_pos > 0 or cfg.camera_rot_deg > 0 or cfg.camera_fov_deg > 0
     if moves and (not isinstance(camera, int | np.integer) or camera == -1):
         names = [model.camera(i).name for i in range(model.ncam)]
@@ -103,8 +97,7 @@ class RandomScene(gym.Wrapper):
         return obs, info | {"scene_seed": self.scene_seed}
 
     def apply(self, scene_seed: int) -> None:
-        """Set the model's visual fields to scene `scene_seed`: the same draws whatever the ranges, scaled by them,
-        so a wider held-out range is the same scenes pushed further."""
+        """Set the model's visual fields to scene `scene_seed`: the same draws whatever the ranges, scaled by them."""
         cfg, m, base, s = self.cfg, self.model, self.nominal, self.scale
         rng = np.random.default_rng(scene_seed)
         m.mat_rgba[:], m.geom_rgba[:] = base["mat_rgba"], base["geom_rgba"]

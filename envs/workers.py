@@ -1,28 +1,9 @@
-"""Env worker processes stepped in turn, each given its next action the moment its step returns; and one env in this
+"""Env worker processes stepped in turn, each sent its next action the moment its step returns, and one env in this
 process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
 
-Gymnasium's AsyncVectorEnv steps all its envs in lockstep: every step waits for the slowest worker, and the workers
-idle while the trainer reads their results and computes the next actions. On 2 cores that held 2 workers to
-~1.55x one env's rate, against ~1.8x for workers that never wait on each other (measured interleaved, HalfCheetah
-84x84 rendered in software). So each worker here is its own one-env AsyncVectorEnv (Gymnasium's worker loop,
-shared memory, autoreset and error reporting, unchanged), and a step of all workers is pipelined: worker 0's result
-is read, its next action chosen and sent, then worker 1's, and so on. A worker computes its next step while the
-trainer serves the others and while it runs its updates.
-
-The order is fixed, so a run is as deterministic as a lockstep one. The price is one step of policy lag: a worker's
-next action is chosen before the updates that follow the step it answers (with one update per agent step, the
-policy that acts is one round of updates old).
-
-Observations: uint8 (N, T, C, H, W) frame stacks or float32 (N, D) state vectors, copied out of shared memory
-before the worker is sent its next action (which overwrites it), or mapped by the step's `observe` (a frozen
-trunk's features, computed once per observation).
-
-Stopping: Ctrl-C in tmux, `kill -TERM -<pgid>` and schedulers that signal a job's processes reach the workers too.
-A worker that died of it would break the trainer's pipe while it saves and closes, so workers ignore SIGINT, SIGTERM
-and SIGHUP (blocked from before they start until they ignore them, so none slips through during start-up) and the
-trainer, which handles them, stops the workers itself. Therefore a worker is ended with SIGKILL where it must be
-forced (a failed close, or an exit that skipped `close`). A worker that dies anyway (the out-of-memory killer, a
-SIGKILL) is a one-line WorkerDied error naming it.
+Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in docs/guide.md):
+each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price of one step of policy lag.
+Workers ignore the stop signals, which the trainer handles (it stops them), so a worker that must be forced is killed.
 """
 
 import contextlib
@@ -49,8 +30,7 @@ class WorkerDied(UserError):
 
 @contextlib.contextmanager
 def stop_signals_blocked():
-    """Around starting worker processes: they inherit the blocked stop signals, so none arrives before they ignore
-    them (`ignore_stop_signals`)."""
+    """Around starting worker processes: they inherit the blocked stop signals until they ignore them."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -60,9 +40,8 @@ def stop_signals_blocked():
 
 @contextlib.contextmanager
 def stop_signals_held():
-    """`stop_signals_blocked`, and a stop signal that reaches this process meanwhile is held until every worker has
-    started, then raised again: the mask alone does not hold it back, since another thread (torch's, a renderer's)
-    takes it, and Python runs the handler here anyway, which would orphan a worker half started."""
+    """`stop_signals_blocked`, and a stop signal that arrives meanwhile is raised again once every worker has started
+    (another thread may take it despite the mask, and its handler would orphan a worker half started)."""
     held = []
     previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
     try:
@@ -97,8 +76,7 @@ def worker_died(index: int, process, *, fewer: str = "num_envs") -> WorkerDied:
 
 
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
-    """The worker's env, after making the worker deaf to the stop signals. Gymnasium also calls the factory once in
-    the trainer's own process (for the spaces), whose handlers stay as they are."""
+    """The worker's env, after making the worker deaf to the stop signals (not in the trainer's own process)."""
     if multiprocessing.parent_process() is not None:
         ignore_stop_signals()
     return make_env()
@@ -126,8 +104,7 @@ class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
         shielded = functools.partial(_shielded, make_env)
         self.workers: list[gym.vector.AsyncVectorEnv] = []
-        # Workers ignore SIGTERM, so multiprocessing's and Gymnasium's own exit clean-up (terminate, then join)
-        # would wait forever on a run that ends without close(): kill them first
+        # workers ignore SIGTERM, so the libraries' exit clean-up (terminate, join) would wait forever: kill them first
         self._finalizer = weakref.finalize(self, kill_workers, self.workers)
         self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
         self.dead: set[int] = set()  # workers found dead (their pipe broke)
@@ -159,11 +136,9 @@ class EnvWorkers:
         return self.obs.copy()
 
     def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
-        """One step of every worker. `observe` maps observations (n, ...) to what `act` reads and the step returns
-        (a frozen trunk's features; by default a copy), once per observation, as each worker's arrives (its next
-        action waits for it); `act` maps those to actions (n, A). Returns the actions that led to this step's
-        results, and the results: (actions, obs, reward, terminated, truncated), (N, ...) each. Autoreset is
-        NEXT_STEP: after an episode ends, the worker's next result is its reset frame (action ignored)."""
+        """One step of every worker: (actions taken, obs, reward, terminated, truncated), (N, ...) each. `observe`
+        maps observations to what `act` reads and the step returns (by default a copy out of shared memory); `act`
+        maps those to actions. Autoreset is NEXT_STEP: after an episode ends the next result is the reset frame."""
         if not any(self.in_flight):  # the reset observations, observed again: once per reset, not per step
             self.actions = np.array(act(observe(self.obs)), dtype=np.float32)  # our own copy: written in place
             for i in range(self.num_envs):
@@ -221,14 +196,12 @@ class EnvWorkers:
 
 
 class InProcessEnv:
-    """One env in this process as a vector of one, with EnvWorkers' interface and NEXT_STEP autoreset. Unlike a worker
-    it reseeds every episode, from `seed`, `seed + 1`, ... counted from the last `reset(seed)`: so a run stopped at
-    an episode boundary and started again with `reset(seed + episodes done)` continues exactly. A step that resets
-    chooses no action (`act` is not called, so no RNG is drawn) and reports zeros."""
+    """One env in this process with EnvWorkers' interface. It reseeds every episode (`seed`, `seed + 1`, ... from the
+    last `reset(seed)`), so a run resumed at an episode boundary continues exactly; a resetting step calls no `act`."""
 
     def __init__(self, env: gym.Env):
         self.env, self.num_envs = env, 1
-        # whether a terminated episode is a success (the tasks that say so: envs/dishwashing), as the batched envs say
+        # whether a terminated episode is a success, as the batched envs say
         self.terminates_on_success = getattr(env.unwrapped, "terminates_on_success", False)
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
         self.obs = None  # (1, ...) the observation the next action is chosen for
@@ -241,8 +214,7 @@ class InProcessEnv:
         return self.obs
 
     def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
-        """As `EnvWorkers.step`, for one env: (actions, obs, reward, terminated, truncated), (1, ...) each, where obs
-        is what `observe` made of the observation."""
+        """As `EnvWorkers.step`, for one env."""
         if self.resetting:
             self.reset(self.seed + 1)
             self.observed = observe(self.obs)

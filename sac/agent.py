@@ -1,6 +1,5 @@
-"""Soft Actor-Critic from pixels as DrQ and DrQ-v2 run it: random-shift augmentation inside the update, the encoder
-trained by the critic loss only, the actor on detached features, clipped double Q, a learned temperature. Written
-by hand: no maintained library has this variant (docs/algorithm.md says what an update computes, and why)."""
+"""Soft Actor-Critic from pixels as DrQ and DrQ-v2 run it. Written by hand: no maintained library has this variant
+(docs/algorithm.md says what an update computes, and why)."""
 
 import contextlib
 import copy
@@ -33,9 +32,7 @@ def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int, layer_norm: b
 
 @contextlib.contextmanager
 def eval_mode(*modules: nn.Module):
-    """Eval mode for the duration, then every submodule's own mode back (DrQ's and SAC-AE's `utils.eval_mode`, but
-    per submodule, so a frozen encoder inside a training critic stays as it was): BatchNorm normalises by its running
-    statistics and leaves them alone, so an observation's action does not depend on the rest of its batch."""
+    """Eval mode for the duration, then every submodule's own mode back (so a frozen encoder stays as it was)."""
     modes = [(module, module.training) for root in modules for module in root.modules()]
     for root in modules:
         root.train(False)
@@ -63,7 +60,7 @@ class Actor(nn.Module):
     def forward(self, features: torch.Tensor) -> TransformedDistribution:
         mu, log_std = self.policy(self.trunk(features)).chunk(2, dim=-1)
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
-        # no argument validation: its checks branch on tensor values, a host-device sync each (4 per policy pass)
+        # no argument validation: its checks branch on tensor values, a host-device sync each
         base = Normal(mu, log_std.exp(), validate_args=False)
         return TransformedDistribution(base, [TanhTransform(cache_size=1)], validate_args=False)
 
@@ -95,7 +92,7 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 ACTOR_METRICS = ("actor_loss", "alpha_loss", "alpha", "entropy")
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
-ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder: Critic holds it as `encoder`
+ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder
 
 
 def is_state_dict(value) -> bool:
@@ -104,8 +101,7 @@ def is_state_dict(value) -> bool:
 
 
 def state_problem(state: dict) -> str | None:
-    """What in a saved agent state (`SAC.state_dict`) is not laid out as it is written, as the end of "its agent
-    ..."; None when nothing. Checked before `load_state_dict`, whose errors for these are tracebacks."""
+    """What in a saved agent state is not laid out as it is written, as the end of "its agent ..."; None if nothing."""
     missing = [key for key in (*NETWORKS, "log_alpha", *OPTIMISERS, "updates") if key not in state]
     if missing:
         return f"lacks {', '.join(missing)}"
@@ -124,9 +120,7 @@ class SAC:
     def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True,
                  cuda_graph: bool = False):
-        """`pixels`: the encoder's features are projected and normalised by the heads' trunk (sac.feature_dim);
-        `augment`: pixel batches are frame stacks to random-shift (False for a frozen trunk's stored features);
-        `cuda_graph`: on CUDA, each update after the first few replays one captured graph (sac/graphs.py)."""
+        """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift the batches."""
         self.cfg, self.device, self.autocast = cfg, device, autocast
         self.augment = pixels and augment
         self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
@@ -144,14 +138,13 @@ class SAC:
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
         self.graphs = UpdateGraphs() if cuda_graph and device.type == "cuda" and not compile else None
-        # fused: one kernel per step for all parameters; capturable: the step count stays on the device, as a graph
-        # needs it
+        # capturable: the step count stays on the device, as a graph needs it
         adam = {"fused": True, "capturable": self.graphs is not None}
         self.critic_opt = torch.optim.Adam(critic_param_groups(self.critic, encoder_lr), lr=cfg.lr, **adam)
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr, **adam)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), **adam)
         self.updates = 0
-        self.actor_metrics = {}  # the last actor update's, reported with every update (for logging only)
+        self.actor_metrics = {}
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -165,9 +158,7 @@ class SAC:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray | torch.Tensor, sample: bool) -> np.ndarray:
-        """Observations (N, ...) in, on the host or already on the device (MuJoCo Warp's), actions (N, A) in [-1, 1]
-        out: sampled for exploration, the mean for evaluation. The networks run in eval mode, so BatchNorm uses (and
-        keeps) its running statistics."""
+        """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled, or the mean for evaluation."""
         obs = torch.as_tensor(obs, device=self.device)
         with eval_mode(self.critic.encoder, self.actor):
             dist = self.actor(self.encode(self.critic.encoder, obs))
@@ -205,9 +196,7 @@ class SAC:
         return metrics
 
     def update_critic(self, features, *, action, reward, discount, next_obs) -> dict[str, torch.Tensor]:
-        """`features` and `next_obs` may hold several augmented copies of the batch, stacked (DrQ's K = M): the
-        target is averaged over the next_obs copies, each with its own next action, and the loss summed over the
-        obs copies."""
+        """`features` and `next_obs` may hold several augmented copies of the batch, stacked (DrQ's K = M)."""
         copies = len(next_obs) // len(action)
         with torch.no_grad():
             next_features = self.encode(self.critic.encoder, next_obs)

@@ -1,5 +1,5 @@
-"""DrQ's random shift: replicate-pad by `pad` pixels, crop back at a random offset, one shift per sample for all
-its frames. Stays uint8 and crops by one gather over a strided view of every window (no interpolation)."""
+"""DrQ's random shift: replicate-pad by `pad` pixels, crop back at a random offset, one shift per sample. Stays uint8:
+one gather over a strided view of every window."""
 
 import torch
 import torch.nn.functional as F

@@ -1,8 +1,5 @@
 """Demonstrations as RLPD uses them: a store the replay never evicts, a share of every batch drawn from it. The
-store is a second ReplayBuffer, so demonstrations go through the same sampling code (docs/algorithm.md).
-
-`fill_store` takes per episode observations (L + 1, *frame_shape), the reset observation first; actions float32 (L,
-A), rewards (L,), terminations bool (L,)."""
+store is a second ReplayBuffer, so demonstrations go through the same sampling code (docs/algorithm.md)."""
 
 from collections.abc import Sequence
 
@@ -22,7 +19,8 @@ def fill_store(
     nstep: int,
     frames_on: torch.device | None,
 ) -> ReplayBuffer:
-    """A ReplayBuffer holding exactly these episodes, each (observations, actions, rewards, terminations)."""
+    """A ReplayBuffer holding exactly these episodes, each (observations (L + 1, ...), actions, rewards,
+    terminations)."""
     observations = [episode[0] for episode in episodes]
     frames = sum(len(obs) for obs in observations)
     first = observations[0]
@@ -54,8 +52,7 @@ def demo_count(batch_size: int, share: float) -> int:
 def mixed_sample(
     replay: ReplayBuffer, *, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """`batch_size` transitions: `demo_count(batch_size, share)` from `demos`, the rest from `replay`, the
-    demonstrations last."""
+    """`batch_size` transitions, the demonstrations' share last."""
     from_demos = demo_count(batch_size, share)
     own = replay.sample(batch_size - from_demos, device)
     if from_demos == 0:

@@ -1,6 +1,5 @@
-"""The SAC update as CUDA graphs: captured once, then replayed as one launch per update, so an update costs its
-kernels and not Python and launch overhead. torch.cuda.graphs is used directly rather than torch.compile's
-"reduce-overhead" mode, which would compile every network first (minutes) and recompile on any change of shape."""
+"""The SAC update as CUDA graphs, captured once and replayed as one launch per update. Not torch.compile's
+"reduce-overhead" mode, which compiles every network first (minutes) and recompiles on any change of shape."""
 
 import torch
 
@@ -8,8 +7,7 @@ WARMUP_UPDATES = 3  # eager updates before a capture: optimiser states, cuBLAS w
 
 
 class UpdateGraphs:
-    """One graph per (actor due, target due, batch shapes), each with static input tensors that every call copies its
-    batch into. The first WARMUP_UPDATES calls run eagerly on a side stream, as torch's capture recipe asks."""
+    """One graph per (actor due, target due, batch shapes), each with static inputs that every call copies into."""
 
     def __init__(self):
         self.graphs = {}

@@ -1,8 +1,5 @@
-"""Replay buffer that stores every frame once (the libraries' store each transition's two frame stacks: ~6x the
-memory) in one ring per env, and rebuilds frame stacks and n-step returns at sample time (docs/algorithm.md).
-
-`sample` returns obs/next_obs uint8 (B, T, C, H, W), or (B, *frame_shape) without `frame_stack`; action float32 (B,
-A); reward and discount float32 (B, 1), discount being the factor on next_obs's value (0 after a termination)."""
+"""Replay buffer that stores every frame once, in one ring per env, and rebuilds frame stacks and n-step returns at
+sample time (docs/algorithm.md)."""
 
 import numpy as np
 import torch
@@ -11,20 +8,18 @@ from errors import UserError
 from sac.ring import min_ring_slots
 
 ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
-# each slot's scalars beside its frame (actions: one per action dimension)
 SLOT_DTYPES = {"actions": np.float32, "rewards": np.float32, "terminated": np.bool_, "pos": np.int32}
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`tensor` on `device`. Host to CUDA without blocking the host, through pinned memory; CUDA to host blocks,
-    because a non-blocking copy to the host returns before its bytes arrive (frames on the GPU, learner on the CPU)."""
+    """`tensor` on `device`; to the host it blocks, as a non-blocking copy returns before its bytes arrive."""
     if device.type == "cuda" and tensor.device.type == "cpu":
         tensor = tensor.pin_memory()
     return tensor.to(device, non_blocking=device.type == "cuda")
 
 
 def to_host(values) -> np.ndarray:
-    """numpy on the host, from numpy or a torch tensor on any device: a batched env's per-env numbers."""
+    """numpy on the host, from numpy or a torch tensor on any device."""
     return values.cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
 
 
@@ -33,8 +28,7 @@ def frame_bytes(frame_shape, frame_dtype) -> int:
 
 
 def state_problem(state: dict) -> str | None:
-    """What in a saved replay state (`ReplayBuffer.state_dict`) does not hold together, as the end of "it ..." (None:
-    nothing): checked before `load_state_dict` trusts its counters to index the arrays."""
+    """What in a saved replay state does not hold together, as the end of "it ..."; None when nothing."""
     missing = [key for key in (*ARRAYS, "count", "num_transitions", "capacity", "rng") if key not in state]
     if missing:
         return f"lacks {', '.join(missing)}"
@@ -54,8 +48,7 @@ def state_problem(state: dict) -> str | None:
 
 
 def numpy_state_problem(state) -> bool:
-    """True unless `state` is a numpy generator state that np.random.default_rng's generators accept (the replay's,
-    and the other samplers' a checkpoint saves)."""
+    """True unless `state` is a numpy generator state that np.random.default_rng's generators accept."""
     try:
         np.random.default_rng().bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError):  # numpy's setter raises each for some damage
@@ -64,8 +57,7 @@ def numpy_state_problem(state) -> bool:
 
 
 def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_host: bool) -> int:
-    """Host memory one slot takes: its frame (unless frames live on a device), action, reward, flag and pos. numpy
-    allocates lazily, so a buffer too large for the RAM fails only as it fills: callers check this up front."""
+    """Host memory one slot takes: numpy allocates lazily, so callers check a buffer's size against the RAM first."""
     scalars = sum(np.dtype(dtype).itemsize * (action_dim if name == "actions" else 1)
                   for name, dtype in SLOT_DTYPES.items())
     return (frame_bytes(frame_shape, frame_dtype) if frames_on_host else 0) + scalars
@@ -74,10 +66,8 @@ def host_bytes_per_slot(frame_shape, frame_dtype, action_dim: int, frames_on_hos
 class ReplayBuffer:
     def __init__(self, *, capacity: int, frame_shape, frame_dtype, action_dim: int, frame_stack: int | None, seed: int,
                  discount: float, num_envs: int = 1, frames_on: torch.device | None = None, nstep: int = 1):
-        """`capacity` frames in all, split evenly across `num_envs` rings; `discount` per step (sampled batches carry
-        the whole bootstrap factor); `frames_on` a device to keep frames on (None = host memory); `nstep` steps per
-        sampled transition."""
-        self.capacity = capacity // num_envs  # slots per env ring
+        """`capacity` frames in all, split evenly across `num_envs` rings; `frames_on`: a device for the frames."""
+        self.capacity = capacity // num_envs
         self.num_envs = num_envs
         self.frame_stack = frame_stack
         self.nstep, self.discount = nstep, discount
@@ -114,13 +104,13 @@ class ReplayBuffer:
         self.add_resets(obs[None])
 
     def add_resets(self, obs: np.ndarray | torch.Tensor) -> None:
-        """Every env's observation returned by `reset`, (N, ...): no action, reward or termination led to them."""
+        """Every env's observation returned by `reset`, (N, ...)."""
         n = self.num_envs
         self.add_batch(obs, np.zeros((n, self.actions.shape[-1]), np.float32), np.zeros(n), np.zeros(n, bool),
                        np.ones(n, bool))
 
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
-        """Single env: one step, the action taken, its outcome, and the observation it led to."""
+        """Single env: one step's action, outcome and the observation it led to."""
         self.add_batch(
             next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool)
         )
@@ -128,8 +118,7 @@ class ReplayBuffer:
     def add_batch(self, obs: np.ndarray | torch.Tensor, action: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
                   first: np.ndarray) -> None:
         """One frame per env, (N, ...) each: the observation, the action and outcome that led to it, and whether it
-        is a reset frame (`first`; its action, reward and terminated are ignored). `obs` may be a torch tensor on any
-        device (a batched env's): it is copied straight into device frames, or to the host for host frames."""
+        is a reset frame (`first`; its action, reward and terminated are ignored)."""
         assert len(obs) == self.num_envs, f"expected {self.num_envs} envs, got {len(obs)}"
         if self.count == 0:
             assert first.all(), "every env's first frame must be a reset frame"
@@ -148,8 +137,8 @@ class ReplayBuffer:
         self.count += 1
 
     def sample(self, batch_size: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-        # one stored transition always has a valid draw (the ring holds more than a stack's window), so the draw
-        # below ends; how many a batch should wait for is the trainer's call, and a store of demos may hold a few
+        """obs/next_obs uint8 (B, T, C, H, W) (no T without `frame_stack`), action, reward, and discount (B, 1): the
+        whole factor on next_obs's value, 0 after a termination."""
         assert self.num_transitions > 0, "no transitions to sample from"
         ends, envs = self._sample_ends(batch_size)
         slots = ends % self.capacity
@@ -169,17 +158,14 @@ class ReplayBuffer:
         return {"obs": obs, **{key: to_device(value, device) for key, value in batch.items()}, "next_obs": next_obs}
 
     def stacks(self, ends: np.ndarray, envs: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
-        """The observations ending at frame numbers `ends` (B,) of `envs` (B,), built as `sample` builds obs and
-        next_obs: (B, T, *frame_shape) stacks (padded at episode starts as the env pads at reset), or (B,
-        *frame_shape) without `frame_stack`. The frames must still be in the ring (frame number > count -
-        capacity)."""
+        """The observations ending at frame numbers `ends` (B,) of `envs` (B,), as `sample` builds them; the frames
+        must still be in the ring."""
         frames = self._stack_frames(ends, envs) % self.capacity
         window = self._gather_frames(frames, envs[:, None], torch.device(device))
         return window if self.frame_stack else window[:, 0]
 
     def _stack_frames(self, ends: np.ndarray, envs: np.ndarray) -> np.ndarray:
-        """(B, T) frame numbers of the stacks ending at frames `ends` (B,), oldest first: frames ends-T+1..ends,
-        each clamped to its episode's first frame (the same padding the env's frame stack uses at reset)."""
+        """(B, T) frame numbers of the stacks ending at frames `ends` (B,), clamped to each episode's first frame."""
         back = np.arange((self.frame_stack or 1) - 1, -1, -1)[None, :]
         return ends[:, None] - np.minimum(back, self.pos[ends % self.capacity, envs][:, None])
 
@@ -212,8 +198,7 @@ class ReplayBuffer:
         return to_device(torch.from_numpy(self.frames[slots, envs]), device)
 
     def _sample_ends(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """(frame number, env) pairs, uniform over valid transitions: not a reset frame, and every frame its stack
-        needs still in the ring."""
+        """(frame number, env) pairs, uniform over valid transitions."""
         oldest = max(0, self.count - self.capacity)
         flat = np.empty(0, dtype=np.int64)  # frame number * num_envs + env
         while len(flat) < batch_size:

@@ -1,5 +1,4 @@
-"""The dishwashing task, registered with Gymnasium on import (envs/__init__.py imports it, so YAML configs can
-name `env.id: Dishwashing-v0` or `DishwashingFeasible-v0`). See env.py for the task, reward and observation."""
+"""The dishwashing task, registered with Gymnasium on import as `Dishwashing-v0` and `DishwashingFeasible-v0`."""
 
 import gymnasium as gym
 

@@ -1,41 +1,8 @@
 """The dishwashing task: carry a plate from the basin into the drying rack's slot (scene.xml).
 
-Variants (`variant=`):
-- "full": the plate lies at a random spot in the basin, the open gripper hovers above the table.
-- "feasible": the plate starts grasped, held above the rack (within 8 cm of the slot) clear of its pegs; what is
-  left is align, lower and release. The debugging variant: state SAC learns it on a CPU in minutes.
-
-Action, Box(-1, 1, (4,)): [0:3] moves the gripper by up to MAX_MOVE metres per step along x, y, z (targets clipped
-to the slide ranges); [3] is the finger command, -1 fully open .. +1 fully shut.
-
-Grasp: a weld between hand and plate, switched on only while the fingers are commanded shut (action[3] > 0) and
-both fingers touch the plate, and switched off as soon as the command opens. The fingers themselves are simulated
-(they stop on the plate's rim); the weld stands in for friction, because a two-point pinch of a thin disc with
-MuJoCo's default (torsion-free) contacts lets it pivot about the line between the fingertips.
-
-Observation (state mode), (26,) (make_env casts it to float32):
-    [0:3]   gripper point (between the fingertips)     [3]     finger opening, 0 shut .. 1 open
-    [4]     1 while the plate is grasped               [5:8]   plate centre
-    [8:11]  plate axis (its normal; (0, 0, 1) = flat)  [11:14] plate - gripper
-    [14:17] slot - plate                               [17:20] slot (where the plate's centre rests when placed)
-    [20:23] plate velocity                             [23:26] gripper velocity
-
-Reward: -1 + progress per step, and 0 on the success step, which terminates the episode. progress (at most 0.9):
-    reach    W_REACH * (1 - tanh(K_REACH * |plate - gripper|))                 get the fingers to the plate
-    grasp    W_GRASP * secured                                                  secured: grasped, or lying in the slot
-    lift     W_LIFT * secured * clip((z - z_basin) / (z_slot - z_basin), 0, 1)  raise it to the rack's height
-    place    W_PLACE * (1 - tanh(K_PLACE * path))                               bring it to the slot; path: its way
-             there, straight down when over the slot, else via the point HOVER above it (pegs cleared from above)
-    release  W_RELEASE * droppable * (1 - action[3]) / 2                        open the fingers where letting go
-             drops the plate into the slot: over it and less than DROP_HEIGHT above its resting height
-Every step before success costs at least 0.1, so the quickest placement earns the most; a placed plate is an
-absorbing goal, and ending there keeps the critic from learning anything about what happens after. Letting go in
-the slot costs nothing, as a plate lying there still counts as secured. The release term pays for the command, not
-the state: a policy that has learnt never to open (opening elsewhere drops the plate) would otherwise never try it
-over the slot, where the fingers, blocked by the plate, do not move before the weld lets go.
-
-Success: the plate rests in the slot (centre within SLOT_XY_TOL horizontally and SLOT_Z_TOL vertically, tilted less
-than UPRIGHT_TOL, speed under REST_SPEED), released. `info["success"]` is reported on every step.
+Variants: "full" (plate in the basin, open gripper above the table) and "feasible" (plate already grasped above
+the rack). Action [0:3] moves the gripper by up to MAX_MOVE per step, [3] is the finger command (-1 open .. +1 shut).
+Observation layout (OBS_*), reward terms (`_progress`) and success: docs/dishwashing.md#the-task-in-detail.
 """
 
 from pathlib import Path
@@ -52,7 +19,7 @@ VARIANTS = ("full", "feasible")
 FRAME_SKIP = 20  # 2 ms physics steps -> 25 agent steps per simulated second
 MAX_MOVE = 0.025  # metres the gripper target moves per step at |action| = 1
 
-# reward weights (sum 0.9: success alone reaches 1, see the module docstring) and shaping scales
+# reward weights (sum 0.9: success alone reaches 1) and shaping scales
 W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.1, 0.3, 0.2
 K_REACH, K_PLACE = 10.0, 5.0  # 1/m: the distance at which tanh shaping is half spent is ~0.055 m and ~0.11 m
 HOVER = 0.07  # height above the slot from which the plate is lowered between the pegs (peg tops: +0.042)
@@ -68,13 +35,11 @@ REST_SPEED = 0.05
 BASIN_SPREAD = np.array([0.05, 0.04])  # plate offset from the basin centre (x, y): fingers still fit beside it
 HAND_START = np.array([0.0, 0.0, 0.2])  # gripper point at reset (full variant) ...
 HAND_SPREAD = np.array([0.05, 0.05, 0.03])  # ... +- this
-# plate centre at reset (feasible variant): uniform in this box above the rack (+-8 cm around the slot, clear of the
-# pegs), where one random episode in ten lets go over the slot: early successes for the critic to learn from
+# plate centre at reset (feasible variant): uniform in this box above the rack, clear of the pegs
 CARRY_LOW = np.array([0.12, -0.06, 0.13])
 CARRY_HIGH = np.array([0.28, 0.06, 0.2])
 GRASP_DEPTH = 0.004  # plate centre below the gripper point when grasped from a surface
 
-# the observation layout (see the module docstring)
 OBS_GRIP, OBS_OPENING, OBS_HELD, OBS_PLATE, OBS_AXIS = slice(0, 3), 3, 4, slice(5, 8), slice(8, 11)
 OBS_PLATE_TO_GRIP, OBS_SLOT_FROM_PLATE, OBS_SLOT, OBS_PLATE_VEL, OBS_GRIP_VEL = (
     slice(11, 14), slice(14, 17), slice(17, 20), slice(20, 23), slice(23, 26))
@@ -99,10 +64,10 @@ NEEDED = {
 
 
 class DishwashingEnv(MujocoEnv):
-    # no "human": the project renders headless (trainer/headless.py selects EGL or OSMesa), where no window can open
+    # no "human": rendering is headless
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 25}
     terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
-    # what visual randomisation recolours (envs/randomize.py), by material; the gripper stays as the robot's own
+    # what visual randomisation recolours, by material; the gripper keeps the robot's own colours
     scene_parts = {"table": ("wood",), "basin": ("basin",), "rack": ("rack", "peg"), "plate": ("plate", "plate_well"),
                    "floor": ("floor",)}
 
@@ -168,7 +133,6 @@ class DishwashingEnv(MujocoEnv):
         self.slot = data.site("slot").xpos.copy()
         self._lift_height = self.slot[2] - self._basin_rest_z
 
-    # ---- state --------------------------------------------------------------------------------------------------
     @property
     def grip(self) -> np.ndarray:
         return self.data.site_xpos[self._grip]
@@ -208,7 +172,6 @@ class DishwashingEnv(MujocoEnv):
         """The state vector, whatever the observation mode: the scripted policy reads it."""
         return self._get_obs()
 
-    # ---- grasp --------------------------------------------------------------------------------------------------
     def _fingers_touch_plate(self) -> bool:
         contacts = self.data.contact.geom[: self.data.ncon]
         with_plate = contacts[(contacts == self._plate_geom).any(axis=1)]
@@ -226,7 +189,6 @@ class DishwashingEnv(MujocoEnv):
         self.model.eq_data[self._weld, 6:10] = relquat
         self.data.eq_active[self._weld] = 1
 
-    # ---- task ---------------------------------------------------------------------------------------------------
     def _over_slot(self) -> bool:
         return np.linalg.norm(self.plate[:2] - self.slot[:2]) < SLOT_XY_TOL
 
@@ -238,7 +200,7 @@ class DishwashingEnv(MujocoEnv):
         return self._in_slot() and upright and not self.held and plate_speed < REST_SPEED
 
     def _progress(self, fingers: float) -> dict[str, float]:
-        """The reward terms of the module docstring; `fingers` is the finger command, action[3]."""
+        """The reward terms (docs/dishwashing.md); `fingers` is the finger command, action[3]."""
         plate, over_slot = self.plate, self._over_slot()
         secured = self.held or self._in_slot()
         droppable = over_slot and plate[2] - self.slot[2] < DROP_HEIGHT

@@ -1,7 +1,5 @@
-"""A hand-written policy for the dishwashing task, reading only the state vector. It proves both variants are
-solvable within their episode limits (tests/test_dishwashing.py) and drives the episode shown in
-docs/dishwashing_frames.png. Stateless: the phase (approach, grasp, lift, carry, lower, release, retreat) is read
-off the observation, so it can take over at any step of an episode."""
+"""A hand-written policy for the dishwashing task, reading only the state vector: it shows both variants solvable.
+Stateless: the phase is read off the observation, so it can take over at any step of an episode."""
 
 import numpy as np
 

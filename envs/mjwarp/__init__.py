@@ -1,15 +1,8 @@
-"""`env.backend: mujoco_warp`: N worlds of a task simulated and ray-traced by MuJoCo Warp in one process, on the
-training device (CUDA when present, else the CPU), observations and rewards as torch tensors on that device.
+"""`env.backend: mujoco_warp`: N worlds of a task simulated and ray-traced by MuJoCo Warp on the training device,
+observations and rewards as torch tensors there (docs/warp.md).
 
-Layers: simulation.py (MuJoCo Warp's model, data and renderer behind torch views), the batched tasks (cartpole.py,
-dishwashing.py: reset, controls, reward, termination), vector.py (WarpVectorEnv: frame stacks, action repeat, time
-limits, autoreset; its docstring gives the shapes). Optional install: requirements-warp.txt.
-
-What differs from `env.backend: mujoco` (docs/warp.md): frames are ray-traced, not rasterised by OpenGL; no
-reflections or multisampling, and shadows and skybox only with `env.warp_shadows`, `env.warp_skybox`; positions
-are read after the last physics step of an agent step, as dm_control does (the Gymnasium dishwashing env reads them
-one 2 ms physics step earlier); float32 physics. A policy trained on one backend is not expected to transfer to the
-other unchanged.
+Layers: simulation.py (MuJoCo Warp behind torch views), the batched tasks (cartpole.py, dishwashing.py), vector.py
+(WarpVectorEnv: frame stacks, action repeat, autoreset), shards.py (the worlds split over CPU processes).
 """
 
 import math
@@ -41,9 +34,7 @@ def make_task(env_id: str, device: torch.device):
 
 
 def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False) -> WarpVectorEnv | WarpShards:
-    """`cfg.num_envs` worlds of the task `cfg.id` (`cfg` the env config section); frame stacks when `pixels`, state
-    vectors otherwise. On the CPU the worlds are split over `processes(cfg, device)` processes
-    (envs/mjwarp/shards.py)."""
+    """`cfg.num_envs` worlds of the task `cfg.id`; frame stacks when `pixels`, state vectors otherwise."""
     device = torch.device(device)
     task, count = make_task(cfg.id, device), processes(cfg, device)
     if count > 1:
@@ -52,8 +43,7 @@ def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False
 
 
 def processes(cfg, device: torch.device) -> int:
-    """`cfg.warp_processes` resolved: on the CPU as set, or one per core the process may use (null); at most one per
-    world. On a GPU one process steps every world."""
+    """`cfg.warp_processes` resolved: on the CPU as set or one per usable core, at most one per world; 1 on a GPU."""
     if device.type != "cpu":
         if cfg.warp_processes not in (None, 1):
             raise UserError("`warp_processes` splits the worlds over CPU processes; on a GPU one process steps them "
@@ -63,9 +53,8 @@ def processes(cfg, device: torch.device) -> int:
 
 
 def usable_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (`cpu_max`, "max 100000"
-    or "<quota> <period>" microseconds). A container limited with docker --cpus or a Kubernetes limit still shows
-    all of the host's cores in its affinity, and a process per host core would overrun its memory."""
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota, which a container limited
+    with docker --cpus or a Kubernetes limit does not show in its affinity."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         quota, period = cpu_max.read_text().split()

@@ -1,7 +1,5 @@
 """dm_control's cartpole swing-up (suite.cartpole.swingup: its model, start distribution and smooth reward), batched.
 
-Reward, as dm_control.suite.cartpole.Balance._get_reward(sparse=False) with dm_control.utils.rewards.tolerance:
-    upright * (4 + small_control) / 5 * (1 + small_velocity) / 2 * (1 + centered) / 2
 State observation, float32 (N, 5), as Shimmy flattens dm_control's: [cart position, pole cos, pole sin, cart
 velocity, pole angular velocity].
 """
@@ -38,7 +36,7 @@ class CartpoleSwingup:
     batched_model_fields = ()
     max_constraints = None  # MuJoCo Warp's default: cartpole has no contacts
     action_dim, state_dim = 1, 5
-    terminates_on_success = False  # the episode runs to its time limit; there is no success to report
+    terminates_on_success = False
 
     def __init__(self):
         xml, assets = cartpole.get_model_and_assets()

@@ -1,9 +1,6 @@
-"""The dishwashing task (envs/dishwashing/env.py: its scene, start distributions, grasp, reward and success), batched
-over the worlds of a Simulation. The single env stays the definition: its module docstring states the task, its
-constants are imported, and its scene binding (names checked, geometry measured) is reused, so the two backends
-cannot drift apart by copy-paste; tests/test_mjwarp.py holds the batched terms to the single env's on the same states.
+"""The dishwashing task of envs/dishwashing/env.py batched over the worlds of a Simulation.
 
-State observation: float32 (N, 26) in the single env's layout (OBS_* slices).
+The single env stays the definition: its constants and scene binding are reused, so the backends cannot drift apart.
 """
 
 import numpy as np
@@ -32,9 +29,7 @@ def _quat_rotate(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 class Dishwashing:
     batched_model_fields = ("eq_data",)  # the grasp weld's relative pose is set per world
-    # constraint rows per world: a noisy scripted grasp reached 71 (16 worlds, 600 steps), random actions 113 (64
-    # worlds, 600 steps); MuJoCo Warp's default, 64, dropped the rows beyond it (tests/test_mjwarp.py). 256 would cost
-    # ~10% more physics time; a world that runs out ends its episode (vector.py)
+    # constraint rows per world: noisy scripted grasps reached 71, random actions 113; MuJoCo Warp's guess is 64
     max_constraints = 128
     action_dim, state_dim = 4, single.OBS_SIZE
     terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
@@ -76,8 +71,8 @@ class Dishwashing:
 
     # ---- episode start ------------------------------------------------------------------------------------------
     def reset(self, sim, mask: torch.Tensor, *, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
-        """As DishwashingEnv.reset_model, for the worlds in `mask` (positions only: the grasp of the feasible
-        variant needs their kinematics, so it waits for `after_reset`)."""
+        """As DishwashingEnv.reset_model, for the worlds in `mask`; the feasible variant's grasp waits for
+        `after_reset`, which has their kinematics."""
         u = random.uniform(seeds, episodes=episodes, count=5).to(sim.qpos.dtype)
         n = len(u)
         if self.variant == "full":
@@ -139,8 +134,7 @@ class Dishwashing:
         sim.ctrl.copy_(ctrl)
 
     def outcome(self, sim, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """After the physics: grasp where the fingers closed on the plate, then (reward float32 (N,), success bool
-        (N,)); success terminates."""
+        """After the physics: grasp where the fingers closed on the plate; (reward (N,), success (N,))."""
         held = sim.eq_active[:, self._weld]
         self.grasp(sim, (action[:, 3] > 0) & ~held & self.fingers_touch_plate(sim))
         reward, success, _ = self.reward_terms(sim, action)
@@ -173,8 +167,7 @@ class Dishwashing:
 
     @staticmethod
     def _velocity(sim, point: torch.Tensor, *, body: int, root: int) -> torch.Tensor:
-        """Linear velocity (N, 3) in the world frame of `point` fixed to `body` (mj_objectVelocity, flg_local=0):
-        cvel is given at the subtree's centre of mass."""
+        """Linear velocity (N, 3) of `point` fixed to `body`, as mj_objectVelocity (cvel is at the subtree's COM)."""
         angular, linear = sim.cvel[:, body, :3], sim.cvel[:, body, 3:]
         return linear - torch.cross(point - sim.subtree_com[:, root], angular, dim=-1)
 

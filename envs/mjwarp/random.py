@@ -1,10 +1,7 @@
 """Per-world random numbers keyed by (seed, episode, draw), computed batched on the device.
 
-Written by hand because torch's generators are streams: one generator shared by all worlds makes world i's next
-start depend on how many other worlds reset before it, and a generator per world turns every batched reset into N
-host calls. A counter-based hash (SplitMix64's finaliser) gives each world its own sequence, indexed by its seed and
-its episode count, so a world's starts depend on nothing but its seed: the batched analogue of the worker rule
-"worker i starts from seed + i" (envs/workers.py).
+Written by hand because torch's generators are streams: a shared one makes a world's start depend on the others'
+resets, and one per world costs N host calls per batched reset. A counter-based hash (SplitMix64's finaliser) does not.
 """
 
 import math

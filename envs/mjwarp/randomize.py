@@ -1,11 +1,6 @@
-"""env.randomize in MuJoCo Warp worlds (envs/randomize.py is the OpenGL path and says what each range does): every
-world's scene is drawn on the device when it resets, keyed by its (seed, episode) as its start state is
-(envs/mjwarp/random.py, with a key of their own so scene and start are independent), into per-world rows of the
-visual model fields MuJoCo Warp batches (put_model's batch_sizes). Held-out worlds use seeds + HELDOUT.
-
-What differs from OpenGL: MuJoCo Warp compiles the headlight into its render context, one for all worlds, so
-`ambient` cannot vary (the config refuses it) and `light_intensity` scales the model's lights only; and a seed's
-scene is not the OpenGL path's scene of that seed (another generator), as its frames are not OpenGL's anyway.
+"""env.randomize in MuJoCo Warp worlds (envs/randomize.py is the OpenGL path): each world's scene is drawn on the
+device at its reset, keyed by its (seed, episode), into per-world rows of the visual model fields. What differs from
+OpenGL: docs/warp.md#visual-domain-randomisation.
 """
 
 import math
@@ -35,8 +30,7 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
 
 class WarpScenes:
     def __init__(self, cfg, task, model, *, camera: int, heldout: bool):
-        """`cfg`: the env.randomize section; `model`: the Simulation's MuJoCo Warp model, with FIELDS batched per
-        world; `camera`: the observed camera's index."""
+        """`model`: the Simulation's MuJoCo Warp model, with FIELDS batched per world; `camera`: the observed one."""
         import warp as wp
 
         mjm = task.mjm

@@ -1,16 +1,7 @@
-"""MuJoCo Warp worlds on the CPU split over processes, one core each: WarpVectorEnv's interface, torch tensors on the
-CPU in and out (envs/mjwarp/vector.py gives the shapes).
+"""MuJoCo Warp worlds on the CPU split over processes, one core each, behind WarpVectorEnv's interface.
 
-Why processes: Warp runs a CPU kernel as a serial loop on one thread (NVIDIA/warp#1309), so the worlds of one process
-use one core however many there are; and its CPU tile kernels keep their shared storage in static variables
-(warp/native/tile.h), so threads of one process cannot step worlds side by side safely. Each process here runs a
-WarpVectorEnv of a contiguous block of worlds. Observations, actions, rewards and flags live in shared memory (torch
-tensors); a step is one message to every process and one answer from each, so the processes step together.
-
-World i gets the seed `seed + i` whichever process holds it, and a world's physics and frames do not depend on its
-neighbours (tests/test_mjwarp.py), so the split changes the speed, not the episodes: the worlds step exactly as in
-one process. Stop signals are the trainer's, as with the OpenGL workers (envs/workers.py): processes ignore them, a
-dead one is a one-line WorkerDied error, and `close` (or the exit) kills what does not end.
+Processes, not threads: Warp runs a CPU kernel on one thread, and its tile kernels' static storage rules out threads
+(docs/warp.md#on-the-cpu-worlds-split-over-processes). World i keeps seed `seed + i` whichever process holds it.
 """
 
 import time
@@ -51,8 +42,8 @@ class Shared:
 
 class WarpShards:
     def __init__(self, task, env_cfg, *, pixels: bool, processes: int, heldout: bool = False):
-        """`task`: the batched task (read here for its spaces and flags; every process makes its own); `env_cfg`:
-        the config's env section, with `num_envs` worlds in all; `processes`: how many, at most `num_envs`."""
+        """`task`: the batched task, read here for its spaces (every process makes its own); `processes`: at most
+        `env_cfg.num_envs`."""
         n = env_cfg.num_envs
         self.num_envs, self.device, self.terminates_on_success = n, CPU, task.terminates_on_success
         if pixels:
@@ -71,9 +62,8 @@ class WarpShards:
         self._resetting = torch.zeros(n, dtype=torch.bool)  # worlds whose next step returns their reset observation
         context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
         self._processes, self._pipes = [], []
-        # processes ignore SIGTERM, so multiprocessing's exit clean-up (terminate, then join) would wait for ever on
-        # a run that ends without close(): kill them first. Registered before any starts, so that a constructor
-        # failing part way (a start, or a process's error while starting) leaves none behind at exit
+        # processes ignore SIGTERM, so the exit clean-up would wait for ever: kill them first. Registered before any
+        # starts, so a constructor failing part way leaves none behind
         self._finalizer = weakref.finalize(self, kill_processes, self._processes)
         with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
             for rows in np.array_split(np.arange(n), processes):
@@ -115,8 +105,7 @@ class WarpShards:
                 shared.truncated.clone())
 
     def _call(self, command: str, seed: int | None = None) -> None:
-        """`command` to every process (none for "ready": their first answer), then every answer: all step at once.
-        Every answer is read before an error is raised, and a failed call fails every later one: a process left one
+        """`command` to every process, then every answer. A failed call fails every later one: a process left one
         answer behind would otherwise answer the next call with this one's."""
         if self._failed:
             raise RuntimeError("this MuJoCo Warp env stopped at an earlier error; make a new one")
@@ -197,8 +186,7 @@ def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pip
 
 
 def _answer(pipe, answer: tuple[str, str | None]) -> bool:
-    """Send a process's answer; False when the trainer is gone (killed while the kernels compiled, or mid-step):
-    nothing left to serve, and no traceback for it."""
+    """Send a process's answer; False when the trainer is gone."""
     try:
         pipe.send(answer)
     except BROKEN:

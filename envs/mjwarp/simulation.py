@@ -1,17 +1,13 @@
 """N worlds of one MuJoCo model stepped and ray-traced by MuJoCo Warp on a torch device, with zero-copy torch views.
 
-MuJoCo Warp keeps every world's state in arrays with a leading world axis; `wp.to_torch` views them as torch tensors
-on the same memory, so the tasks (envs/mjwarp/cartpole.py, dishwashing.py) read and write state with batched torch
-ops and nothing crosses to the host. Views (N = worlds; float32 as MuJoCo Warp computes):
+Views, so the tasks read and write state with batched torch ops on the device (N = worlds; float32):
     qpos (N, nq), qvel (N, nv), ctrl (N, nu), eq_active (N, neq) bool
     xpos (N, nbody, 3), xquat (N, nbody, 4), xmat (N, nbody, 3, 3), site_xpos (N, nsite, 3)
     cvel (N, nbody, 6) [angular, linear], subtree_com (N, nbody, 3)
-    eq_data (N, neq, 12): the model's, one row per world (a task that edits it per world asks for the batch)
-    contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts, the first
-        `num_contacts` rows
-    overflow (N,) int: bits of MuJoCo Warp's OverflowType, set where a world's contacts or constraint rows did not fit
-        since its last `reset` (MuJoCo Warp drops what does not fit and goes on; `broken` reads them)
-Derived fields (x*, cvel, subtree_com) describe the positions after `sync` (see `Simulation.sync`).
+    eq_data (N, neq, 12): one row per world only if the task asks for it batched
+    contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts
+    overflow (N,) int: MuJoCo Warp's OverflowType bits since the world's last `reset` (read by `broken`)
+Derived fields (x*, cvel, subtree_com) describe the positions after `sync`.
 """
 
 import contextlib
@@ -25,16 +21,14 @@ import warp as wp
 from errors import UserError
 
 wp.config.log_level = wp.LOG_WARNING  # kernel-cache lines on every start otherwise
-# overflows that drop contacts or constraint rows: the world's physics is wrong from there (the solver's iteration
-# limits, the other bits, leave a usable step, as MuJoCo C's do)
+# overflows that drop contacts or constraint rows: the world's physics is wrong from there
 LOST = (mjw.OverflowType.NEFC | mjw.OverflowType.NJMAX_NNZ | mjw.OverflowType.BROADPHASE
         | mjw.OverflowType.NARROWPHASE | mjw.OverflowType.CCD)
 
 
 @dataclass(frozen=True)
 class WarpCamera:
-    """What the renderer draws: the model's camera `index` at `size` x `size` pixels, with ray-traced `shadows` from
-    the shadow-casting lights and the model's `skybox` texture where a ray hits nothing (else black)."""
+    """The model's camera `index` at `size` x `size` pixels; without `skybox` a ray that hits nothing is black."""
     index: int
     size: int
     shadows: bool = False
@@ -44,9 +38,8 @@ class WarpCamera:
 class Simulation:
     def __init__(self, mjm: mujoco.MjModel, *, num_worlds: int, device: torch.device, camera: WarpCamera | None,
                  batched_model_fields: tuple[str, ...] = (), max_constraints: int | None = None, graphs: bool = True):
-        """`camera` None: no renderer (state observations only). `max_constraints`: constraint rows
-        per world (None: MuJoCo Warp's guess); rows beyond it are dropped, flagged in `overflow`. `graphs`: replay
-        captured graphs (`_replay`), or False to launch directly, the reference the graphs are tested against."""
+        """`camera` None: no renderer. `max_constraints`: constraint rows per world (None: MuJoCo Warp's guess).
+        `graphs` False: launch directly, the reference the captured graphs are tested against."""
         self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
         try:
             wp.init()  # idempotent; device lookups need the runtime
@@ -90,9 +83,8 @@ class Simulation:
 
     @contextlib.contextmanager
     def scope(self):
-        """Warp on this simulation's device. On CUDA on a stream of its own (graphs cannot be captured on torch's
-        default stream), ordered after torch's current stream on entry and before it on exit: torch and warp work
-        stay in order without synchronising the host."""
+        """Warp on this simulation's device; on CUDA on its own stream (graphs cannot be captured on torch's default
+        one), ordered after torch's current stream on entry and before it on exit, without host syncs."""
         with wp.ScopedDevice(self._wp_device):
             if self.device.type != "cuda":
                 yield
@@ -106,10 +98,8 @@ class Simulation:
                 torch_stream.wait_stream(self._stream)
 
     def _replay(self, name: str, launches) -> None:
-        """Run `launches` (a function of warp launches on this simulation's arrays) as a graph, captured at the
-        first call under `name` and replayed after (bitwise the same, tests/test_mjwarp.py). A physics step is ~100
-        launches: replayed, they skip Python's launch overhead (~5x fewer seconds per step on the CPU), and MuJoCo
-        Warp's solver loop runs without reading its flag to the host every iteration."""
+        """Run `launches` as a graph, captured at the first call under `name` and replayed after: a physics step is
+        ~100 launches, and replayed they skip Python's launch overhead and the solver's host reads."""
         with self.scope():
             if self._graphs is None:
                 launches()
@@ -129,9 +119,8 @@ class Simulation:
         self._replay(f"step{substeps}", launches)
 
     def sync(self) -> None:
-        """Positions, velocities and cameras computed at the current qpos/qvel (after a step MuJoCo's derived fields
-        describe the state before its last integration). dm_control does the same after every step (mj_step1);
-        contacts are left as the last step found them."""
+        """Positions, velocities and cameras computed at the current qpos/qvel, as dm_control does after a step
+        (after mj_step they describe the state before its last integration); contacts are left as they were."""
         def launches():
             mjw.kinematics(self.model, self.data)
             mjw.com_pos(self.model, self.data)
@@ -141,15 +130,14 @@ class Simulation:
         self._replay("sync", launches)
 
     def reset(self, mask: torch.Tensor) -> None:
-        """mj_resetData for the worlds in `mask` (bool (N,)), as MuJoCo Warp's reset_data does it; the task then writes
-        its initial qpos/qvel/ctrl. It also empties the contact list of every world when world 0 resets (one count
-        for all worlds): harmless, since the next step finds the contacts again before a task reads them."""
+        """mj_resetData for the worlds in `mask` (bool (N,)); the task then writes its initial qpos/qvel/ctrl. World
+        0's reset empties every world's contacts (one count for all): the next step finds them before a task reads."""
         self._reset_mask.copy_(mask)
         self._replay("reset", lambda: mjw.reset_data(self.model, self.data, reset=self._reset_mask_warp))
 
     def broken(self) -> torch.Tensor:
-        """bool (N,): worlds whose physics went wrong since their `reset`: contacts or constraint rows dropped for want
-        of room, or a position or velocity beyond mjMAXVAL or not a number (where MuJoCo C warns and resets)."""
+        """bool (N,): worlds whose physics went wrong since their `reset`: contacts or constraint rows dropped, or a
+        position or velocity beyond mjMAXVAL or NaN."""
         lost = (self.overflow & LOST) != 0
         bounded = (self.qpos.abs() <= mujoco.mjMAXVAL).all(1) & (self.qvel.abs() <= mujoco.mjMAXVAL).all(1)
         return lost | ~bounded
@@ -161,6 +149,5 @@ class Simulation:
             mjw.render(self.model, self.data, self.render_context)
 
         self._replay("render", launches)
-        # MuJoCo Warp packs a pixel as uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory (x86, CUDA GPUs),
-        # so RGB is the first three reversed (a slice and a flip: no index tensor sent to the GPU)
+        # a pixel is uint32 0xAARRGGBB: bytes B, G, R, A in little-endian memory, so RGB is the first three reversed
         return self._pixel_bytes[..., :3].flip(-1).permute(0, 3, 1, 2)

@@ -1,25 +1,14 @@
 """N worlds of a task as one vector env: the batched counterpart of envs/workers.py's EnvWorkers, on a torch device.
 
-Interface (as EnvWorkers, so the trainer can take either): `reset(seed)` -> obs; `step(act, observe)` -> (actions,
-obs, reward, terminated, truncated), where `observe` maps the worlds' observations to what `act` reads and the step
-returns (a copy by default), once per step, and `act` maps that to actions; `obs` holds the worlds' current
-observations themselves (the next step overwrites it). Everything is a torch tensor on `device`:
-    obs         uint8 (N, T, 3, H, W) frame stacks (oldest first; at reset the first frame fills the stack), or
-                float32 (N, D) state vectors
+`reset(seed)` -> obs; `step(act, observe)` -> (actions, obs, reward, terminated, truncated), as EnvWorkers.step;
+`obs` holds the worlds' current observations (the next step overwrites it). Torch tensors on `device`:
+    obs         uint8 (N, T, 3, H, W) frame stacks (oldest first), or float32 (N, D) state vectors
     actions     float32 (N, A) in [-1, 1], the ones this step took
     reward      float32 (N,), summed over action repeats
     terminated, truncated   bool (N,)
-Autoreset is NEXT_STEP, as with the workers: after an episode ends, the world's next result is its reset observation
-(its action ignored and returned as 0, reward 0, both flags false). A step where every world resets calls no `act`,
-as the single env's InProcessEnv does, so one world draws the same random numbers as one ordinary env. World i starts
-its k-th episode from (seed + i, k) only (envs/mjwarp/random.py), whatever the other worlds do. There is no policy
-lag: all worlds step together.
-
-One step: the task turns the actions into controls; `task.substeps` physics steps per task step, `action_repeat`
-task steps per agent step (a world that ends inside the repeat keeps its final state for its observation); positions
-synced to the final state; ended worlds reset in place; one batched render. A world whose physics goes wrong
-(contacts or constraint rows dropped, a diverged state: Simulation.broken) ends its episode at that task step,
-truncated, with no reward or termination from it and, for state vectors, a zero observation; the first warns.
+Autoreset is NEXT_STEP; a step where every world resets calls no `act`, as InProcessEnv. World i starts its k-th
+episode from (seed + i, k) only (envs/mjwarp/random.py). A world whose physics goes wrong (Simulation.broken) ends its
+episode there, truncated, with no reward from that task step.
 """
 
 import warnings
@@ -40,12 +29,10 @@ TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 class WarpVectorEnv:
     def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device, heldout: bool = False):
-        """`env_cfg`: the config's env section (image_size, camera, warp_shadows, warp_skybox, frame_stack,
-        action_repeat, max_episode_steps, randomize); `pixels`: frame stacks, else state vectors; `heldout`: the
-        held-out randomised scenes (envs/mjwarp/randomize.py)."""
+        """`pixels`: frame stacks, else state vectors; `heldout`: the held-out randomised scenes."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
-        # whether `terminated` means success (the single env's info["success"]), for evaluations to report it
+        # whether `terminated` means success, for evaluations to report it
         self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
         camera = WarpCamera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
@@ -82,7 +69,7 @@ class WarpVectorEnv:
 
     def step(self, act: TensorMap, observe: TensorMap = torch.clone):
         """One agent step of every world; see the module docstring."""
-        if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
+        if self._observed is None:  # once per reset, not per step
             self._observed = observe(self.obs)
         resetting = self._resetting
         if resetting.all():  # every world returns its reset observation: no action to choose (nor RNG to draw)
@@ -102,8 +89,7 @@ class WarpVectorEnv:
             self.sim.step(self.task.substeps)
             self.sim.sync()
             step_reward, step_terminated = self.task.outcome(self.sim, action)
-            # a world whose physics went wrong (Simulation.broken) ends its episode here, truncated, the task step's
-            # reward and termination void: MuJoCo C would reset it; MuJoCo Warp goes on, NaN into the replay
+            # MuJoCo Warp steps a broken world on, NaN into the replay: end its episode here instead
             step_broken = live & self.sim.broken()
             step_terminated = step_terminated & ~step_broken
             self._task_steps += live
@@ -129,13 +115,11 @@ class WarpVectorEnv:
         return torch.where(resetting[:, None], 0.0, action), self._observed, reward, terminated, truncated
 
     def states(self) -> torch.Tensor:
-        """float32 (N, D): the worlds' state vectors now, whether the observations are frames or states (a scripted
-        policy reads them while frames are recorded: trainer/record.py)."""
+        """float32 (N, D): the worlds' state vectors, whether the observations are frames or states."""
         return self.task.observation(self.sim)
 
     def _warn_once(self, broken: torch.Tensor) -> None:
-        """The first broken world warns: a task that breaks often needs fixing, not truncating. Until then each step
-        reads `broken` on the host, after the step's work is queued (the caller reads the rewards and flags anyway)."""
+        """The first broken world warns: a task that breaks often needs fixing, not truncating."""
         if self._warned_broken or not bool(broken.any()):
             return
         self._warned_broken = True
@@ -171,15 +155,13 @@ class WarpVectorEnv:
         return tuple(torch.where(_rows(newly, field), field, value) for field, value in zip(state, kept)), ended
 
     def _observe(self, restarted: torch.Tensor, void: torch.Tensor | None = None) -> None:
-        """The observations of the current state, a restarted world's stack its first frame; `void` (bool (N,)):
-        broken worlds, whose state vectors are zeros (a diverged state's are not numbers; frames always are)."""
+        """The observations of the current state; `void` (bool (N,)): broken worlds, whose state vectors are zeros."""
         if not self._pixels:
             state = self.states()
             self.obs.copy_(state if void is None else state.masked_fill(void[:, None], 0.0))
             return
         frame = self.sim.render()
         shifted = torch.cat([self.obs[:, 1:], frame[:, None]], dim=1)
-        # a restarted world's stack is its first frame throughout; written in place, one pass over the stacks
         torch.where(restarted[:, None, None, None, None], frame[:, None], shifted, out=self.obs)
 
     def close(self) -> None:
@@ -201,8 +183,7 @@ def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.B
 
 
 def camera_index(mjm, camera) -> int:
-    """env.camera as a camera index: a name, an index, or None for the first camera (what the OpenGL path uses
-    when the task sets no free camera)."""
+    """env.camera (a name, an index, or None for the first camera) as a camera index."""
     if mjm.ncam == 0:
         raise UserError("the `backend` mujoco_warp renders a fixed camera and this task has none; use `backend` mujoco")
     return resolve_camera(mjm, 0 if camera is None else camera, None, free=False)
