@@ -1,19 +1,5 @@
-"""Checkpoints that survive a kill at any instant and load with `torch.load(..., weights_only=True)`.
-
-Files in `checkpoint.dir` for a run named <name>:
-  <name>_ep<N>.pt             every `checkpoint.every_episodes` episodes, and at the end of training
-  <name>_latest.pt            the newest checkpoint (also written on SIGTERM/SIGINT)
-  <name>_step<S>.replay.pt    the replay buffer at agent step S, referenced by the .pt files saved at that moment.
-                              It is the size of the buffer, so it is written once per save rather than into every
-                              file; the newest `checkpoint.keep_replays` are kept.
-Every file is written to a temporary name, fsynced and renamed, so a kill leaves the previous good file in place;
-a failed write removes its temporary file and is a one-line error. Each file carries a CRC-32 of its contents (a
-checkpoint also its sidecar's), verified on load with a check for NaN/inf, because torch loads flipped bytes
-silently. A damaged sidecar costs the replay, never the weights (`load_newest`). A fresh start never writes over an
-existing run (`start_fresh`), nor a resume from an older checkpoint over the newer ones (`set_aside_future`).
-`checkpoint.keep_last` > 0 keeps only that many `_ep<N>` files. A remote `checkpoint.dir` (see trainer/remote.py)
-mirrors this folder; `fetch` callbacks below pull files from it on demand.
-Each case, as the user sees it: docs/checkpoints.md.
+"""Checkpoints that survive a kill at any instant and load with `torch.load(..., weights_only=True)`; the files and
+what each case guarantees: docs/checkpoints.md. `fetch` callbacks pull files from a remote mirror (trainer/remote.py).
 """
 
 import dataclasses
@@ -35,11 +21,11 @@ from sac import agent, replay
 from trainer import lock, signals
 from trainer.config import ARCH_KEYS, Config, frame_settings
 
-FORMAT = 2  # 2 adds checksums of the checkpoint and of its sidecar; format 1 files still load, unverified
+FORMAT = 2  # format 1 has no checksums: it loads unverified
 READABLE_FORMATS = (1, 2)
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
 RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
-PROBE_BYTES = 4096  # the start-up probe write: one page, so a full disk fails it
+PROBE_BYTES = 4096  # one page, so a full disk fails the start-up probe
 # Config keys whose change makes a checkpoint meaningless or unloadable for the run being resumed.
 STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size",
                    "sac.critic_layer_norm")
@@ -62,10 +48,9 @@ class ReplayDamaged(CheckpointError):
 class Progress:
     """The counters a checkpoint carries (`progress` in its payload)."""
 
-    episode: int = 0  # completed training episodes
+    episode: int = 0
     env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
-    # the evaluation at `episode` that a stop signal cut short: saved with the run, so the resume runs it first
-    evaluation_due: bool = False
+    evaluation_due: bool = False  # cut short by a stop signal: the resume runs it first
     # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
     next_seed: int = 0
 
@@ -80,9 +65,7 @@ class Saved:
 
 
 class _Crc32:
-    """CRC-32, the checksum zip files (and torch's own format) use against storage damage. It runs at 2.3x SHA-256's
-    speed here (1266 against 546 MB/s, AMD EPYC Zen 4), and a save of a 2 GB replay on SIGTERM must fit in a spot
-    instance's notice; tampering is not the threat (weights_only loading is the guard there)."""
+    """CRC-32 against storage damage, fast enough for a SIGTERM save (docs/checkpoints.md#writing)."""
 
     def __init__(self):
         self.value = 0
@@ -117,7 +100,6 @@ def _feed(h, value) -> None:
 
 
 def _tensors(tree, prefix: str = ""):
-    """(dotted key, tensor) for every tensor in nested dicts and lists."""
     if isinstance(tree, torch.Tensor):
         yield prefix, tree
     elif isinstance(tree, dict):
@@ -138,8 +120,7 @@ def _size(n: float) -> str:
 
 
 def atomic_save(obj, path: Path) -> None:
-    """Write `obj` to a temporary file, fsync, rename over `path`. On any failure the temporary file is removed and
-    `path` is left as it was; an OSError (a full disk, a folder made read-only) becomes a one-line CheckpointError."""
+    """Write `obj` to a temporary file, fsync, rename over `path`; on failure `path` is left as it was."""
     try:
         atomic_write(path, lambda f: torch.save(obj, f))
     except BaseException as raised:
@@ -169,8 +150,7 @@ def _os_error(err: BaseException | None) -> OSError | None:
 def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_step: int, episode: int | None,
          keep_replays: int, keep_last: int) -> Saved:
     """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), then `<name>_latest.pt`,
-    each with a checksum of its contents (the checkpoint also holds its sidecar's, so a sidecar of another save
-    under the same name does not pass). A failed write raises CheckpointError and leaves the previous files."""
+    each with its checksum (a checkpoint also its sidecar's). A failed write leaves the previous files."""
     directory.mkdir(parents=True, exist_ok=True)
     replay_file = f"{name}_step{env_step}.replay.pt"
     replay_checksum = digest(replay_state)
@@ -201,23 +181,18 @@ def _numbered(names: Iterable[str], name: str, kind: str) -> list[tuple[int, str
 
 
 def run_files(names: Iterable[str], name: str) -> list[str]:
-    """The files of run `name` among `names`: `_latest`, `_ep<N>` and replay sidecars."""
     names = list(names)
     latest = [f"{name}_latest.pt"] if f"{name}_latest.pt" in names else []
     return latest + [n for _, n in _numbered(names, name, "ep")] + [n for _, n in _numbered(names, name, "step")]
 
 
 def upload_link(path: Path, job: int) -> Path:
-    """Where trainer/remote.py hard-links a saved file until its upload `job` sends it (a later save may replace or
-    prune the file first). Named for this process: a killed run's links, which `prepare` removes, never stand in the
-    way of the next run's."""
+    """Where trainer/remote.py hard-links a saved file until its upload `job` sends it."""
     return path.with_name(f".upload{os.getpid()}-{job}-{path.name}")
 
 
 def _temporaries(directory: Path, name: str) -> list[tuple[Path, int]]:
-    """Temporary files of this run's processes, whichever wrote them, with its pid: files being written
-    (`.<file>.tmp<pid>`) and hard links awaiting upload (`upload_link`; a killed run's keep a pruned sidecar's bytes
-    on disk)."""
+    """(path, pid) of this run's temporary files: files being written and hard links awaiting upload."""
     file = rf"{re.escape(name)}_(?:latest|ep\d+|step\d+\.replay|probe)\.pt"
     pattern = re.compile(rf"\.{file}\.tmp(\d+)|\.upload(\d+)-\d+-{file}")
     return [(directory / n, int(match.group(1) or match.group(2)))
@@ -225,9 +200,7 @@ def _temporaries(directory: Path, name: str) -> list[tuple[Path, int]]:
 
 
 def _prune(directory: Path, name: str, keep_replays: int, keep_last: int, keep: set[str]) -> list[str]:
-    """Drop old replay sidecars, `_ep` files beyond `keep_last`, and temporary files of killed writers. The files
-    this save wrote (`keep`) always stay: after a resume from an older checkpoint, the folder may hold higher-numbered
-    files of the abandoned future, and pruning by number alone would delete the sidecar the new `_latest` names."""
+    """Drop old sidecars, `_ep` files beyond `keep_last` and killed writers' files; never `keep`, this save's."""
     names = os.listdir(directory)
     doomed = _oldest_beyond(_numbered(names, name, "step"), keep_replays, keep)
     if keep_last > 0:
@@ -239,16 +212,12 @@ def _prune(directory: Path, name: str, keep_replays: int, keep_last: int, keep: 
             path.unlink(missing_ok=True)
     return doomed
 def _oldest_beyond(numbered: list[tuple[int, str]], count: int, keep: set[str]) -> list[str]:
-    """The oldest files of `numbered` beyond the newest `count`, never one of `keep`."""
     return [n for _, n in numbered if n not in keep][:max(0, len(numbered) - count)]
 
 
 def prepare(directory: Path, name: str) -> TextIO:
-    """At start: create the folder, take the run's lock (trainer/lock.py: a second process on the run refuses in one
-    line, before it moves, prunes or writes anything), remove temporary files that killed or failed writers of this
-    run left (one on a full disk makes the next save fail at once; a killed run's upload links hold pruned sidecars'
-    bytes), and write a probe file, so an unwritable or full folder is reported now rather than after the first
-    episodes' work. Returns the lock, held until it is closed or the process ends."""
+    """At start: create the folder, take the run's lock, remove temporary files killed writers left, and write a
+    probe, so an unwritable or full folder fails now. Returns the lock, held until closed or the process ends."""
     probe, held = directory / f".{name}_probe.pt.tmp{os.getpid()}", None
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -275,8 +244,7 @@ def prepare(directory: Path, name: str) -> TextIO:
 
 def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, dict | None]:
     """(payload, replay state or None when its sidecar was pruned) of a checkpoint named by hand; CheckpointError
-    if the checkpoint or its sidecar is damaged. `fetch(file_name)` first brings a file into `path.parent` from a
-    remote mirror, when there is one."""
+    if either is damaged. `fetch(file_name)` brings a file into `path.parent` from a remote mirror."""
     payload = load_weights(path, fetch)
     try:
         return payload, load_replay(path.parent, payload, fetch)
@@ -311,9 +279,8 @@ def is_checkpoint(payload) -> bool:
 
 
 def damage(payload: dict) -> str | None:
-    """What makes a loaded checkpoint (`is_checkpoint`) unusable, as the end of "checkpoint <file> ...": a checksum
-    that does not match, a layout that is not the one `save` writes, NaN or inf in the agent; None when intact.
-    Removes the checksum from `payload`."""
+    """Why a loaded checkpoint is unusable (checksum, layout, NaN or inf), as the end of "checkpoint <file> ...";
+    None when intact. Removes the checksum from `payload`."""
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):
@@ -338,7 +305,7 @@ def _payload_problem(payload: dict) -> str | None:
         return "its agent is not a dict of weights"
     if problem := agent.state_problem(payload["agent"]):
         return f"its agent {problem}"
-    kinds = {f.name: type(f.default) for f in dataclasses.fields(Progress)}  # int counters and a bool flag
+    kinds = {f.name: type(f.default) for f in dataclasses.fields(Progress)}
     if not isinstance(progress, dict) or not set(progress) <= kinds.keys():
         return f"its progress is not {{{', '.join(kinds)}}}"
     for name, value in progress.items():
@@ -375,8 +342,7 @@ def _byte_tensor(value) -> bool:
 
 
 def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | None = None) -> dict | None:
-    """The replay state of a loaded checkpoint, verified against the checksum the checkpoint holds; None when its
-    sidecar was pruned (checkpoint.keep_replays); ReplayDamaged if it is unreadable or is not the one saved."""
+    """The replay state of a loaded checkpoint, verified; None when its sidecar is gone; ReplayDamaged if damaged."""
     replay_path = directory / payload["replay_file"]
     if fetch:
         fetch(replay_path.name)
@@ -432,11 +398,8 @@ def candidates(names: Iterable[str], name: str) -> list[str]:
 
 def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,
                 fetch: Callable[[str], None] | None = None) -> tuple[Path, dict, dict | None] | None:
-    """The newest checkpoint whose weights load, skipping damaged ones with a warning, and the newest replay that
-    goes with it: its own sidecar, else (damaged) the newest intact older one, else none, said on stderr. A damaged
-    sidecar never costs the weights. None if the run has no checkpoint; CheckpointError if it has some and none
-    loads, so a run is never started fresh over them. `names` lists the files to choose from (default: the
-    folder's); `fetch` as in `load`."""
+    """The newest checkpoint whose weights load and the newest intact replay for it, skipping damaged files with a
+    warning; None if the run has no checkpoint; CheckpointError if none loads."""
     if names is None:
         names = os.listdir(directory) if directory.is_dir() else []
     names = list(names)
@@ -479,8 +442,7 @@ def _newest_replay(directory: Path, name: str, payload: dict, names: list[str],
 
 
 def move_aside(directory: Path, remote, *, local: list[str], mirrored: list[str], stem: str) -> str:
-    """Move files of `directory` (`local`) and of the `remote` mirror (`mirrored`) into a new folder `<stem>-<time>`
-    beside them; its name."""
+    """Move files here (`local`) and in the `remote` mirror into a new folder `<stem>-<time>`; its name."""
     folder = new_aside_folder(directory, stem).name
     with signals.deferred():  # a stop waits for the last file: a run split over two folders would resume from neither
         for file in local:
@@ -491,10 +453,7 @@ def move_aside(directory: Path, remote, *, local: list[str], mirrored: list[str]
 
 
 def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) -> None:
-    """A run started without --resume writes `<name>_latest.pt` and `<name>_ep1.pt`: over an earlier run of that name
-    it would replace them, and then prune the replay the new `_latest` names. So where checkpoints of the run exist
-    (in `directory`, or in the `remote` mirror, a RemoteDir) it refuses, unless `start_over`, which moves them into a
-    folder beside them, `<name>.replaced-<time>` (never deleting)."""
+    """Refuse to start over an earlier run of this name, unless `start_over`: then move its files aside."""
     local = run_files(os.listdir(directory) if directory.is_dir() else [], name)
     mirrored = run_files(remote.listdir(), name) if remote else []
     where = remote.url if remote else str(directory)
@@ -514,11 +473,8 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
 
 def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, episode: int,
                      env_step: int) -> str | None:
-    """Resuming a checkpoint (`resumed`, at `episode` and `env_step`) older than the run's newest saves branches off
-    them: the branch saves at the same episode numbers and, with fixed-length episodes, the same steps, so it would
-    write over the future it abandons (`_ep<N>`, the sidecars `_ep<N>` names, `_latest`) and prune it, and the
-    resumed file with it, by `keep_last`. Moves the files ahead of it (in `directory` and in the `remote` mirror)
-    into `<name>.abandoned-<time>/` beside them, deleting nothing; returns what to say, or None when none is ahead."""
+    """A resume from a checkpoint older than the run's newest saves would write over and prune them: move the files
+    ahead of `resumed` into `<name>.abandoned-<time>/` beside them. Returns what to say, or None."""
     def ahead(names: list[str]) -> list[str]:
         newer = ([n for number, n in _numbered(names, name, "ep") if number > episode]
                  + [n for number, n in _numbered(names, name, "step") if number > env_step])
@@ -541,8 +497,7 @@ def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, 
 
 
 def check_compatible(*, saved: dict, current: dict, path: Path) -> None:
-    """Refuse to resume a run whose config changed in a way that breaks the saved networks or replay: for pixels
-    also what the frames look like (the replay's frames and the encoder's training would mix two pictures)."""
+    """Refuse to resume with a config that breaks the saved networks or replay, or draws other frames."""
     frames = tuple(f"env.{key}" for key in frame_settings(current["env"]["backend"]))
     keys = STRUCTURAL_KEYS + (PIXEL_KEYS + frames if current["encoder"]["type"] == "video" else ())
     old, new = _saved_settings(saved), _flat(current)
@@ -555,8 +510,7 @@ def check_compatible(*, saved: dict, current: dict, path: Path) -> None:
 
 
 def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
-    """Refuse to resume a replay of stored features with another frozen trunk (fingerprints from
-    encoders/frozen.py; None: no trunk, frames stored): the stored features would silently mean something else."""
+    """Refuse to resume a replay of stored features with another frozen trunk (None: no trunk, frames stored)."""
     if saved != current:
         def stored(trunk: str | None) -> str:
             return f"the features of frozen trunk {trunk}" if trunk else "frames"
@@ -569,9 +523,7 @@ def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
 
 
 def changed_settings(*, saved: dict, current: dict) -> list[str]:
-    """The keys a resumed run is allowed to change (batch size, n-step, episodes, ...) that did change, as
-    "key old -> new": said on resume, so a changed profile or a forgotten --set never passes unnoticed. The config's
-    table of profiles is left out: what counts is the settings the chosen one gave."""
+    """The settings a resume changed, as "key old -> new" (the table of profiles left out)."""
     old, new = _saved_settings(saved), _flat(current)
     return [f"{key} {old.get(key)} -> {value}" for key, value in sorted(new.items())
             if old.get(key) != value and not key.startswith("profiles.")]

@@ -1,11 +1,5 @@
-"""What a compiled run (`training.compile`) needs so that a stop at any instant breaks nothing: the C++ compilers
-torch.compile starts are shielded from stop signals (`shield_compilers`), and torch's on-disk compile cache
-(`TORCHINDUCTOR_CACHE_DIR`, default /tmp/torchinductor_<user>) is checked before the first compile (`repair`).
-
-The compiler writes each kernel library straight into the cache, so a compile cut short (a SIGKILL, a power cut, or
-before the shield, a Ctrl-C) leaves a prefix of one, which torch loads later without a check: an ImportError
-traceback ("file too short") or a bus error at the first update of every compiled run after it. Such a library is
-removed, so it is compiled again."""
+"""A compiled run (`training.compile`) that a stop cannot break: compilers shielded from stop signals, and kernel
+libraries a killed compile cut short (torch loads them unchecked) removed from the cache (docs/guide.md#configs)."""
 
 import fcntl
 import logging
@@ -33,11 +27,8 @@ def prepare(report: Callable[[str], None]) -> None:
 
 
 def shield_compilers() -> None:
-    """torch.compile runs C++ compilers (and a pool of compile workers) as child processes. A stop signal sent to the
-    process group (Ctrl-C, `timeout`, a scheduler) killed them mid-compile: a compiler error with pages of output
-    instead of a save, and a library cut short in torch's cache. So the stop signals are blocked in the thread that
-    compiles while it compiles: the children start with them blocked and never see them, and the trainer takes a
-    signal that arrived when the compile ends, at the next step, as usual."""
+    """Block the stop signals while a thread compiles, so the compiler processes it starts never see a signal sent
+    to the process group; the trainer takes it after the compile, as usual."""
     from torch._dynamo.callback import callback_handler
 
     if _block not in callback_handler.start_callbacks:
@@ -60,8 +51,7 @@ def cache_folder() -> Path:
 
 
 def repair(folder: Path) -> list[Path]:
-    """Remove the kernel libraries in `folder` that are shorter than their own headers say; the removed ones. A
-    library that torch is building now (its lock in `locks/` is held, by any process) is left alone."""
+    """Remove (and return) the libraries in `folder` shorter than their headers say, unless being built now."""
     removed = []
     for library in sorted(folder.glob("*/*.so")):
         lock = folder / "locks" / f"{library.name.split('.')[0]}.lock"  # torch's, named by the library's key
@@ -71,8 +61,7 @@ def repair(folder: Path) -> list[Path]:
 
 
 def cut_short(path: Path) -> bool:
-    """Whether a shared library ends before its section table, which the linker writes last (ELF64; other files are
-    judged only by being shorter than a header)."""
+    """Whether a shared library ends before its section table, which the linker writes last."""
     with open(path, "rb") as f:
         header = f.read(HEADER_BYTES)
         size = os.fstat(f.fileno()).st_size

@@ -1,12 +1,5 @@
-"""Run configuration: every default lives in the dataclasses below.
-
-Resolution order: dataclass defaults <- the YAML file's bases (`base: path` or a list of paths, relative to the file,
-merged in order, each resolved the same way first) <- the YAML file <- the chosen `profiles.<cpu|cpu_bf16|gpu>` block
-<- `--set key=value`. A file over its base merges mapping by mapping (a profile block too); any other value replaces.
-Every key and type is checked against the dataclasses, so a typo is an error, never a silently ignored setting, and
-every value against the range or choices its field declares (`setting`); docs/configs.md describes both for users.
-
-Shell scripts read resolved values the same way the trainer does (`scripts/tmux_train.sh` names its session and log):
+"""Run configuration: every default lives in the dataclasses below; how a file resolves and which values each key
+takes: docs/configs.md. Shell scripts read resolved values as the trainer does:
     python3 -m trainer.config CONFIG [--set key=value ...] --print run_name --print logging.tensorboard_dir
 """
 
@@ -30,9 +23,9 @@ from sac.ring import min_ring_slots
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 ENCODER_TYPES = ("video", "state")
-BACKENDS = ("mujoco", "mujoco_warp")  # envs.make_vector_env and envs.make_batched_env
+BACKENDS = ("mujoco", "mujoco_warp")
 MAX_WORKERS = 256  # env.num_envs with the backend mujoco: a process and a renderer each
-MAX_WORLDS = 65536  # with mujoco_warp: worlds, for a large GPU
+MAX_WORLDS = 65536
 # encoders.ARCHS: tests/test_config.py holds them equal
 VIDEO_ARCHS = ("simple2dcnn", "simple3dcnn", "r3d18", "timesformer")
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
@@ -49,8 +42,7 @@ PARAMETER_KEYS = {
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `3e-4` as a string; learning rates are written that way, so read it as a float. A key twice in
-    one mapping is an error: PyYAML keeps the last one and the first block would vanish without a word."""
+    """Reads `3e-4` as a float (YAML 1.1: a string); a key twice in one mapping is an error (PyYAML keeps the last)."""
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -72,50 +64,43 @@ _Loader.add_implicit_resolver(
 
 
 def setting(default, *, ge=None, gt=None, le=None, lt=None, choices=None, note: str = ""):
-    """A config key's default and its valid values, declared once: numbers a range (ge/gt, le/lt; NaN and infinities
-    never pass), strings a list of choices or else any non-empty printable text. load_config checks every key against
-    this; the upper limits stop values that would allocate absurd memory or run for years before any work starts."""
+    """A config key's default and its valid values: numbers a range (ge/gt, le/lt), strings choices or else any
+    non-empty printable text."""
     return field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "note": note})
 
 
 MILLION = 10**6
-# training.seed is below SEED_LIMIT and evaluation starts from training.seed + EVAL_SEED_OFFSET + i: training starts
-# (training.seed + episodes + i) reach no eval seed within 2**30 episodes (a million episodes is a few hours of
-# 4096 MuJoCo Warp worlds), and eval seeds stay below 2**32, the bound of dm_control's numpy RandomState
+# eval episode i starts from training.seed + EVAL_SEED_OFFSET + i: no training start reaches it within 2**30
+# episodes, and it stays below 2**32, the bound of dm_control's numpy RandomState
 SEED_LIMIT = 2**30
 EVAL_SEED_OFFSET = 2 * SEED_LIMIT
 DEVICES = ("auto", "cpu", "cuda")
 
 
 def frame_settings(backend: str) -> tuple[str, ...]:
-    """The `env` settings frames depend on beyond their size, for `env.backend` = `backend`: the camera, whose
-    renderer, and MuJoCo Warp's shadows and skybox (each another picture, docs/warp.md). Recorded demonstrations and
-    resumed replays hold frames of these settings."""
+    """The `env` settings that frames depend on beyond their size, for `env.backend` = `backend`."""
     return ("camera", "backend", *(("warp_shadows", "warp_skybox") if backend == "mujoco_warp" else ()))
 
 
 def frames_of(env) -> dict:
-    """{setting: value} of `frame_settings` in `env`, the config's env section."""
     return {key: getattr(env, key) for key in frame_settings(env.backend)}
+
+
+# what each key means: docs/configs.md#where-each-key-is-described
 
 
 @dataclass
 class RandomizeConfig:
-    # visual domain randomisation (envs/randomize.py): per episode, a scene drawn from these ranges by the episode's
-    # seed, around the scene's own values; physics never changes (docs/dishwashing.md#visual-domain-randomisation)
+    # ranges of the scene drawn per episode: docs/dishwashing.md#visual-domain-randomisation
     enabled: bool = False
-    # recoloured: all, or a comma-separated list of the task's parts (dishwashing: table, basin, rack, plate, floor;
-    # other tasks: their material names, and the names of geoms without a material)
     parts: str = "all"
-    color: float = setting(0.2, ge=0, le=1)  # each RGB channel of each part moves by up to +-this (clipped to 0..1)
-    light_tilt_deg: float = setting(20.0, ge=0, le=90)  # every light's direction turns by up to this
-    light_intensity: float = setting(0.3, ge=0, le=1)  # diffuse light (lights and headlight) scaled by 1 +-up to this
-    ambient: float = setting(0.15, ge=0, le=1)  # the headlight's ambient level moves by up to +-this
-    camera_pos: float = setting(0.02, ge=0, le=1)  # metres the observed camera moves along each axis, up to +-this
-    camera_rot_deg: float = setting(2.0, ge=0, le=45)  # degrees it turns about a random axis, up to this
-    camera_fov_deg: float = setting(2.0, ge=0, le=45)  # its vertical field of view changes by up to +-this
-    # also evaluate on held-out scenes: scene seeds no training episode uses, these ranges times heldout_scale;
-    # eval_heldout.csv and eval_heldout/* in TensorBoard. Also without `enabled` (a policy trained on one scene)
+    color: float = setting(0.2, ge=0, le=1)
+    light_tilt_deg: float = setting(20.0, ge=0, le=90)
+    light_intensity: float = setting(0.3, ge=0, le=1)
+    ambient: float = setting(0.15, ge=0, le=1)
+    camera_pos: float = setting(0.02, ge=0, le=1)
+    camera_rot_deg: float = setting(2.0, ge=0, le=45)
+    camera_fov_deg: float = setting(2.0, ge=0, le=45)
     heldout: bool = False
     heldout_scale: float = setting(1.0, ge=1, le=10)
 
@@ -124,24 +109,15 @@ class RandomizeConfig:
 class EnvConfig:
     id: str = "dm_control/cartpole-swingup-v0"
     image_size: int = setting(84, ge=32, le=1024)
-    camera: str | int | None = setting(None, ge=-1, le=1000)  # name or index; None = the task's default view
+    camera: str | int | None = setting(None, ge=-1, le=1000)
     frame_stack: int = setting(3, ge=1, le=64)
     action_repeat: int = setting(1, ge=1, le=1000)
-    # agent steps (after action repeat); None = the task's own limit
     max_episode_steps: int | None = setting(None, ge=1, le=MILLION, note="null = the task's own limit")
-    render_shadow_size: int = setting(512, ge=1, le=16384)  # MuJoCo's default 4096 costs ~7x in software rendering
-    render_offsamples: int = setting(0, ge=0, le=16)  # multisample anti-aliasing samples; 0 is fastest
-    # parallel envs: worker processes (frames through shared memory; resume is exact only for 1), or MuJoCo Warp worlds
+    render_shadow_size: int = setting(512, ge=1, le=16384)
+    render_offsamples: int = setting(0, ge=0, le=16)
     num_envs: int = setting(1, ge=1, le=MAX_WORLDS)
-    # mujoco: Gymnasium/dm_control envs rendered by OpenGL (num_envs worker processes); mujoco_warp: num_envs worlds
-    # stepped and ray-traced together by MuJoCo Warp on the training device (requirements-warp.txt; docs/warp.md)
     backend: str = setting("mujoco", choices=BACKENDS)
-    # mujoco_warp on the CPU: the worlds split over this many processes, a core each (Warp runs a CPU kernel on one
-    # thread); null = one per core, at most num_envs. A GPU steps every world in one process (null or 1)
     warp_processes: int | None = setting(None, ge=1, le=1024, note="null = one per core")
-    # mujoco_warp's camera: ray-traced shadows from the model's shadow-casting lights, and its skybox texture where a
-    # ray hits nothing (black otherwise). Both on: frames nearly OpenGL's, at 0.7-0.9x the frames/s on the CPU
-    # (docs/warp.md#shadows-and-skybox-what-they-cost); off: MuJoCo Warp's own defaults
     warp_shadows: bool = False
     warp_skybox: bool = False
     randomize: RandomizeConfig = field(default_factory=RandomizeConfig)
@@ -149,32 +125,24 @@ class EnvConfig:
 
 @dataclass
 class VideoEncoderConfig:
-    arch: str = "simple2dcnn"  # simple2dcnn | simple3dcnn | r3d18 | timesformer
-    pretrained: bool = False  # Kinetics-400 weights (r3d18; timesformer with preset base), read offline
-    # where the pretrained weights are: a checkpoint of this trainer (any arch: its critic's encoder), or r3d18's .pth
-    # file, timesformer's checkpoint directory; None = the default cache
+    arch: str = "simple2dcnn"
+    pretrained: bool = False
     weights: str | None = None
-    # the trunk runs once per agent step outside the update and the replay stores its features (float16): the
-    # updates train the SAC heads only, without random-shift augmentation
-    # (docs/encoders.md#frozen-trunks-features-computed-once-per-step)
     freeze: bool = False
-    # resize frames to this many pixels square on the device; None = as rendered
     input_size: int | None = setting(None, ge=32, le=1024, note="null = frames as rendered")
-    # timesformer size: tiny | small (from scratch, 84 px) | base (the public checkpoint's)
     preset: str = setting("small", choices=("tiny", "small", "base"))
-    num_filters: int = setting(32, ge=1, le=1024)  # simple2dcnn, simple3dcnn
-    num_layers: int = setting(4, ge=1, le=64)  # simple2dcnn, simple3dcnn
-    channels_last: bool = False  # channels-last memory for the conv archs: faster convolutions on GPUs
+    num_filters: int = setting(32, ge=1, le=1024)
+    num_layers: int = setting(4, ge=1, le=64)
+    channels_last: bool = False
 
 
-# the encoder.video keys that shape the network and what it sees; the others say how a run uses it
+# the encoder.video keys that shape the network and what it sees
 ARCH_KEYS = ("arch", "num_filters", "num_layers", "input_size", "preset")
 
 
 @dataclass
 class EncoderConfig:
     type: str = setting("video", choices=ENCODER_TYPES)
-    # the video encoder's own learning rate (e.g. lower for a pretrained trunk); None = sac.lr
     lr: float | None = setting(None, gt=0, le=1, note="null = sac.lr")
     video: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
 
@@ -185,11 +153,8 @@ class SACConfig:
     buffer_size: int = setting(100_000, ge=1, le=10**9)
     lr: float = setting(1e-3, gt=0, le=1)
     alpha_lr: float = setting(1e-3, gt=0, le=1)
-    # the temperature's Adam beta1: torch's default 0.9, as DrQ (lr 1e-3, default betas); SAC-AE's 0.5 goes with its
-    # alpha_lr 1e-4. The key stays so that configs saved with it still load.
-    alpha_beta: float = setting(0.9, ge=0, lt=1)
+    alpha_beta: float = setting(0.9, ge=0, lt=1)  # the temperature's Adam beta1 (DrQ: 0.9, SAC-AE: 0.5)
     discount: float = setting(0.99, ge=0, le=1)
-    # steps summed per target (1 = DrQ, SAC); 3 as DrQ-v2 propagates reward faster, with some bias
     nstep: int = setting(1, ge=1, le=100)
     critic_tau: float = setting(0.01, gt=0, le=1)
     init_temperature: float = setting(0.1, gt=0, le=1e4)
@@ -200,89 +165,72 @@ class SACConfig:
     feature_dim: int = setting(50, ge=1, le=16384)
     log_std_min: float = setting(-10.0, ge=-20, le=20)  # exp(+-20) stays well inside float32
     log_std_max: float = setting(2.0, ge=-20, le=20)
-    augment_pad: int = setting(4, ge=0, le=512)  # random-shift pixels; 0 disables augmentation
-    # shifted copies of each sample (DrQ's K = M): the target averages over the copies of next_obs, the critic loss
-    # sums over the copies of obs. The published DrQ results use 2; each copy costs a full set of encoder passes.
+    augment_pad: int = setting(4, ge=0, le=512)
     augment_samples: int = setting(1, ge=1, le=16)
-    # updates per agent step; fractions allowed: a step of N envs (N MuJoCo Warp worlds) earns N times this, the
-    # fraction carried to the next step, so 1024 worlds at 0.03 run ~31 updates per batched step
     updates_per_step: float = setting(1.0, gt=0, le=100, note="fractions allowed: 0.25 = one update per 4 agent steps")
-    # the target critic keeps its own slowly moving encoder copy (DrQ); false: its heads read the online encoder's
-    # next_obs features (DrQ-v2), one encoder pass fewer per update. A frozen encoder never gets a copy.
     target_encoder: bool = True
-    # LayerNorm after every hidden layer of the Q heads (RLPD): keeps Q from extrapolating wildly on actions the
-    # demonstrations never took, which is what lets half of every batch come from them
     critic_layer_norm: bool = False
 
 
 @dataclass
 class ReplayConfig:
-    # where replay frames live: auto (the training device when they fit there) | cpu | cuda
     device: str = setting("auto", choices=DEVICES)
 
 
 @dataclass
 class DemosConfig:
-    # a Minari dataset folder (python3 -m trainer.record); None = no demonstrations
     path: str | None = setting(None, note="null = no demonstrations")
-    # of every batch drawn from the demonstrations (RLPD's symmetric sampling); the rest is the agent's own replay
     share: float = setting(0.5, ge=0, lt=1)
 
 
 @dataclass
 class TrainingConfig:
     episodes: int = setting(1000, ge=1, le=10 * MILLION)
-    # stop early after this many agent steps; None = episodes only
     max_env_steps: int | None = setting(None, ge=1, le=10**12, note="null = episodes only")
     seed: int = setting(1, ge=0, lt=SEED_LIMIT)
-    seed_steps: int = setting(1000, ge=0, le=10**9)  # uniform random actions before the policy acts and updates start
+    seed_steps: int = setting(1000, ge=0, le=10**9)
     eval_every_episodes: int = setting(10, ge=0, le=10 * MILLION, note="0 = no evaluation")
     eval_episodes: int = setting(5, ge=1, le=10_000)
     device: str = setting("auto", choices=DEVICES)
-    # shell command run when training completes (not on a signal), e.g. a VM stop
     auto_shutdown: str | None = setting(None, note="null = none")
-    compile: bool = False  # torch.compile the encoder and critics (tens of seconds to minutes at start; for long runs)
-    autocast: bool = False  # bfloat16 autocast for the encoder passes (GPUs from Ampere on, CPUs with AMX)
-    # CUDA: cuDNN times its convolution algorithms on the first batches of each shape and keeps the fastest (DrQ-v2
-    # sets it); the choice can differ between processes, so runs are not bit-reproducible across restarts with it
+    compile: bool = False
+    autocast: bool = False
     cudnn_benchmark: bool = False
-    # CUDA: capture the update in CUDA graphs and replay them (sac/graphs.py); no effect on a CPU or with compile
     cuda_graph: bool = True
 
 
 @dataclass
 class CheckpointConfig:
-    dir: str = "checkpoints"  # a folder (a mounted bucket works), or an fsspec URL such as s3://bucket/prefix
-    # where files are staged when `dir` is a URL; None = a folder unique to the URL and run (trainer/remote.py)
+    dir: str = "checkpoints"
     local_dir: str | None = setting(None, note="null = a staging folder unique to the URL and run")
-    name: str | None = setting(None, note="null = sac_<encoder.type>")  # file prefix, checked by _check_outside
+    name: str | None = setting(None, note="null = sac_<encoder.type>")
     every_episodes: int = setting(100, ge=1, le=10 * MILLION)
-    every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")  # also replace _latest every this many agent steps
-    keep_last: int = setting(0, ge=0, le=MILLION, note="0 = keep all")  # _ep<N> files kept, newest first
-    keep_replays: int = setting(1, ge=1, le=1000)  # replay sidecars kept (newest first); each is the size of the buffer
+    every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")
+    keep_last: int = setting(0, ge=0, le=MILLION, note="0 = keep all")
+    keep_replays: int = setting(1, ge=1, le=1000)
     upload_retries: int = setting(5, ge=1, le=1000)
-    upload_backoff_s: float = setting(2.0, ge=0, le=3600)  # first retry delay; doubles each retry
-    upload_timeout_s: float = setting(60.0, ge=0, le=7 * 86400)  # how long the run waits at exit for pending uploads
+    upload_backoff_s: float = setting(2.0, ge=0, le=3600)
+    upload_timeout_s: float = setting(60.0, ge=0, le=7 * 86400)
 
 
 @dataclass
 class LoggingConfig:
     tensorboard: bool = True
     tensorboard_dir: str = "runs"
-    log_every_updates: int = setting(100, ge=1, le=10**9)  # losses are read back from the device only this often
+    log_every_updates: int = setting(100, ge=1, le=10**9)
     progress: bool = True
-    eval_video: bool = True  # a GIF of the first eval episode per evaluation, in <run>/videos/
-    video_size: int = setting(128, ge=16, le=2048)  # pixels of the eval GIF (independent of what the encoder sees)
+    eval_video: bool = True
+    video_size: int = setting(128, ge=16, le=2048)
     video_max_frames: int = setting(300, ge=1, le=100_000)
-    curve: bool = True  # redraw <run>/curve.png (eval return vs frames) after each evaluation
-    gpu_every_s: float = setting(30.0, gt=0, le=86400)  # GPU utilisation/memory to TensorBoard at most this often
-    wandb: bool = False  # also log to Weights & Biases (WANDB_MODE=offline works without an account)
+    curve: bool = True
+    gpu_every_s: float = setting(30.0, gt=0, le=86400)
+    wandb: bool = False
     wandb_project: str = "pixel-sac"
 
 
 @dataclass
 class Config:
-    profile: str = setting("auto", choices=("auto", *PROFILES))  # see _choose_profile
+    profile: str = setting("auto", choices=("auto", *PROFILES))
     profiles: dict = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -299,13 +247,11 @@ class Config:
 
     @property
     def pixels(self) -> bool:
-        """Whether the envs render camera frames (a video encoder) rather than return state vectors."""
         return self.encoder.type == "video"
 
     @property
     def replay_stack(self) -> int | None:
-        """The frame stack the replay stores, or None for one entry a slot: states, and a frozen trunk's features
-        (whose stack is already inside them)."""
+        """The frame stack the replay stores, or None for one entry a slot (states, a frozen trunk's features)."""
         return self.env.frame_stack if self.pixels and not self.encoder.video.freeze else None
 
 
@@ -421,8 +367,7 @@ def _read_yaml(path: Path, named_by: Path | None = None) -> dict:
 
 
 def read_yaml(path: Path, *, what: str) -> dict:
-    """The mapping (of `what`, for the message) in the YAML file `path`, read as configs are (`_Loader`: `3e-4` a
-    float, a key twice an error); a file that cannot be read or holds no mapping is a one-line UserError."""
+    """The mapping (of `what`, for the message) in the YAML file `path`, read as configs are (`_Loader`)."""
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -481,9 +426,8 @@ def _check_profiles(profiles) -> None:
 
 
 def _choose_profile(profile: str, profiles: dict) -> str:
-    """`auto`: gpu where CUDA is available; else cpu_bf16 where the config has one, the CPU computes bfloat16
-    natively (AMX, AVX-512 BF16) and torch.compile can build kernels, because there it buys twice the batch for the
-    same time per update; else cpu."""
+    """`auto`: gpu with CUDA; else cpu_bf16 where the config has one and the CPU has native bfloat16 and a
+    compiler; else cpu."""
     if profile == "auto":
         import torch
 
@@ -548,16 +492,12 @@ def validate(cfg: Config) -> None:
         )
     if cfg.encoder.lr is not None and cfg.encoder.type != "video":
         raise UserError(f"encoder.lr applies to video encoders only; got {cfg.encoder.lr} with encoder.type state")
-    # Every key against the range or choices declared beside its default, then the rules that join keys, then what
-    # the named packages and files need: all before anything is built or written.
     _check_settings(cfg)
     _check_cross_keys(cfg)
     _check_outside(cfg)
 
 
-# A run name is a file prefix (<name>_latest.pt), a folder under logging.tensorboard_dir and part of a tmux session
-# name: no path separators, spaces, quotes or ':' (URLs, tmux targets), and no leading '.' or '-' (hidden files,
-# command-line options).
+# a run name names files, a log folder and a tmux session: no separators, spaces, quotes, ':' or leading '.' or '-'
 RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,99}")
 REPLAY_BYTES_LIMIT = 2**40  # 1 TiB of frames: beyond any machine, so a typo in buffer_size or image_size
 PHYSICS_STEPS_LIMIT = 10**7  # per episode (agent steps times action repeat): years of simulation at 100k steps/s
@@ -603,7 +543,7 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.buffer_size // env.num_envs < slots:
         raise UserError(f"sac.buffer_size must be at least {slots * env.num_envs} (a ring of {slots} slots per env), "
                         f"got {sac.buffer_size}; raise it")
-    if sac.buffer_size < sac.batch_size:  # updates wait for a batch's worth of transitions (trainer/loop.py learn)
+    if sac.buffer_size < sac.batch_size:
         raise UserError(f"sac.buffer_size ({sac.buffer_size}) is below sac.batch_size ({sac.batch_size}): the replay "
                         "could never hold a batch, so the run would never update; raise sac.buffer_size or lower "
                         "sac.batch_size")
@@ -645,15 +585,13 @@ def _check_cross_keys(cfg: Config) -> None:
 
 
 def check_log_folder(cfg: Config) -> None:
-    """The run's TensorBoard folder can be written: checked by the trainer before a --start-over moves the
-    checkpoints aside, not by `load_config`, whose other users (recording, pretraining, --print) never log there."""
+    """The run's TensorBoard folder can be written (the trainer's check; other users of a config never log there)."""
     logs = cfg.logging.tensorboard_dir
     check_writable_folder(logs, what=f"log to logging.tensorboard_dir {logs}", fix="set it to a folder under one")
 
 
 def _conv_output_size(arch: str, size: int, layers: int) -> int | None:
-    """The side of the conv archs' last feature map (3x3 kernels, unpadded: simple2dcnn strides its first layer,
-    simple3dcnn its first two); None for archs whose own constructor checks the size."""
+    """The side of a conv arch's last feature map; None for archs whose own constructor checks the size."""
     strided = {"simple2dcnn": 1, "simple3dcnn": 2}.get(arch)
     if strided is None:
         return None
@@ -663,8 +601,7 @@ def _conv_output_size(arch: str, size: int, layers: int) -> int | None:
 
 
 def _check_outside(cfg: Config) -> None:
-    """What the config names outside itself, where checking is cheap: the run name as a file name, the folders, the
-    filesystem package for a URL, wandb, and a Gymnasium id that is not a MuJoCo task."""
+    """What the config names outside itself, where checking is cheap (run name, packages, the env id)."""
     ckpt = cfg.checkpoint
     if ckpt.name is not None and not RUN_NAME.fullmatch(ckpt.name):
         raise UserError(f"checkpoint.name {ckpt.name!r} cannot name files and tmux sessions; use letters, digits "
@@ -710,8 +647,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _resolved(cfg: Config, key: str):
-    """The value of a dotted config key (a field of the config's sections), or `run_name`; nothing else of the
-    objects (`sac.lr.real`, `__class__`) is a key."""
+    """The value of a dotted config key or `run_name`; no other attribute (`sac.lr.real`) is a key."""
     value = cfg
     for part in key.split("."):
         names = {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()

@@ -1,12 +1,6 @@
-"""The run's demonstrations (`demos.path`): read the Minari dataset (envs/demos.py), check it against the config,
-fill their store (sac/demos.py). Checkpoints hold only the file's fingerprint and the store's sampling RNG, never the
-demonstrations themselves: resume re-reads the file and says so, and says when it changed since the checkpoint.
-
-With a frozen trunk (`encoder.video.freeze: true`) the live replay holds the trunk's features, so the store does
-too: every frame stack of every demonstration is encoded once, here, as they are loaded, by the same FrozenTrunk
-that encodes the agent's steps (on the training device, under inference mode, stored as float16), from stacks
-built as the pixel env builds them. Resume re-encodes them; the trunk's fingerprint in the checkpoint (checked before
-this runs) makes the features the same ones."""
+"""The run's demonstrations (`demos.path`): read the Minari dataset, check it against the config, fill their store;
+with a frozen trunk, its features of every frame stack. Checkpoints hold the file's fingerprint, never the
+demonstrations (docs/checkpoints.md#reading)."""
 
 import time
 
@@ -25,8 +19,7 @@ RECORD_HINT = "record matching ones with python3 -m trainer.record --config <thi
 
 
 class Demos:
-    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from. With `trunk`
-    (the run's frozen trunk) it holds the trunk's features of the demonstrations' frame stacks instead of frames."""
+    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from."""
 
     def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None,
                  trunk: FrozenTrunk | None = None):
@@ -53,7 +46,7 @@ class Demos:
                 frames_on=frames_on,
             )
 
-        if trunk:  # the frames' store builds the stacks, as the replay does; a feature vector holds its stack
+        if trunk:  # a store of frames builds the stacks; a feature vector holds its stack
             start = time.perf_counter()
             features = encode(trunk, store(observations, frame_stack, None), batch_size=sac.batch_size)
             observations = np.split(features, np.cumsum([len(obs) for obs in observations])[:-1])
@@ -85,10 +78,7 @@ class Demos:
 
 
 def encode(trunk: FrozenTrunk, frames: ReplayBuffer, *, batch_size: int) -> np.ndarray:
-    """The trunk's features FEATURE_DTYPE (count, repr_dim) of the stack ending at every frame of `frames` (a store
-    of single frames, stacked as the replay stacks them: the pixel env's stacks). `batch_size` stacks per forward
-    pass: the run's `sac.batch_size`, already sized for its device, so no new setting; stacks are gathered per
-    batch, never kept."""
+    """The trunk's features (count, repr_dim) of the stack ending at every frame of `frames`."""
     numbers = np.arange(frames.count)
     batches = (numbers[i : i + batch_size] for i in range(0, frames.count, batch_size))
     return np.concatenate([trunk(frames.stacks(ends, np.zeros_like(ends)).numpy()) for ends in batches])

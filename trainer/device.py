@@ -1,6 +1,5 @@
-"""What the hardware offers: the training device, whether it computes bfloat16 natively, whether `torch.compile`
-can build CPU kernels, where replay frames live and whether the replay fits in memory. The config's `profile: auto`
-and the trainer ask the same questions here, so they cannot disagree."""
+"""What the hardware offers (device, native bfloat16, a compiler, memory for the replay): asked here by both
+`profile: auto` and the trainer, so they cannot disagree."""
 
 import os
 import platform
@@ -23,9 +22,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def native_bfloat16(device: torch.device) -> bool:
-    """Whether `device` computes bfloat16 in hardware: CUDA from Ampere on; x86 CPUs with AVX-512 BF16 or AMX. oneDNN
-    also calls plain AVX-512 (Skylake, Cascade Lake) bfloat16-capable, but emulates it there; on an AVX2-only EPYC
-    core an emulated update took 7-12x longer. Other CPUs (Arm) as oneDNN says."""
+    """Whether `device` computes bfloat16 in hardware; oneDNN calls plain AVX-512 capable, but emulates it there."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
     if platform.machine().lower() in ("x86_64", "amd64"):
@@ -34,14 +31,12 @@ def native_bfloat16(device: torch.device) -> bool:
 
 
 def can_compile(device: torch.device) -> bool:
-    """On a CPU, whether the C++ compiler Inductor builds kernels with ($CXX, default g++) exists: slim container
-    images lack one, and then the first compiled update would fail deep inside torch. GPUs are not checked."""
+    """On a CPU, whether the C++ compiler Inductor needs ($CXX, default g++) exists; GPUs are not checked."""
     return device.type != "cpu" or shutil.which(os.environ.get("CXX", "g++")) is not None
 
 
 def replay_frames_device(setting: str, device: torch.device, needed_bytes: int) -> torch.device | None:
-    """Where replay frames live: the training device when it is a GPU and they fit (`replay.device: auto`), CUDA
-    when asked, host memory (None) otherwise."""
+    """Where replay frames live: a device, or None for host memory."""
     if setting == "cpu" or (setting == "auto" and device.type != "cuda"):
         return None
     if setting == "cuda" and not torch.cuda.is_available():
@@ -69,8 +64,7 @@ def check_host_memory(*, buffer_size: int, slot_bytes: int) -> None:
 
 
 def out_of_memory(device: torch.device, *, batch_size: int) -> UserError:
-    """A CUDA out-of-memory in an update as a one-line error, since it is the most common failure on a GPU: the
-    setting to lower and a batch that fits, scaled from the peak this batch reached against the device's memory."""
+    """A CUDA out-of-memory in an update as a one-line error naming a batch size that fits."""
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(device)
     return oom_error(batch_size=batch_size, free=free, total=total, peak=torch.cuda.max_memory_allocated(device))

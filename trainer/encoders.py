@@ -1,24 +1,6 @@
-"""The encoders a run trains with, from its `encoder` config block.
-
-`encoder.video.weights` may name
-- a checkpoint of this trainer, of any arch: the critic's encoder weights are taken from it ("pretrain once, train
-  many policies fast": e.g. a simple2dcnn from a finished cartpole/swingup run, frozen, driving fresh agents on
-  stored features);
-- an encoder weights file (`save_encoder_weights`; `python3 -m trainer.pretrain` writes them): a torch file
-  {"format": ENCODER_WEIGHTS_FORMAT, "encoder": the `encoder` config section it was built from, "obs_shape": [T, C,
-  H, W], "state_dict": the encoder's, "projection": the state dict of a Linear(repr_dim, P) read through a ReLU, or
-  None, "frames": the frame settings of the recordings it learnt from (config.frames_of; absent in older files),
-  "checksum": checkpoint.digest of the rest (absent in older files, which load unverified)}, read weights-only.
-  With `freeze: true` the projection goes on top of the encoder (encoders/frozen.py's ProjectedEncoder), so the
-  replay stores P features a step instead of the arch's repr_dim (simple2dcnn at 84 px: 256 against 39,200) and the
-  SAC heads read P; pretraining learnt it with the encoder, so the frozen pair is what it shaped. With `freeze:
-  false` only the encoder is loaded: fine-tuning trains the SAC trunk's own projection of the arch's features
-  alongside it (DrQ), and a checkpoint of such a run holds the bare arch as any other;
-- any other file or folder: the arch's own pretrained weights (encoders/r3d18.py, encoders/timesformer.py), read by
-  the arch.
-
-With `encoder.video.freeze: true` the trunk runs outside the SAC update (encoders/frozen.py): the agent gets the
-vector encoder over its `repr_dim` features, and the trainer maps each step's frame stacks to features once.
+"""The encoders a run trains with, from its `encoder` config block. `encoder.video.weights` may name a checkpoint of
+this trainer (its critic's encoder), an encoder weights file (`save_encoder_weights`, docs/encoders.md), or the
+arch's own pretrained weights; with `freeze: true` the trunk runs outside the SAC update (encoders/frozen.py).
 """
 
 import dataclasses
@@ -50,10 +32,8 @@ def untrained(cfg, **video):
 
 def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module, *,
                          projection: nn.Linear | None = None, frames: dict | None = None) -> None:
-    """An encoder weights file for `encoder.video.weights`, written atomically; `cfg` is the `encoder` block the
-    encoder was built from, `obs_shape` (T, C, H, W) its input, `projection` a Linear(encoder.repr_dim, P) that
-    a frozen trunk applies (through a ReLU) to the encoder's features, `frames` the frame settings of what it
-    learnt from (config.frames_of), checked where it is loaded frozen."""
+    """An encoder weights file for `encoder.video.weights`, written atomically; `projection`: a Linear(repr_dim, P)
+    a frozen trunk applies through a ReLU; `frames`: the frame settings it learnt from (config.frames_of)."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
     head = None if projection is None else cpu_state(projection)
     payload = {"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
@@ -66,10 +46,8 @@ Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (enco
 
 
 def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...], frames: dict | None) -> Loaded:
-    """The state dicts of an encoder weights file, or a one-line UserError when it is damaged (not laid out as
-    `save_encoder_weights` writes it, or NaN/inf in a weight), or was built for another network (arch and the keys
-    that shape it) or for other frame stacks than `obs_shape`."""
-    stored = payload.pop("checksum", None)  # files written before weights carried one have none
+    """The state dicts of an encoder weights file; UserError when it is damaged or built for another network."""
+    stored = payload.pop("checksum", None)
     if stored is not None and stored != checkpoint.digest(payload):
         raise UserError(f"encoder.video.weights={weights} is corrupt (its checksum does not match its contents); "
                         "restore it from a copy or pretrain it again (python3 -m trainer.pretrain)")
@@ -93,9 +71,7 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
 
 
 def _check_frames(weights: str, saved: dict | None, frames: dict | None) -> None:
-    """Refuse an encoder that learnt from frames drawn otherwise than the run's `frames` (config.frames_of; None: no
-    check): frozen, it never adapts to another renderer's picture, and the run would learn on what it makes of one.
-    `saved`: the frame settings it learnt from (None: not recorded, files from before they were)."""
+    """Refuse a frozen encoder that learnt from other frames than the run's `frames` (None: no check)."""
     differ = [f"env.{key}={saved[key]}" for key in frames or {} if key in (saved or {}) and saved[key] != frames[key]]
     if differ:
         raise UserError(f"encoder.video.weights={weights} learnt from frames drawn with {', '.join(differ)}, which "
@@ -119,10 +95,8 @@ def _weights_file_problem(payload: dict) -> str | None:
 
 
 def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: dict | None = None) -> Loaded | None:
-    """(the encoder's weights, the projection's or None) in `weights` when it is a checkpoint of this trainer (its
-    critic's encoder, no projection) or an encoder weights file; None for any other file (the arch's own weights).
-    UserError when it holds no encoder that fits `video` (the `encoder.video` block), or is a weights file of
-    another format version, or learnt from other frames than the run's `frames` (config.frames_of; None: no check)."""
+    """(the encoder's weights, the projection's or None) when `weights` is a checkpoint of this trainer or an encoder
+    weights file; None for any other file (the arch's own weights); UserError when it holds no encoder that fits."""
     arch, path = video.arch, Path(weights)
     if not path.is_file():
         return None
@@ -158,10 +132,7 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: 
 
 
 def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None = None) -> nn.Module:
-    """`cfg` is the `encoder` block. A checkpoint or an encoder weights file in `encoder.video.weights` initialises
-    the arch's network; with `freeze: true` a weights file's projection goes on top (a ProjectedEncoder, whose
-    repr_dim is the projection's width), and the weights must have learnt from frames drawn as the run's `frames`
-    (config.frames_of; None: not checked)."""
+    """`cfg` is the `encoder` block; with `freeze: true` a weights file's projection goes on top."""
     video = cfg.video
     frames = frames if video.freeze else None  # fine-tuning adapts the encoder to the run's frames
     loaded = checkpoint_encoder(video.weights, video, obs_shape, frames) if video.pretrained and video.weights else None
@@ -189,8 +160,7 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None 
 
 
 def build_encoders(cfg, obs_shape: tuple[int, ...], device: torch.device) -> tuple[nn.Module, FrozenTrunk | None]:
-    """(the agent's encoder, the frozen trunk or None). `cfg` is the whole config: a frozen trunk runs on the
-    training device, in bfloat16 autocast when `training.autocast` is on."""
+    """(the agent's encoder, the frozen trunk or None); `cfg` is the whole config."""
     encoder_cfg = cfg.encoder
     if encoder_cfg.type != "video":
         return build_encoder(encoder_cfg, obs_shape), None

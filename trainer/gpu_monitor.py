@@ -1,6 +1,4 @@
-"""GPU utilisation and memory for TensorBoard, read through NVML (nvidia-ml-py) every `logging.gpu_every_s`.
-
-On a machine without CUDA or NVML it says so once and returns nothing: monitoring must never stop a run."""
+"""GPU utilisation and memory for TensorBoard, read through NVML; without it, nothing: monitoring never stops a run."""
 
 import time
 from collections.abc import Callable

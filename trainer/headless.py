@@ -1,14 +1,5 @@
-"""Process-wide set-up for headless rendering. Every entry point calls `configure()` first, before anything imports
-mujoco (train_sac.py's main, the benchmarks and scripts that render, tests/conftest.py): the env layer leaves it to
-them, as Gymnasium and dm_control do, so importing it has no side effect.
-
-Two facts of this torch build and headless Mesa drive it:
-- torch imports triton lazily (torch._dynamo, e.g. inside the first torch.optim.Adam). Loading triton's LLVM
-  after Mesa's EGL/OSMesa context exists segfaults the process (two LLVMs in one process); importing
-  torch._dynamo first, here and nowhere else, avoids it.
-- MuJoCo picks its GL backend from MUJOCO_GL when it is imported; without a display it must be egl or osmesa. A
-  value it cannot use fails only at the first render, deep in a traceback, so it is checked here. Env worker
-  processes inherit the choice through the environment.
+"""Process-wide set-up for headless rendering: every entry point calls `configure()` before anything imports mujoco
+(docs/guide.md#how-it-works says why).
 """
 
 import ctypes.util
@@ -23,7 +14,7 @@ _INSTALL = "'apt-get install libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri' (or li
 
 def configure() -> str:
     """Import torch._dynamo, choose MUJOCO_GL if unset, and return the backend in use."""
-    import torch._dynamo  # noqa: F401  (must precede any GL context: see the module docstring)
+    import torch._dynamo  # noqa: F401  (must precede any GL context)
 
     backend = os.environ.get("MUJOCO_GL")
     if not backend:
@@ -39,8 +30,7 @@ def configure() -> str:
 
 
 def configure_script() -> str:
-    """`configure()` for a script that sets up as it is imported, before its imports load mujoco: a backend that
-    cannot render here ends the process with the one-line error, as the commands' `main`s do, not a traceback."""
+    """`configure()` for a script that sets up as it is imported: a bad backend exits with the one-line error."""
     try:
         return configure()
     except UserError as err:

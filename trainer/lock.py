@@ -1,8 +1,5 @@
-"""One writer at a time: an OS lock (flock) on `.<name>.lock` beside what a process writes (a run's checkpoints, a
-dataset, a weights file), held for as long as it writes. The OS releases it when the process ends, however it ends
-(SIGKILL, the out-of-memory killer, a crash), so a killed writer never blocks the next one. The holder writes who it
-is into the file, for the one-line refusal a second process gives. The file stays: removing it would let a process
-that opened it a moment before lock a file no one else can see."""
+"""One writer at a time: an flock on `.<name>.lock` beside what a process writes, which the OS releases however the
+process ends. The file stays: removing it would let a process that opened it a moment before lock a file no one sees."""
 
 import fcntl
 import os
@@ -15,9 +12,8 @@ from errors import UserError
 
 
 def hold(path: Path, *, what: str, fix: str) -> TextIO:
-    """Lock `path` (which need not exist; its folder must) for this process: the open lock file, released by closing
-    it or by the process's end. If another process holds it, a UserError "{what} is in use by pid N on host H since
-    T (lock <file>); {fix}", and nothing is written."""
+    """Lock `path` (its folder must exist) for this process; returns the open lock file. If another process holds
+    it, a UserError naming that process, and nothing is written."""
     lock = path.with_name(f".{path.name}.lock")
     f = open(lock, "a+")  # a+ creates it, and never truncates the holder's line another process may be reading
     try:

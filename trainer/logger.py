@@ -1,15 +1,5 @@
-"""Where a run's numbers go, under `<tensorboard_dir>/<run>/`: TensorBoard events, eval.csv, curve.png (redrawn after
-each evaluation) and videos/eval_ep<N>.gif (the first eval episode, also as stills in TensorBoard), and the console;
-optionally Weights & Biases (`logging.wandb`), whose run id is the run name so a resumed run continues the same W&B run.
-
-On resume the writer purges events past the checkpoint's step, and the CSV drops rows past it, so curves continue
-from the checkpoint without a doubled tail from the interrupted run. What was logged at that step stays: a checkpoint
-is saved after its step's episodes and evaluation are logged (trainer/loop.py). A fresh start never writes into an
-earlier run's logs: they are moved aside whole (`set_aside`).
-
-Every file here but TensorBoard's (an append-only stream of its own) is rewritten whole and atomically (temporary
-file, fsync, rename), eval.csv last of an evaluation's files, so a row there means the evaluation was logged whole. A
-write that fails (a full disk, an I/O error) is a LogWriteError naming the file: the trainer saves and stops.
+"""Where a run's numbers go, under `<tensorboard_dir>/<run>/` (docs/guide.md, "Watching a run"). Files are rewritten
+atomically, eval.csv last, so its row means an evaluation was logged whole.
 """
 
 import csv
@@ -34,19 +24,16 @@ from trainer.plot import parse_rows, plot_curves
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
-# eval GIFs play one frame per agent step at this rate, whatever an agent step lasts in the task (cartpole at action
-# repeat 8: 80 ms; dishwashing: 40 ms): faster than real time, at one speed for every task
+# one frame per agent step, whatever an agent step lasts in the task: one speed for every task
 GIF_FRAMES_PER_S = 30
-# what a run writes into its log folder (W&B's files included): a fresh start moves these aside, and nothing else
-# (a sweep's train.log, the user's own notes)
+# what a run writes into its log folder: a fresh start moves these aside, and nothing else (a sweep's train.log)
 LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "curve.png", "videos", "events.out.tfevents.*", "wandb",
              ".*.tmp*")
 
 
 def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
-    """threading.excepthook: TensorBoard's writer thread raises a failed write (a full disk) again at the next write
-    in the main thread, which reports it in one line (LogWriteError); the thread's own traceback would be a second,
-    noisy report of it."""
+    """threading.excepthook without the traceback of TensorBoard's writer thread for a failed write: the main thread
+    reports it at its next write."""
     from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
 
     if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
@@ -58,8 +45,7 @@ class LogWriteError(UserError):
 
 
 def set_aside(folder: Path) -> str | None:
-    """Move the logs of an earlier run in `folder` (LOG_FILES) into `<folder>.replaced-<time>/` beside it, so a fresh
-    start neither empties its eval.csv nor hides its TensorBoard curves; what was moved, to say, or None."""
+    """Move the logs of an earlier run in `folder` into `<folder>.replaced-<time>/` beside it; what to say, or None."""
     old = sorted(n for n in os.listdir(folder) if any(fnmatch.fnmatch(n, pattern) for pattern in LOG_FILES))
     if not old:
         return None
@@ -100,8 +86,6 @@ class Logger:
             self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name,
                                     resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
-        # held-out scenes (env.randomize.heldout) in a file of their own, same columns: eval.csv's readers see the
-        # in-distribution numbers they always did, and plot/sweep read either file
         self.heldout_csv = self.dir / "eval_heldout.csv"
         self.eval_rows = self._kept_eval_rows(start_step)
         self.heldout_rows = self._kept_eval_rows(start_step, self.heldout_csv)
@@ -139,9 +123,7 @@ class Logger:
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
                    wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
-        """`success_rate` is None for tasks without success (trainer/loop.py `evaluate`); `clip`: uint8 (H, W, 3)
-        frames of the first eval episode (empty when eval videos are off); `split`: eval, or eval_heldout (held-out
-        scenes: eval_heldout.csv and eval_heldout/* in TensorBoard)."""
+        """`clip`: uint8 (H, W, 3) frames of the first eval episode, or none; `split`: eval, or eval_heldout."""
         self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
                      split)
         heldout = split == "eval_heldout"
@@ -191,9 +173,7 @@ class Logger:
         atomic_write(path, lambda f: f.write(_csv_text(rows).encode()))
 
     def _kept_eval_rows(self, start_step: int, path: Path | None = None) -> list[list[str]]:
-        """The evaluations logged up to `start_step`: a resume forgets what came after its checkpoint. Rows that do
-        not parse (an edit, a file from before eval.csv was written atomically) are dropped with a warning rather
-        than failing the resume. `path`: eval.csv by default, or eval_heldout.csv."""
+        """The rows of `path` (default eval.csv) up to `start_step`; rows that do not parse are dropped, warned."""
         path = path or self.eval_csv
         if not path.exists():
             return []
@@ -213,13 +193,11 @@ class Logger:
         steps = [step(row) for row in rows[1:]]
         if None in steps:
             self.warning(f"{path}: dropped {steps.count(None)} rows that do not parse")
-        # rows of a run logged before wall_s was a column get it empty: one header for the whole file
         return [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
                 if at is not None and at <= start_step]
 
     def close(self) -> None:
-        """Flush and close. It runs while the run stops on any error (a failed save, a failed write), which it must not
-        mask: a failed flush is a warning, none where a write failed already (the run stops on that one)."""
+        """Flush and close without masking the error the run may be stopping on: a failed flush is a warning."""
         self.bar.close()
         failed = self.failed
         try:

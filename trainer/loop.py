@@ -1,32 +1,7 @@
 """The training loop: episodes of acting and learning, with evaluation, logging and checkpoints.
 
-One loop acts in every setting: the envs are a vector (envs/workers.py), with one env a vector of one in this
-process. Each vector step steps every env once; an env whose episode ended returns its reset frame the step after
-(NEXT_STEP autoreset), which stores a first frame and counts no agent step.
-
-Determinism: with one env every episode starts from seed `training.seed + episode`, evaluation uses its own fixed
-seeds and the deterministic policy, and all other randomness comes from RNGs saved in the checkpoint. So a CPU run
-stopped and resumed at an episode boundary ends with the same parameters as one that never stopped.
-
-With `env.num_envs` > 1 the workers step in a fixed turn (envs/workers.py), each acting one round of updates behind,
-and are seeded once per start, worker i with `training.seed + first + i` (first = completed episodes, or the first
-seed no earlier start gave out if later: `start_episodes`), then autoreset from their own RNGs. A save at an episode
-boundary leaves the other workers mid-episode (and one step of every worker in flight, not yet stored or counted);
-on resume they start fresh episodes, so their partial episodes end in the replay as truncated ones: no transition is
-lost or stored twice, but the run is not bitwise the one that never stopped.
-
-With `env.backend: mujoco_warp` the vector is `env.num_envs` MuJoCo Warp worlds stepped together on the training
-device (envs/mjwarp, docs/warp.md): observations come as torch tensors on that device and go into the replay there
-(device frames on a GPU, host memory on the CPU) without a host round trip; the N rewards and flags a step are read
-to the host. World i is seeded `training.seed + first + i` at each start, as the workers are, its later episodes
-come from its own counter; a resume starts every world on a fresh episode, as with workers. Evaluation: state
-policies on the ordinary single env (the reference physics, and the same evaluator as the `mujoco` backend's
-results); pixel policies in the backend they were trained in (ray-traced frames differ from OpenGL's),
-`training.eval_episodes` worlds running one episode each.
-
-Updates: `sac.updates_per_step` per agent step, fractions allowed: a step of N envs adds N times the ratio to the
-updates due, the fraction carried to the next step (and saved), so a thousand worlds need not mean a thousand
-updates per step.
+The envs are always a vector with NEXT_STEP autoreset: worker processes (envs/workers.py; one env is a vector of one)
+or MuJoCo Warp worlds (docs/warp.md). Seeding, and what a resume reproduces: docs/guide.md#checkpoints-and-resume.
 """
 
 import contextlib
@@ -80,14 +55,12 @@ def crossed(n: int, before: int, after: int) -> bool:
 
 
 class Trainer:
-    """A training run, whole after construction (DrQ-v2's setup()): logger and GPU monitor, envs, agent and replay,
-    restored from a checkpoint when `resume` names one ("auto": the newest valid one, or a fresh start), and the
-    envs reset. `train()` runs it to its end as the command line does; `run(steps)` advances it by some agent steps.
-    Every message goes through the logger. Rendering must be configured first (trainer/headless.py)."""
+    """A training run, whole after construction; `resume`: a checkpoint path or "auto" (the newest valid one).
+    `train()` runs it to its end, `run(steps)` by some agent steps. Configure rendering first (trainer/headless.py)."""
 
     def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg
-        self.opened = contextlib.ExitStack()  # what close() releases, the newest first
+        self.opened = contextlib.ExitStack()
         try:
             self.setup(resume, start_over)
         except BaseException:  # bad input, a failed load, a stop signal: what had started (env workers) stops too
@@ -98,7 +71,7 @@ class Trainer:
         cfg = self.cfg
         check_log_folder(cfg)  # before a --start-over moves anything
         self.device = resolve_device(cfg.training.device)
-        if self.device.type == "cuda":  # process-wide, as cuDNN has it
+        if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
         ckpt = cfg.checkpoint
         remote = is_remote(ckpt.dir)
@@ -109,12 +82,12 @@ class Trainer:
             self.remote = RemoteDir(ckpt.dir, self.checkpoint_dir, ckpt.upload_retries, ckpt.upload_backoff_s,
                                     report=lambda text: self.logger.message(text))
             self.opened.callback(self.remote.close, ckpt.upload_timeout_s)
-        if not resume:  # never over an earlier run of this name: checkpoint.start_fresh refuses or moves it aside
+        if not resume:
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
         self.progress = checkpoint.Progress(**found[1]["progress"]) if found else checkpoint.Progress()
-        self.saved_episode = self.progress.episode  # the last episode a checkpoint was saved at the end of
-        self.saved_step = self.progress.env_step  # and the agent step of the last checkpoint
+        self.saved_episode = self.progress.episode
+        self.saved_step = self.progress.env_step
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
 
         compiled = cfg.training.compile and can_compile(self.device)
@@ -130,7 +103,6 @@ class Trainer:
         # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
-        # held-out scenes (env.randomize.heldout): a second eval env, logged apart as eval_heldout
         self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
         for opened in (self.eval_env, self.eval_camera, self.heldout_env):
             if opened is not None:
@@ -144,7 +116,7 @@ class Trainer:
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
                          augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph)
-        if self.trunk:  # one feature vector per step
+        if self.trunk:
             frame_shape, frame_dtype = (self.trunk.repr_dim,), FEATURE_DTYPE
         else:
             frame_shape, frame_dtype = obs_space.shape[1:] if cfg.pixels else obs_space.shape, obs_space.dtype
@@ -180,7 +152,7 @@ class Trainer:
                 "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
                 "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
             )
-        if compiled:  # before the first compile: its children shielded from stop signals, its cache checked
+        if compiled:
             compiling.prepare(self.logger.message)
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
@@ -190,16 +162,13 @@ class Trainer:
                                                  episode=self.progress.episode, env_step=self.progress.env_step)
             if branch:
                 self.logger.message(branch)
-        # training wall time, carried across resumes (time stopped does not count): eval.csv's wall_s column
+        # carried across resumes (time stopped does not count): eval.csv's wall_s column
         self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
-        self.stop = GracefulStop()  # installed while `train` runs
+        self.stop = GracefulStop()
         self.start_episodes()
 
     def make_eval_env(self, heldout: bool = False):
-        """(eval env, eval camera or None): the ordinary single env as a vector of one, with its own camera for the
-        GIF, or with `eval_batched` a MuJoCo Warp env of `training.eval_episodes` worlds, whose frames make the GIF;
-        (None, None) without evaluation (`training.eval_every_episodes` 0), where it would hold a renderer all run.
-        `heldout`: on the held-out randomised scenes, without a camera (no video)."""
+        """(eval env, camera for the GIF or None), or (None, None) without evaluation; `heldout`: no video."""
         env, logging = self.cfg.env, self.cfg.logging
         if self.cfg.training.eval_every_episodes == 0:
             return None, None
@@ -212,7 +181,6 @@ class Trainer:
         return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
                                 shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
 
-    # ---- checkpoints -------------------------------------------------------------------------------------------
     def save(self, final_of_episode: bool) -> Path:
         start = time.perf_counter()
         payload = {
@@ -251,8 +219,7 @@ class Trainer:
         return carried + time.perf_counter() - start
 
     def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
-        """(path, payload, replay state) of `target`, a file or "auto" (None when there is none), checked against
-        this config before anything is built."""
+        """(path, payload, replay state) of `target`, a file or "auto", checked against this config; None: none."""
         if target == "auto":
             names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
             found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
@@ -293,11 +260,9 @@ class Trainer:
                 f"the checkpoint trained with profile {saved_profile}; --set profile={saved_profile} keeps its settings"
             )
 
-    # ---- acting ------------------------------------------------------------------------------------------------
     def observe(self, obs: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-        """Env observations (N, ...) to what the actor reads and the replay stores: with a frozen trunk its features
-        (N, repr_dim), computed once per step for all N; else the observations themselves. A batched env's come and
-        go as torch tensors on the training device, the workers' as numpy arrays."""
+        """Env observations (N, ...) to what the actor reads and the replay stores: a frozen trunk's features, or
+        the observations (numpy from workers, device tensors from MuJoCo Warp)."""
         if self.trunk:
             return self.trunk(obs)
         # a copy: a worker's frames live in shared memory that its next step overwrites
@@ -314,8 +279,7 @@ class Trainer:
         return self.agent.act(obs, sample=True)
 
     def learn(self, env_steps: int) -> None:
-        """`sac.updates_per_step` updates per agent step taken (a vector step takes one per stepping env), once the
-        seed phase is over and the replay can fill a batch: after k such steps, floor(k * ratio) updates in all."""
+        """After k agent steps past the seed phase, floor(k * sac.updates_per_step) updates in all."""
         sac = self.cfg.sac
         if self.seeding() or len(self.replay) < sac.batch_size:
             return
@@ -339,12 +303,8 @@ class Trainer:
                             device=self.device)
 
     def evaluate(self, env=None) -> tuple[float, float | None, list[np.ndarray]] | None:
-        """The deterministic policy over `training.eval_episodes` fixed starts, episode i from `training.seed +
-        EVAL_SEED_OFFSET + i`, run `eval_env.num_envs` at a time (one env, or one world per episode; what an env does
-        after its episode ends is ignored). Returns the mean return; the success rate where the task terminates only on
-        success (else None); and the first episode's frames for the eval video: the eval camera's, or without one
-        the observed frames. None when a stop signal cuts it short: the run saves and exits instead. `env`: another
-        eval env (the held-out scenes' one), same seeds, no video."""
+        """(mean return, success rate or None, first episode's frames) of the deterministic policy over fixed
+        starts; None when a stop signal cuts it short. `env`: the held-out scenes' env, no video."""
         if self.eval_env is None:
             raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
                             "evaluate")
@@ -356,7 +316,7 @@ class Trainer:
             env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
             total, done, success = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
             while not done.all():
-                if self.stop.requested:  # a spot reclaim leaves 30-120 s: the run saves and exits instead
+                if self.stop.requested:
                     return None
                 if first == 0 and not done[0] and len(clip) < max_frames:
                     clip.append(self.eval_frame())
@@ -372,13 +332,11 @@ class Trainer:
         return float(np.mean(returns)), float(np.mean(successes)) if env.terminates_on_success else None, clip
 
     def eval_frame(self) -> np.ndarray:
-        """uint8 (H, W, 3): the eval camera's picture of env 0, or its newest observed frame where there is no camera
-        (MuJoCo Warp's worlds: their frames, whatever a frozen trunk made of them)."""
+        """uint8 (H, W, 3): the eval camera's picture of env 0, or its newest observed frame without a camera."""
         if self.eval_camera:
             return self.eval_camera.render().copy()
         return to_host(self.eval_env.obs[0, -1].permute(1, 2, 0).clone())  # obs changes in place
 
-    # ---- the loop ----------------------------------------------------------------------------------------------
     def train(self) -> int:
         """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
         stop signal cut the run short (after saving `_latest`)."""
@@ -409,8 +367,7 @@ class Trainer:
         return 0
 
     def save_after(self, failure: LogWriteError) -> UserError:
-        """A log write failed (a full disk, an I/O error): save `_latest` where the checkpoints go, which may be
-        another disk, and say in one line what was saved, or what was not."""
+        """A log write failed (a full disk): save `_latest` (maybe on another disk) and say what was saved."""
         last = self.saved_step
         try:
             path = self.save(final_of_episode=False)
@@ -421,12 +378,10 @@ class Trainer:
                          "logging.tensorboard_dir to another disk, then continue with --resume auto")
 
     def run(self, steps: int | None = None) -> None:
-        """Act and learn until the run is complete, `steps` more agent steps are taken (with several envs a vector
-        step may overshoot by a few), or a stop signal arrives; evaluations and checkpoints on schedule."""
+        """Act and learn until the run completes, about `steps` more agent steps are taken, or a stop arrives."""
         cfg, progress = self.cfg, self.progress
         last = None if steps is None else progress.env_step + steps
-        # one a stop signal cut short before the checkpoint this run resumed from, saved as done once it ran: a
-        # finished run would otherwise keep it due for good
+        # an evaluation a stop signal cut short; saved as done, else a finished run keeps it due for good
         if self.evaluate_if_due():
             self.save(final_of_episode=False)
         if self.complete():
@@ -434,7 +389,6 @@ class Trainer:
         while until(last, progress.env_step) and not self.stop.requested:
             before = progress.env_step
             action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
-            # N numbers each: a batched env's come from its device, its frames stay there
             action, reward, terminated, truncated = (to_host(x) for x in (action, reward, terminated, truncated))
             self.replay.add_batch(obs, action, reward, terminated, self.first)
             stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
@@ -456,11 +410,8 @@ class Trainer:
         return self.progress.episode >= training.episodes or not until(training.max_env_steps, self.progress.env_step)
 
     def start_episodes(self) -> None:
-        """Reset the envs and store their first frames. Env i starts from `training.seed + first + i`, `first` the
-        episodes done or, if later, the first seed no earlier start gave out (`progress.next_seed`): a vector's envs
-        continue from their own RNGs, so a resume fewer than N episodes after the last start would otherwise hand
-        env j the seed, and the start states, of an env of that start. One env reseeds itself every episode (seed +
-        episode, envs/workers.py InProcessEnv), so its seeds follow the episode count."""
+        """Reset the envs and store their first frames. Env i starts from `training.seed + first + i`, `first` past
+        every seed an earlier start gave out (`progress.next_seed`), so no env repeats another's start states."""
         n, progress = self.num_envs, self.progress
         first = max(progress.episode, progress.next_seed)
         obs = self.observe(self.env.reset(seed=self.cfg.training.seed + first))
@@ -469,12 +420,10 @@ class Trainer:
         self.replay.add_resets(obs)
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
-        self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)  # at the last episode's end
+        self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)
 
     def end_episodes(self, ended: np.ndarray) -> bool:
-        """The envs `ended` finished an episode at this step (many worlds often do at once): log each with the rates
-        since episodes last ended, count them until the run is complete, then evaluate and save once if due.
-        Returns whether the run is complete."""
+        """Log and count the episodes `ended`, then evaluate and save if due; returns whether the run is complete."""
         cfg, progress = self.cfg, self.progress
         start, step, updates = self.clock
         seconds = time.perf_counter() - start
@@ -497,9 +446,7 @@ class Trainer:
         return self.complete()
 
     def evaluate_if_due(self) -> bool:
-        """Evaluate and log, if an evaluation is due; returns whether one ran. A stop signal leaves it due: the
-        checkpoint saved on the way out records it, and the resume runs it before acting, so no scheduled evaluation
-        is ever lost; one due from a run that evaluated stays due while evaluation is off."""
+        """Evaluate and log, if due; returns whether one ran. A stop signal leaves it due, in the checkpoint too."""
         progress = self.progress
         evaluation = self.evaluate() if progress.evaluation_due and self.eval_env is not None else None
         held_out = self.heldout_env is not None
