@@ -1,19 +1,11 @@
-"""Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the evaluation env the trainer
-uses (the run's own config from the checkpoint; pixel policies trained on MuJoCo Warp frames in MuJoCo Warp).
+"""Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the trainer's evaluation env.
 
     python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--out DIR] [--video]
         [--heldout] [--set key=value ...]
 
-Prints each checkpoint's mean return with a 95% confidence interval (Student's t) and, where the task has success,
-its success rate with a 95% Wilson interval; with several checkpoints (seeds of one config) also the aggregate over
-them: the mean, and the interquartile mean with a 95% percentile-bootstrap interval over checkpoints, as rliable
-reports it. Writes episodes.csv (checkpoint, seed, return, length, success) into --out, by default the first run's
-log folder's evaluate/, and with --video a GIF of the first episodes of each checkpoint there. Episode i starts
-from seed S + i; the default S is the run's own evaluation seeds, so `--episodes training.eval_episodes` repeats the
-evaluation the trainer logged for that checkpoint. `--heldout` also evaluates on held-out randomised scenes (the
-checkpoint's env.randomize ranges times heldout_scale, scene seeds no training episode used; the same start states),
-reported on lines of their own and written to episodes_heldout.csv; `--set env.randomize.enabled=false` evaluates a
-randomised policy on the task's own scene.
+Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also their IQM) and
+writes episodes.csv. Episode i starts from seed S + i, by default the run's own evaluation seeds, so
+`--episodes <training.eval_episodes>` repeats the evaluation the trainer logged. See docs/deploy.md.
 """
 
 import argparse
@@ -69,9 +61,7 @@ def positive(text: str) -> int:
 
 
 def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False):
-    """(env, camera or None) as the trainer evaluates: the ordinary env in this process with its own camera for the
-    video, or for a pixel policy trained on MuJoCo Warp frames up to `training.eval_episodes` worlds (video from
-    their frames). `heldout`: the held-out scenes (envs/randomize.py)."""
+    """(env, camera or None) as the trainer evaluates: MuJoCo Warp worlds for a pixel policy trained on them."""
     from envs import InProcessEnv, make_batched_env, make_env
     from envs.pixels import Camera
 
@@ -87,8 +77,7 @@ def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: boo
 
 def run_episodes(policy, env, camera, *, name: str, seed: int, episodes: int, video_episodes: int,
                  video_size: int, progress) -> tuple[list[Episode], list[np.ndarray]]:
-    """`episodes` episodes of `policy` (unit actions), episode i from `seed + i`, `env.num_envs` at a time; and the
-    frames of the first `video_episodes` episodes (uint8 (video_size, video_size, 3))."""
+    """The episodes, episode i from `seed + i`, `env.num_envs` at a time; and the first `video_episodes`' frames."""
     from sac.replay import to_host
 
     n, rows, clip = env.num_envs, [], []
@@ -143,9 +132,7 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
 
 
 def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
-    """(IQM, low, high): the interquartile mean of per-run scores (scipy's trim_mean at 25%, rliable's
-    aggregate_iqm) and its percentile-bootstrap interval, runs resampled with replacement (rliable's stratified
-    bootstrap, with one task one stratum), from a fixed seed so the same scores give the same interval."""
+    """(IQM, low, high): rliable's interquartile mean and percentile-bootstrap interval over runs, from a fixed seed."""
     samples = np.random.default_rng(0).integers(0, len(scores), (BOOTSTRAP_SAMPLES, len(scores)))
     boot = stats.trim_mean(scores[samples], 0.25, axis=1)
     low, high = np.percentile(boot, [100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2])
@@ -153,7 +140,6 @@ def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
 
 
 def summary(rows: list[Episode]) -> dict:
-    """The numbers of one checkpoint's episodes."""
     returns = np.array([row.ret for row in rows])
     mean, low, high = mean_interval(returns)
     result = {"episodes": len(rows), "return": mean, "return_ci": (low, high),
@@ -188,7 +174,6 @@ def describe_aggregate(results: list[dict]) -> str:
 
 
 def write_csv(rows: list[Episode], path: Path) -> None:
-    """episodes.csv, written whole or not at all (a temporary file renamed)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "w", newline="") as f:
@@ -225,8 +210,7 @@ def default_out(configs: list) -> Path:
 
 def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
              progress, heldout: bool = False) -> tuple[list[Episode], list[np.ndarray]]:
-    """One checkpoint's episodes (and video frames when `video_size` is given), in the trainer's evaluation env, or
-    with `heldout` on its held-out scenes."""
+    """One checkpoint's episodes, and video frames when `video_size` is given."""
     from trainer.config import EVAL_SEED_OFFSET
 
     env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size, heldout=heldout)

@@ -2,12 +2,9 @@
 
     python3 -m trainer.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
 
-DIR holds policy.pt (TorchScript) and policy.onnx: uint8 frame stacks (B, T, C, H, W) in (or float32 states (B, D)),
-actions within the task's bounds out, with the normalisation, a frozen trunk and the actor inside; policy.json (that
-contract: shapes, bounds, action repeat); config.yaml (the run's resolved config); README.md, a model card with an
-evaluation of N episodes and the command that repeats it, and episode.gif. The folder is written under a temporary
-name and renamed when whole; it is laid out for the Hugging Face Hub as is (`hf upload REPO_ID DIR`, or --push).
-Each format is checked against the policy in this repository on the example batch before it is kept.
+DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
+bounds out), policy.json (that contract), config.yaml, a model card README.md with an evaluation of N episodes, and
+episode.gif. It is a Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
 """
 
 import argparse
@@ -28,8 +25,7 @@ FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_size needs
 TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
-# with a frozen trunk, whose features are rounded to float16 as the replay stored them: another runtime's conv sums
-# differ in the last float32 bit, and a feature that sits on a float16 rounding boundary then moves one float16 step
+# a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
 FLOAT16_TOLERANCE = 1e-3
 
 
@@ -58,7 +54,6 @@ def formats(text: str) -> list[str]:
 
 
 def example_batch(spec, batch: int, seed: int = 0) -> torch.Tensor:
-    """Random observations of the policy's input: uint8 frames, or float32 states."""
     generator = torch.Generator().manual_seed(seed)
     if spec.pixels:
         return torch.randint(0, 256, (batch, *spec.obs_shape), dtype=torch.uint8, generator=generator)
@@ -217,8 +212,7 @@ def export(args: argparse.Namespace) -> Path:
 
 
 def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> tuple[str | None, str | None, bool]:
-    """(the evaluation's description, the command that repeats it, whether episode.gif was written), or Nones with
-    `--episodes 0`."""
+    """(the evaluation's description, the command that repeats it, whether episode.gif was written)."""
     from tqdm import tqdm
 
     from trainer import evaluate as evaluation

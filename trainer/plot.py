@@ -3,13 +3,8 @@
     python3 -m trainer.plot runs/sac_video [runs/other ...] --out curves.png
     python3 -m trainer.plot docs/cartpole_swingup.csv docs/cartpole_swingup_nstep3.csv --out compare.png
 
-Each input becomes one curve of evaluation return against env frames (`--x wall_s`: against training wall time): a
-run folder or its eval.csv one line, a bench/learn.py CSV (a `seed` column) the mean +/- std over its seeds, so
-settings can be compared seed for seed.
-Tasks that report success (a `success` column, e.g. dishwashing) get a second panel beside it: success rate against
-frames, which says more than the return there.
-The trainer keeps runs/<run>/curve.png current with the same function; bench/learn.py adds the published
-reference points.
+One curve of evaluation return per input (a bench/learn.py CSV: mean +/- std over its seeds), against env frames or
+--x wall_s; tasks that report success get a success rate panel beside it.
 """
 
 import argparse
@@ -32,14 +27,12 @@ X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 
 
 def read_rows(path: Path) -> list[dict]:
-    """(env_step, frames, seed, return, success, wall_s) rows of an eval.csv (one seed, 0) or a bench/learn.py CSV;
-    success is None for tasks without it, wall_s for runs logged before it was a column."""
+    """(env_step, frames, seed, return, success, wall_s) rows of an eval.csv (seed 0) or a bench/learn.py CSV."""
     with open(path, newline="") as f:
         return parse_rows(f)
 
 
 def parse_rows(lines: Iterable[str]) -> list[dict]:
-    """`read_rows` of a CSV's lines."""
     return [{"env_step": int(r["env_step"]), "frames": int(r["frames"]), "seed": int(r.get("seed") or 0),
              "return": float(r["return"]),
              "success": float(r["success"]) if r.get("success") else None,
@@ -48,8 +41,7 @@ def parse_rows(lines: Iterable[str]) -> list[dict]:
 
 def seed_statistics(rows: list[dict], key: str = "return", x: str = "frames") -> tuple[np.ndarray, np.ndarray,
                                                                                         np.ndarray]:
-    """(x, mean, std) of `key` over seeds, each seed interpolated onto the first seed's eval points up to the last
-    x every seed reached (frames differ a little between seeds after a mid-episode restart, wall times always)."""
+    """(x, mean, std) of `key` over seeds, interpolated onto the first seed's eval points: seeds' x values differ."""
     seeds = sorted({r["seed"] for r in rows})
     curves = {s: sorted((r[x], r[key]) for r in rows if r["seed"] == s) for s in seeds}
     reached = min(c[-1][0] for c in curves.values())
@@ -60,9 +52,7 @@ def seed_statistics(rows: list[dict], key: str = "return", x: str = "frames") ->
 
 def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", references: dict[str, tuple] | None = None,
                 reference_frames: tuple[int, ...] = (), x: str = "frames") -> None:
-    """One curve per label: the mean over its rows' seeds against `x` (a key of X_AXES), with a +/- std band when
-    there are several; a success rate panel beside the return when every row reports success.
-    `references`: {label: (return at each of reference_frames, None where unpublished)}, drawn as crosses."""
+    """One curve per label, mean over seeds +/- std; `references`: {label: returns at reference_frames or None}."""
     success = all(r.get("success") is not None for rows in curves.values() for r in rows)
     panels = [("return", "eval return")] + ([("success", "eval success rate")] if success else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), dpi=100, squeeze=False)

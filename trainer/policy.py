@@ -4,12 +4,7 @@
     policy.reset()                                             # at an episode start
     action = policy.step(frame)                                # a uint8 (H, W, 3) frame in, a bounded action out
 
-`step` keeps the frame stack as the env does (oldest first, the first frame repeated at a reset); `act` takes stacked
-observations (B, T, C, H, W), or states (B, D), as the envs give them. Call `step` once per agent step, that is
-every `env.action_repeat` control steps of the task. Loading a checkpoint reads its weights only (no replay, no
-optimisers) and the task's action bounds; a frozen trunk is rebuilt from the weights file the run named and checked
-against the fingerprint the checkpoint holds. The network is PolicyNet: what trainer/export.py writes as TorchScript
-and ONNX. It runs in float32 whatever the run's `training.autocast`.
+See docs/deploy.md.
 """
 
 import dataclasses
@@ -37,9 +32,7 @@ CHECKPOINT_FIX = "pass another checkpoint of the run (an older <run>_ep<N>.pt)"
 
 
 class PolicyNet(nn.Module):
-    """Observations in, the deterministic action out: the encoder (a frozen trunk included), the actor's mean through
-    tanh, then scaled from [-1, 1] to the task's bounds [`low`, `high`] unless `unit_actions`. uint8 (B, T, C, H, W)
-    frame stacks (normalised inside) or float32 (B, D) states; float32 (B, A) actions."""
+    """Frames or states in, the deterministic action in [`low`, `high`] (unless `unit_actions`) out."""
 
     def __init__(self, encoder: nn.Module, actor: Actor, *, low: np.ndarray, high: np.ndarray, float16_features: bool,
                  unit_actions: bool):
@@ -61,8 +54,7 @@ class PolicyNet(nn.Module):
 
 @dataclasses.dataclass
 class Spec:
-    """What a policy takes and gives (policy.json in an exported folder): `obs_shape` (T, C, H, W) or (D,), `pixels`
-    whether those are uint8 frames, the task's action bounds, and how it was trained."""
+    """What a policy takes and gives: policy.json in an exported folder."""
 
     obs_shape: tuple[int, ...]
     pixels: bool
@@ -88,9 +80,7 @@ class Policy:
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", *, unit_actions: bool = False,
              overrides: list[str] = ()) -> "Policy":
-        """A checkpoint of this trainer (a local file or a URL such as s3://bucket/run_latest.pt) or an exported
-        folder. `unit_actions`: actions in the trainer's [-1, 1] rather than the task's bounds. `overrides`:
-        `key=value` settings over a checkpoint's config (e.g. encoder.video.weights=<path> for a moved trunk file)."""
+        """A checkpoint (a file or a URL such as s3://...) or an exported folder; `unit_actions`: actions in [-1, 1]."""
         if not is_remote(str(path)) and Path(path).is_dir():
             return cls.from_folder(Path(path), torch.device(device), unit_actions=unit_actions)
         return load_checkpoint(path, device, unit_actions=unit_actions, overrides=overrides)[0]
@@ -117,9 +107,7 @@ class Policy:
         self.stack = None
 
     def step(self, obs: np.ndarray, *, resize: bool = False) -> np.ndarray:
-        """One camera frame, uint8 (H, W, 3) as a robot's camera gives it (or one state vector, float (D,)), in; the
-        action (A,) out. `resize`: a frame of another size is resized to the policy's (antialiased bilinear);
-        without it such a frame is an error, never silently resized."""
+        """One uint8 (H, W, 3) frame (or state (D,)) in, the action out; another size is an error unless `resize`."""
         if not self.spec.pixels:
             return self.act(np.asarray(obs, np.float32)[None])[0]
         frame = self.check_frame(obs, resize=resize)
@@ -173,7 +161,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, uni
 
 
 def fetch(url: str) -> Path:
-    """A checkpoint at an fsspec URL (s3://...), brought into a local cache folder as a run's --resume does."""
+    """A checkpoint at an fsspec URL, brought into a local cache folder as a run's --resume does."""
     parent, _, name = url.rstrip("/").rpartition("/")
     remote = RemoteDir(parent, staging_dir(parent, "policies", None), retries=1, backoff_s=0, report=print)
     try:
@@ -203,7 +191,6 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
 
 
 def task_spec(cfg) -> Spec:
-    """The Spec of a run's policy; the task's action bounds and state size come from the task itself."""
     from envs import make_task  # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
 
     task = make_task(cfg.env.id)
@@ -217,7 +204,6 @@ def task_spec(cfg) -> Spec:
 
 
 def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tuple[PolicyNet, Spec]:
-    """The PolicyNet of a loaded checkpoint (its critic's encoder, or its frozen trunk rebuilt, and its actor)."""
     spec = task_spec(cfg)
     frozen = cfg.pixels and cfg.encoder.video.freeze
     agent = payload["agent"]
@@ -241,8 +227,7 @@ def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tup
 
 
 def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Path) -> nn.Module:
-    """The frozen trunk a run learnt on, rebuilt as the trainer built it (from `encoder.video.weights`, or a random
-    trunk from the run's seed) and checked against the fingerprint its checkpoint holds."""
+    """The frozen trunk a run learnt on, rebuilt as the trainer built it and checked against its fingerprint."""
     with torch.random.fork_rng():
         torch.manual_seed(cfg.training.seed)  # as the trainer seeds before building a trunk that loads no weights
         _, trunk = build_encoders(cfg, obs_shape, torch.device("cpu"))
@@ -254,7 +239,6 @@ def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Pa
 
 
 def read_spec(folder: Path) -> Spec:
-    """An exported folder's policy.json, of this version's format; one-line errors otherwise."""
     file = folder / SPEC_FILE
     export_again = "export it again with python3 -m trainer.export CHECKPOINT --out DIR"
     if not file.is_file():

@@ -3,33 +3,9 @@
     python3 -m trainer.pretrain --config configs/dishwashing_video.yaml \\
         --data datasets/dishwashing_scripted datasets/dishwashing_noisy --out pretrained/dishwashing_simple2dcnn.pt
 
-This is supervised pretraining with PRIVILEGED labels: the encoder (the config's `encoder` section, built by the
-project's registry for the env's frame stacks) and a small MLP head learn to regress the simulator's state vector,
-which the recording stored beside every camera frame (trainer/record.py), from the frame stack ending at that frame.
-The state is standardised per dimension. The simulator state is used here only, to shape the encoder: a policy
-trained on the frozen encoder later (configs/dishwashing_video_frozen.yaml) acts from camera frames alone. The
-weights file keeps the head's first layer (Linear(repr_dim, --head-hidden), read through its ReLU) as the
-encoder's projection: a frozen trunk stores those --head-hidden features a step instead of the encoder's own
-(39,200 for simple2dcnn at 84 px), so the replay is small and the SAC heads read a state-sized vector
-(trainer/encoders.py; fine-tuning with `freeze: false` loads the encoder alone). The output layer is thrown away.
-Datasets without state observations (a real camera) cannot be used.
-
-The stacks are the replay's own: the episodes fill a demonstration store (sac/demos.py) and `ReplayBuffer.stacks`
-builds each step's stack exactly as training batches are built (padded at episode starts as the env pads at reset).
-Every training batch is random-shifted (sac/augment.py, `sac.augment_pad` pixels) so the features do not hinge on
-exact pixel positions; held-out stacks are not. Encoder and head run in bfloat16 autocast when
-`training.autocast` is on (the cpu_bf16 and gpu profiles), on `training.device`.
-
-The last `--holdout` share of each dataset's episodes (at least one, at most all but one) is never trained on. At
-the end the held-out R^2 and RMSE (in the state's own units) of each part of the state vector (for the dishwashing
-task the groups of envs/dishwashing/env.py's layout) are printed and written beside the weights (PATH with the
-suffix .json). The weights file is written at the end only (atomically: an interrupted pretraining leaves the
-previous file), with a checksum the trainer verifies. An existing `--out` is refused before any work: every run
-trained frozen on it resumes only with that exact file. `--replace` writes over it, and first keeps the old file
-and its report beside it as `<name>.replaced-<time>.pt` and `.json`.
-
-Hand-written because no library trains this project's encoders on its replay's stacks: it is a plain supervised
-loop (Adam on a mean squared error) around the project's own builder, store and augmentation.
+Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regress the simulator state trainer.record
+stored beside every frame; the policy trained on the frozen encoder acts from frames alone. Held-out R^2 and RMSE are
+printed and written beside the weights (.json). An existing --out is refused unless --replace. See docs/encoders.md.
 """
 
 import argparse
@@ -65,8 +41,7 @@ CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed r
 
 @dataclasses.dataclass
 class Split:
-    """Frame stacks and state labels of some episodes: `store` a demonstration store whose frame number n is step
-    n of the episodes laid end to end (reset frames included), `labels` float32 (n, S) the state at each."""
+    """Frame stacks and float32 (n, S) state labels of episodes laid end to end (reset frames included)."""
 
     store: ReplayBuffer
     labels: np.ndarray
@@ -75,12 +50,10 @@ class Split:
         return len(self.labels)
 
     def stacks(self, frames: np.ndarray, device: torch.device) -> torch.Tensor:
-        """uint8 (B, T, C, H, W): the stacks ending at frame numbers `frames`."""
         return self.store.stacks(frames, np.zeros_like(frames), device)
 
 
 def split_of(episodes: list, cfg: Config) -> Split:
-    """`episodes` (envs/demos.Episode, with pixels and state) as a Split, stacked `env.frame_stack` at a time."""
     from envs.demos import PIXELS, STATE
 
     store = fill_store(
@@ -97,8 +70,7 @@ def split_of(episodes: list, cfg: Config) -> Split:
 
 
 def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, list, tuple[int, ...]]:
-    """(training episodes, held-out episodes, the env's frame-stack shape (T, C, H, W)). Every dataset must fit the
-    config as demonstrations must (trainer/demos.check_fits) and hold state labels."""
+    """(training episodes, held-out episodes, frame-stack shape (T, C, H, W))."""
     from envs import demos as demo_files
     from envs import make_env
     from trainer.demos import check_fits
@@ -134,8 +106,7 @@ def state_groups(cfg: Config, state_dim: int) -> dict[str, slice]:
 
 
 class StateRegressor(nn.Module):
-    """The encoder and an MLP head: uint8 (B, T, C, H, W) in, the standardised varying state dimensions (B,
-    outputs) out."""
+    """The encoder and an MLP head: uint8 (B, T, C, H, W) in, the standardised varying state dimensions out."""
 
     def __init__(self, encoder: nn.Module, *, outputs: int, hidden: int):
         super().__init__()
@@ -148,20 +119,18 @@ class StateRegressor(nn.Module):
 
 
 def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hidden: int) -> StateRegressor:
-    """A fresh encoder from the config's `encoder` section (trainable, whatever its freeze and weights settings say)
-    under a head with `outputs` outputs."""
+    """A fresh, trainable encoder from the config (whatever its freeze and weights say) under a head."""
     return StateRegressor(build_encoder(untrained(cfg.encoder, freeze=False), obs_shape), outputs=outputs,
                           hidden=hidden)
 
 
 @dataclasses.dataclass
 class Standardiser:
-    """Per-dimension mean and spread of the training labels. A dimension that never varies there (the fixed rack's
-    slot) is not learnt: the head predicts the others, standardised, and it is predicted as its constant."""
+    """Per-dimension (S,) mean and spread of the training labels; a constant one is predicted as its constant."""
 
-    mean: np.ndarray  # float32 (S,)
-    std: np.ndarray  # float32 (S,)
-    varies: np.ndarray  # bool (S,)
+    mean: np.ndarray
+    std: np.ndarray
+    varies: np.ndarray
 
     @classmethod
     def fit(cls, labels: np.ndarray) -> "Standardiser":
@@ -222,8 +191,7 @@ def predict(model: StateRegressor, data: Split, cfg: Config, *, batch_size: int,
 
 
 def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str, slice]) -> dict[str, dict]:
-    """Per group: R^2 (1 - squared error / spread about the labels' own mean, over the group's dimensions that vary;
-    None for a group that does not) and RMSE in the state's units over all its dimensions."""
+    """Per group: R^2 over its varying dimensions (None if none vary) and RMSE in the state's units."""
     report = {}
     for name, part in groups.items():
         error, truth = predicted[:, part] - labels[:, part], labels[:, part]
@@ -238,7 +206,6 @@ def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str,
 
 def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_size: int, lr: float,
              holdout: float, hidden: int, progress: bool = True) -> dict:
-    """Train, evaluate on the held-out episodes, write the weights file and its report; the report."""
     started = time.monotonic()
     torch.manual_seed(cfg.training.seed)
     train_episodes, held_episodes, obs_shape = read_datasets(paths, cfg, holdout)
@@ -281,8 +248,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
 
 
 def keep_aside(out: Path) -> list[Path]:
-    """Hard links `<name>.replaced-<time>.pt` and `.json` to the weights file `out` and its report, made before the
-    new ones are renamed over them: runs trained frozen on the old weights resume only with that file."""
+    """Hard links `<name>.replaced-<time>.pt` and `.json`: runs trained frozen on the old weights need that file."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = []
     for path in (out, out.with_suffix(".json")):
@@ -293,8 +259,7 @@ def keep_aside(out: Path) -> list[Path]:
 
 
 def check_writable(out: Path, *, replace: bool) -> None:
-    """`out` can take the weights file (and its .json) at the end, checked before minutes of training; an existing
-    file only with `replace`."""
+    """Checked before minutes of training: `out` can take the weights file, an existing one only with `replace`."""
     if not out.name or out.is_dir():
         raise UserError(f"--out {out} names a folder; pass the weights file to write, e.g. pretrained/mine.pt")
     if out.exists() and not replace:

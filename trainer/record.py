@@ -4,26 +4,9 @@
     python3 -m trainer.record --episodes 20 --out datasets/dishwashing_scripted
     python3 -m trainer.record --episodes 20 --noise 0.2 --out datasets/noisy --set env.camera=close
 
-One recording serves state and pixel runs: every step stores the state vector and the camera frame the pixel config
-(`--config`, default configs/dishwashing_video.yaml: camera, image size, render settings) renders, both exactly as
-the trainer's env returns them. Storing the frames rather than simulator states to re-render costs ~21 KB a step
-(20 episodes: ~20 MB) but keeps the dataset usable where the scene cannot be re-rendered (another renderer gives
-other pixels) and in the same format as demonstrations that never had a simulator state (a real camera). A run
-whose camera or image size differs is told to re-record (a few seconds per episode).
-
-The config's `env.backend` renders them: the OpenGL env plays the episodes one at a time; MuJoCo Warp
-(`--set env.backend=mujoco_warp`, docs/warp.md) plays them all at once, a world each, so a warp pixel run learns from
-the ray tracer's frames (OpenGL's look different and do not fit it).
-
-Under `env.randomize` (`--config configs/dishwashing_video_randomized.yaml`) every episode is recorded in its own
-randomised scene, drawn from its seed as in training; the states are those of the fixed scene (randomisation never
-changes physics), so one recording still serves state runs, and pretraining on it learns to read the state through
-the variation.
-
-`--noise` adds Gaussian noise of that standard deviation to every action (clipped to [-1, 1]) for coverage of
-states next to the solver's path; the stored action is the one executed. Episode i starts from seed `--seed` + i.
-
-An entry point like train_sac.py, so it lives in the trainer layer: it reads configs and configures rendering.
+Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
+and pixel runs. --noise adds Gaussian noise of that std to every action. Episode i starts from seed --seed + i.
+See docs/dishwashing.md.
 """
 
 import argparse
@@ -71,8 +54,7 @@ class OneEnv:
 
 
 class Worlds:
-    """MuJoCo Warp (`env.backend: mujoco_warp`): all episodes at once, a world each, in this process on the training
-    device, so the frames are the ray tracer's and the states MuJoCo Warp's, as the run's worlds will return them."""
+    """MuJoCo Warp (`env.backend: mujoco_warp`): all episodes at once, a world each, as the run's worlds render."""
 
     def __init__(self, cfg: Config, episodes: int):
         from envs import make_batched_env
@@ -92,7 +74,6 @@ class Worlds:
         return self._states(), stacks[:, -1].cpu().numpy()
 
     def step(self, actions: np.ndarray):
-        """(states, frames, rewards, terminated, truncated), N each, after float32 (N, A) `actions`."""
         _, stacks, reward, terminated, truncated = self.env.step(lambda _: actions)
         outcome = (reward, terminated, truncated)
         return self._states(), stacks[:, -1].cpu().numpy(), *(x.cpu().numpy() for x in outcome)
@@ -102,9 +83,7 @@ class Worlds:
 
 
 def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True):
-    """`episodes` scripted episodes in the pixel env `cfg` describes, episode i from seed `seed` + i; (episodes,
-    observation space, action space, number of successful episodes). Rendering must be configured first
-    (trainer/headless.py), as `main` does."""
+    """(episodes, observation space, action space, successes); rendering must be configured first (headless.py)."""
     from envs import demos
 
     source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg)
@@ -123,10 +102,7 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
 
 
 def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Generator, ended) -> list:
-    """One batch of `source` scripted episodes from `seed` to their ends, as envs/demos.Episode; `noise` (the std of
-    Gaussian noise added to every action, clipped to [-1, 1]) drawn from `rng`; `ended(n)` told each step that n
-    episodes ended. The stored action is the one executed; a world's steps after its episode ended are not
-    recorded."""
+    """One batch of scripted episodes, as envs/demos.Episode; `ended(n)` is told each step that n episodes ended."""
     from envs import demos
     from envs.dishwashing.scripted import scripted_action
 

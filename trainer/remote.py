@@ -1,12 +1,7 @@
 """Checkpoint folders that live elsewhere: any fsspec URL (`s3://bucket/prefix`, `gs://...`, `file:///mnt/...`).
 
-Checkpoints are always written locally first (atomically, in a staging folder: `checkpoint.local_dir`, by default one
-unique to the URL and run under the user's cache, see `staging_dir`) and then copied up by one
-background thread, in the order they were written: replay sidecar, `_ep<N>`, `_latest`. So the remote `_latest`
-never names a sidecar that is not there yet, training never waits on the network, and a failed upload is retried
-with backoff and reported, never silently dropped. At exit the trainer waits a bounded time for the queue to drain.
-Each queued file is a hard link taken at save time: a later save may replace `_latest` or prune a sidecar locally
-before a slow upload gets to it, and the upload must still send what that save wrote.
+Files are written locally first (`staging_dir`), then uploaded by a background thread in write order, so the remote
+`_latest` never names a missing sidecar. Each queued file is a hard link: a later save may replace the local one.
 """
 
 import os
@@ -29,10 +24,7 @@ def is_remote(directory: str) -> bool:
 
 
 def staging_dir(url: str, run_name: str, local_dir: str | None) -> Path:
-    """Where a remote run's files are written first: `local_dir` when given, else
-    `$XDG_CACHE_HOME/pixel-sac/staging/<url>/<run>` (default ~/.cache). Never the working directory's `checkpoints/`,
-    which may be another run's: a run started from elsewhere must not write into whatever folder happens to be there.
-    The same URL and run get the same folder again, so a restart on the same machine finds its files in place."""
+    """`local_dir`, else one per URL and run in the user's cache: never `checkpoints/`, which may be another run's."""
     if local_dir:
         return Path(local_dir)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -125,7 +117,7 @@ class RemoteDir:
                 time.sleep(delay)
 
     def close(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` for pending uploads; True when everything was uploaded."""
+        """Wait up to `timeout_s` for pending uploads; True when all were uploaded."""
         self._queue.put(None)
         self._thread.join(timeout_s)
         if self._thread.is_alive():

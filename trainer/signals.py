@@ -1,15 +1,5 @@
-"""SIGTERM (spot reclaim, `docker stop`), SIGINT (Ctrl-C) and SIGHUP (a dropped ssh session, a killed terminal) become
-a flag the training loop checks between steps, so it can save `_latest` and exit with 128+signal. A second signal
-gets the previous handler back, so an impatient user can still kill at once; the atomic checkpoint writes make that
-safe too.
-
-Before the loop takes them over (start-up: imports, envs, loading a checkpoint) and after it saved (shutdown),
-there is nothing to save: `stop_at_once` makes a stop signal raise Stopped there. It takes all three whatever the
-process inherited: a trainer started in the background by a script (SIGINT ignored) used to save on a first Ctrl-C
-and ignore the second.
-
-Commands with nothing to save on the way out (record, pretrain, plot, sweep before its trials) use `interrupts`
-instead: the signal unwinds the command, closing what it opened, to one line and 128+signal.
+"""Stop signals (SIGTERM, SIGINT, SIGHUP): GracefulStop makes them a flag the training loop checks so it can save
+`_latest` (a second signal stops at once); elsewhere they unwind to one line and exit status 128+signal.
 """
 
 import signal
@@ -20,8 +10,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Stopped(BaseException):
-    """A stop signal where there is nothing to save. A BaseException, so that no library's `except Exception` takes
-    it for an error of its own."""
+    """A stop signal where there is nothing to save; a BaseException, so no library's `except Exception` takes it."""
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by signal {signum}")
@@ -40,8 +29,7 @@ def stop_at_once() -> None:
 
 @contextmanager
 def deferred():
-    """Around a step that must not be cut in half (moving a run's files aside): a stop signal raises Stopped after it
-    (a second one at once)."""
+    """Around a step that must not be cut in half: a stop signal raises Stopped after it (a second one at once)."""
     with GracefulStop() as stop:
         yield
     if stop.requested:

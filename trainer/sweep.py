@@ -1,24 +1,12 @@
 """A hyperparameter sweep on one machine, no account needed: Optuna searches the parameter space of a W&B sweep file
 (the same file `wandb sweep` takes, scripts/cloud/sweep.yaml by default), one `train_sac.py` run per trial.
 
-    python3 -m trainer.sweep --config configs/dmc/cartpole_swingup_state.yaml \
+    python3 -m trainer.sweep --config configs/dmc/cartpole_swingup_state.yaml \\
         --space scripts/cloud/sweep-state.yaml --trials 8
 
-- The sweep file's `method` picks the sampler (random: RandomSampler, bayes: TPESampler), its `metric` the value
-  (eval/return or eval/success_rate, read from the eval.csv the trainer writes after every evaluation) and its
-  `early_terminate` the pruner (hyperband with min_iter: Optuna's HyperbandPruner, with evaluations as the resource,
-  as W&B counts them): a trial is stopped when its evaluations fall behind. A trial's value is its last evaluation
-  (W&B's summary value).
-- The study lives in SQLite (`<out>/study.db`). SIGTERM, Ctrl-C or SIGHUP stops the running trial (its run saves
-  `_latest`) and queues it again; the same command later continues the sweep and that trial resumes its checkpoint.
-  A sweep killed outright is noticed by Optuna's heartbeat: after GRACE_PERIOD_S its trial is queued again too.
-- `--trials N` is the number of finished (complete or pruned) trials the study should reach, so repeating the command
-  continues towards the same goal; several processes may work on one study at once.
-
-Trial i is the run `<study>_t<i>` (`checkpoint.name`): checkpoints in `<out>/checkpoints`, TensorBoard, eval.csv and the
-trainer's output (train.log) in `<out>/runs/<run>/`. W&B's own translation of a sweep file into Optuna distributions
-lives in wandb's launch scheduler and needs wandb, which the trainer does not; `suggest` follows it (tests/test_sweep.py
-holds the two equal for the shipped sweep files).
+--trials N is the number of finished trials the study (<out>/study.db) should reach. Ctrl-C or SIGTERM stops and
+queues the running trial; the same command later continues the sweep, that trial resuming its checkpoint. Trial i is
+the run <study>_t<i>, its logs in <out>/runs/<run>/. See docs/sweeps.md.
 """
 
 from __future__ import annotations
@@ -46,10 +34,10 @@ from trainer.signals import GracefulStop, Interrupted, interrupted, interrupts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPACE = ROOT / "scripts" / "cloud" / "sweep.yaml"
-METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # metric name -> eval.csv column
+METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # eval.csv columns
 METHODS = ("random", "bayes")
-POLL_S = 2.0  # how often a running trial's eval.csv is read
-HEARTBEAT_S = 30  # Optuna's heartbeat of a running trial
+POLL_S = 2.0
+HEARTBEAT_S = 30
 GRACE_PERIOD_S = 120  # a trial without a heartbeat this long belonged to a killed sweep and is queued again
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -59,8 +47,7 @@ class TrialFailed(Exception):
 
 
 def _no_traceback_for_our_exits(record: logging.LogRecord) -> bool:
-    """Optuna logs a failed trial with the objective's traceback. For a run that exited, or a stop signal, the
-    message (exit status and log, or the signal) says it all; the traceback would show only this module's raise."""
+    """Optuna logs a failed trial with a traceback; for our own exits the message says it all."""
     if record.exc_info and isinstance(record.exc_info[1], (TrialFailed, Interrupted, UserError)):
         record.exc_info = None
     return True
@@ -230,7 +217,7 @@ class TrialRunner:
         self.sets, self.space, self.out, self.study_name = sets, space, out, study_name
         self.column = METRIC_COLUMNS[space["metric"]["name"]]
         self.stop = stop
-        self.number: int | None = None  # the trial now running
+        self.number: int | None = None
 
     def __call__(self, trial) -> float:
         self.number = trial.number
@@ -268,9 +255,7 @@ class TrialRunner:
         return values[-1]
 
     def check_unknown(self, number: int, run: str) -> None:
-        """A new trial's run must have no checkpoints: ones there belong to a trial of a study this study.db does not
-        hold (deleted, replaced), trained with other settings, and --resume auto would report their result as this
-        trial's."""
+        """A new trial's run must have no checkpoints: --resume auto would report another study's result as its own."""
         folder = self.out / "checkpoints"
         found = run_files(os.listdir(folder) if folder.is_dir() else [], run)
         if found:
