@@ -227,26 +227,19 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.config import error_exit
-    from trainer.headless import configure
-    from trainer.signals import Interrupted, interrupted, interrupts
+    from trainer.cli import run_command
 
-    try:
-        with interrupts():
-            configure()
-            return run(args)
-    except UserError as err:
-        return error_exit(err)
-    except Interrupted as stop:
-        return interrupted(stop, "the evaluation was cut short: no episodes.csv was written")
+    return run_command(lambda: run(args), cut_short="the evaluation was cut short: no episodes.csv was written")
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from trainer.device import resolve_device
+    from trainer.headless import configure
     from trainer.policy import load_checkpoint
 
+    configure()
     loaded = []
     for name in args.checkpoints:  # every checkpoint is read before the first episode: bad input fails at once
         # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line error

@@ -249,25 +249,22 @@ def push(folder: Path, repo_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.config import error_exit
+    from trainer.cli import run_command
     from trainer.headless import configure
-    from trainer.signals import Interrupted, interrupted, interrupts
 
-    out = None
-    try:
-        with interrupts():
-            configure()
-            out = export(args)
-            print(f"exported {args.checkpoint} to {out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
-                  "config.yaml, README.md")
-            if args.push:
-                push(out, args.push)
-                print(f"pushed {out} to https://huggingface.co/{args.push}")
-    except UserError as err:
-        return error_exit(err)
-    except Interrupted as stop:
-        return interrupted(stop, f"{args.out} was not written" if out is None else f"{out} is complete; not pushed")
-    return 0
+    written = []
+
+    def export_and_push() -> None:
+        configure()
+        written.append(export(args))
+        print(f"exported {args.checkpoint} to {args.out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
+              "config.yaml, README.md")
+        if args.push:
+            push(written[0], args.push)
+            print(f"pushed {args.out} to https://huggingface.co/{args.push}")
+
+    return run_command(export_and_push, cut_short=lambda: f"{args.out} is complete; not pushed" if written
+                       else f"{args.out} was not written")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
 from errors import atomic_write  # noqa: E402
-from trainer.signals import Interrupted, interrupted, interrupts  # noqa: E402
+from trainer.cli import run_command  # noqa: E402
 
 X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 
@@ -83,12 +83,7 @@ def plot_curves(curves: dict[str, list[dict]], out: Path, title: str = "", refer
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        with interrupts():
-            plot(argv)
-    except Interrupted as stop:
-        return interrupted(stop, "the image was not written (an earlier file there is intact)")
-    return 0
+    return run_command(lambda: plot(argv), cut_short="the image was not written (an earlier file there is intact)")
 
 
 def plot(argv: list[str] | None) -> None:

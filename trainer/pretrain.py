@@ -28,10 +28,10 @@ from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer import lock
-from trainer.config import Config, error_exit, frames_of, load_config
+from trainer.cli import run_command
+from trainer.config import Config, frames_of, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
-from trainer.signals import Interrupted, interrupted, interrupts
 
 # the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
 
@@ -305,25 +305,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from trainer.headless import configure
 
-    try:
-        with interrupts():
-            configure()  # before the env layer loads mujoco
-            if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
-                    and 0 < args.holdout < 1 and args.head_hidden >= 1):
-                raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, "
-                                f"--holdout in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, "
-                                f"{args.head_hidden}, {args.holdout}")
-            check_writable(Path(args.out), replace=args.replace)
-            cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-            with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
-                report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
-                                  lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
-    except UserError as err:
-        return error_exit(err)
-    except Interrupted as stop:
-        return interrupted(stop, f"{args.out} was not written (an earlier file there is intact)")
-    print(describe(report))
-    return 0
+    def pretrain_and_report() -> None:
+        configure()  # before the env layer loads mujoco
+        if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
+                and 0 < args.holdout < 1 and args.head_hidden >= 1):
+            raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, "
+                            f"--holdout in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, "
+                            f"{args.head_hidden}, {args.holdout}")
+        check_writable(Path(args.out), replace=args.replace)
+        cfg = load_config(args.config, [*args.set, "encoder.type=video"])
+        with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
+            report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
+                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
+        print(describe(report))
+
+    return run_command(pretrain_and_report, cut_short=f"{args.out} was not written (an earlier file there is intact)")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ from tqdm import tqdm
 
 from errors import UserError
 from trainer import lock
-from trainer.config import SEED_LIMIT, Config, error_exit, frames_of, load_config
+from trainer.cli import run_command
+from trainer.config import SEED_LIMIT, Config, frames_of, load_config
 from trainer.device import resolve_device
-from trainer.signals import Interrupted, interrupted, interrupts
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 
@@ -152,32 +152,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from trainer.headless import configure
 
-    try:
-        with interrupts():
-            configure()  # before the env layer loads mujoco
-            from envs import demos
+    def record_dataset() -> None:
+        configure()  # before the env layer loads mujoco
+        from envs import demos
 
-            if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
-                raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), "
-                                f"got {args.episodes}, {args.noise} and {args.seed}")
-            cfg = load_config(args.config, [*args.set, "encoder.type=video"])
-            demos.check_new(args.out)
-            if not cfg.env.id.startswith("Dishwashing"):
-                raise UserError(
-                    f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
-                    "pass a dishwashing config"
-                )
-            with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
-                demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
-                episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
-                demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
-    except UserError as err:
-        return error_exit(err)
-    except Interrupted as stop:
-        return interrupted(stop, f"no dataset was written to {args.out}; record it again")
-    steps = sum(len(e) for e in episodes)
-    print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
-    return 0
+        if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
+            raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), "
+                            f"got {args.episodes}, {args.noise} and {args.seed}")
+        cfg = load_config(args.config, [*args.set, "encoder.type=video"])
+        demos.check_new(args.out)
+        if not cfg.env.id.startswith("Dishwashing"):
+            raise UserError(
+                f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
+                "pass a dishwashing config"
+            )
+        with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
+            demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
+            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
+            demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
+        steps = sum(len(e) for e in episodes)
+        print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
+
+    return run_command(record_dataset, cut_short=f"no dataset was written to {args.out}; record it again")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ import sqlalchemy
 
 from errors import UserError
 from trainer.checkpoint import run_files
-from trainer.config import RUN_NAME, SEED_LIMIT, error_exit, load_config, read_yaml
-from trainer.signals import GracefulStop, Interrupted, interrupted, interrupts
+from trainer.cli import run_command
+from trainer.config import RUN_NAME, SEED_LIMIT, load_config, read_yaml
+from trainer.signals import GracefulStop, Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPACE = ROOT / "scripts" / "cloud" / "sweep.yaml"
@@ -65,13 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a config key in every trial (repeatable), e.g. training.episodes=50")
     parser.add_argument("--seed", type=int, default=0, help="sampler seed")
     args = parser.parse_args(argv)
-    try:
-        with interrupts():  # before and between trials; a running trial's stop is GracefulStop's
-            return run_sweep(args)
-    except UserError as err:
-        return error_exit(err)
-    except Interrupted as stop:
-        return interrupted(stop, "no trial was running; run the same command to continue the sweep")
+    # a stop before or between trials; a running trial's stop is GracefulStop's
+    return run_command(lambda: run_sweep(args),
+                       cut_short="no trial was running; run the same command to continue the sweep")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
