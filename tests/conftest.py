@@ -4,6 +4,7 @@ mujoco."""
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,20 @@ import torch
 from sac.replay import ReplayBuffer
 from trainer.config import Config, EncoderConfig, to_dict
 from trainer.headless import configure
+from trainer.signals import STOP_SIGNALS
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_as_found():
+    """Every test gets the stop signals' handlers and mask as the process had them: a test that ran a command in this
+    process (which takes them over) or a compile (which blocks them while it runs) leaves nothing to the next."""
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
 
 configure()
 

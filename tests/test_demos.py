@@ -495,9 +495,12 @@ def test_a_dataset_write_interrupted_midway_leaves_no_dataset_and_the_same_comma
     class InterruptedAfterOne(list):
         def __iter__(self):
             for i, episode in enumerate(list.__iter__(self)):
-                if i == 1:
-                    os.kill(os.getpid(), signal.SIGINT)
+                if i == 1:  # to this thread: a signal to the process may go to a thread that leaves it pending
+                    signal.raise_signal(signal.SIGINT)
                 yield episode
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as Python has it, whatever ran before
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
     out = tmp_path / "recording"
     args = (data.observation_space, data.action_space, data.recording["env_id"], data.recording)
