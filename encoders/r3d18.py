@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torchvision.models.video import R3D_18_Weights, r3d_18
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
@@ -58,7 +59,7 @@ class R3D18(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last_3d
     PRETRAINED = True
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         assert self.input_shape[1] == len(self.MEAN), f"r3d18 takes RGB frames, got {self.input_shape[1]} channels"
         self.net = r3d_18()
         repr_dim = self.net.fc.in_features

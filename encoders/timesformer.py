@@ -13,6 +13,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from safetensors.torch import load_file
 from transformers import TimesformerConfig, TimesformerModel
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
@@ -85,7 +86,7 @@ class TimeSformer(VideoEncoder):
     MEAN, STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)  # TimeSformer's Kinetics normalisation (DATA.MEAN/STD)
     PRETRAINED = True
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         if cfg.preset not in PRESETS:
             raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":

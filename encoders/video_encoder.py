@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoders.config import VideoEncoderConfig
 from errors import UserError
 
 
@@ -27,7 +28,7 @@ class VideoEncoder(nn.Module):
     MEMORY_FORMAT: torch.memory_format | None = None  # what channels_last converts the network and its input to
     PRETRAINED = False  # whether the arch has pretrained weights to load
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
+    def __init__(self, cfg: VideoEncoderConfig, obs_shape: tuple[int, int, int, int]):
         super().__init__()
         if cfg.pretrained and not self.PRETRAINED:
             raise UserError(f"`arch` {cfg.arch} has no pretrained weights; set `pretrained`=false, use r3d18 or "
@@ -50,7 +51,7 @@ class VideoEncoder(nn.Module):
             self.requires_grad_(False)
             self.train(False)
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         """The arch's network from its `encoder.video` settings (`input_shape` says what `encode` receives);
         returns repr_dim."""
         raise NotImplementedError

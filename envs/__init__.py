@@ -12,13 +12,14 @@ from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, Tra
 
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
+from envs.config import EnvConfig
 from envs.pixels import PixelObservation
 from envs.randomize import RandomScene
 from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
 
 
-def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
+def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
     """`heldout`: scenes randomised from the held-out seeds and ranges (envs/randomize.py), whatever
     `cfg.randomize.enabled` says; else randomised as that says."""
     env = make_task(cfg.id)
@@ -47,7 +48,7 @@ def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
     return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
 
 
-def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
+def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
     """`cfg.num_envs` envs in worker processes (envs/workers.py); one env steps in this process."""
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels))
@@ -55,7 +56,7 @@ def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
+def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
     """`cfg.num_envs` MuJoCo Warp worlds on `device` (whatever `cfg.backend` says), with make_vector_env's interface
     in torch tensors (envs/mjwarp/vector.py)."""
     try:
@@ -66,7 +67,7 @@ def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
     return make_warp_env(cfg, pixels, device, heldout)
 
 
-def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:
+def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int) -> gym.Env:
     """A vector worker's env. Mesa's software renderer starts a rasterizer thread per core in every process, so each
     worker gets its share of the cores; a share of one renders in the worker's own thread (docs/guide.md)."""
     if multiprocessing.parent_process() is not None:

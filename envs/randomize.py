@@ -7,6 +7,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from envs.config import RandomizeConfig
 from envs.pixels import mujoco_handles, resolve_camera
 from errors import UserError
 
@@ -25,7 +26,7 @@ def task_parts(named: dict | None, model: mujoco.MjModel) -> dict[str, tuple[lis
     return parts
 
 
-def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
+def chosen_parts(cfg: RandomizeConfig, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
     """(material ids, geom ids) per part `cfg.parts` selects, or a one-line error naming the task's parts."""
     names = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
     unknown = [p for p in names if p not in parts]
@@ -35,7 +36,7 @@ def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
     return [parts[p][0] for p in names], [parts[p][1] for p in names]
 
 
-def check_camera(cfg, model: mujoco.MjModel, camera) -> bool:
+def check_camera(cfg: RandomizeConfig, model: mujoco.MjModel, camera) -> bool:
     """Whether the ranges move the observed `camera`, after checking that it can be moved: a fixed camera of the
     task, turned only if it does not aim at a body."""
     moves = cfg.camera_pos > 0 or cfg.camera_rot_deg > 0 or cfg.camera_fov_deg > 0
@@ -65,7 +66,7 @@ def rotation(axis: np.ndarray, angle: float) -> np.ndarray:
 class RandomScene(gym.Wrapper):
     """Draws and applies a scene before every reset; `camera` as env.camera (the observed one gets the jitter)."""
 
-    def __init__(self, env: gym.Env, cfg, *, camera, heldout: bool = False):
+    def __init__(self, env: gym.Env, cfg: RandomizeConfig, *, camera, heldout: bool = False):
         super().__init__(env)
         self.model, _, free = mujoco_handles(env)
         self.heldout, self.scale = heldout, cfg.heldout_scale if heldout else 1.0

@@ -12,6 +12,7 @@ from torch import nn
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from sac.augment import random_shift
+from sac.config import SACConfig
 from sac.graphs import UpdateGraphs
 
 
@@ -51,7 +52,7 @@ def trunk(repr_dim: int, *, feature_dim: int, pixels: bool) -> tuple[nn.Module, 
 
 
 class Actor(nn.Module):
-    def __init__(self, repr_dim: int, *, action_dim: int, cfg, pixels: bool):
+    def __init__(self, repr_dim: int, *, action_dim: int, cfg: SACConfig, pixels: bool):
         super().__init__()
         self.trunk, feature_dim = trunk(repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
         self.policy = mlp(feature_dim, hidden_dim=cfg.hidden_dim, out_dim=2 * action_dim, depth=cfg.hidden_depth)
@@ -69,7 +70,7 @@ class Critic(nn.Module):
     """Owns the encoder, so the critic loss trains it; the target critic is a copy, with the encoder unless
     `sac.target_encoder` is off or the encoder is frozen."""
 
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, pixels: bool):
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, pixels: bool):
         super().__init__()
         self.encoder = encoder
         self.trunk, feature_dim = trunk(encoder.repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
@@ -117,7 +118,7 @@ def state_problem(state: dict) -> str | None:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True,
                  cuda_graph: bool = False):
         """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift the batches."""

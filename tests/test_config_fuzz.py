@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli, sets
 from tests.test_loop import run_args
-from trainer import checkpoint, config
+from trainer import checkpoint, config, config_yaml
 from trainer.config import Config, load_config
 
 HUGE = str(10**12)
@@ -304,7 +304,7 @@ def test_any_values_for_any_keys_load_or_fail_with_the_one_line_error(tmp_path, 
     """load_config raises nothing but UserError (pytest reports any other exception as this test's failure)."""
     data: dict = {}
     for key, value in draws:
-        data = config._merge(data, nested(key, value))
+        data = config_yaml._merge(data, nested(key, value))
     path = tmp_path / "drawn.yaml"
     path.write_text(yaml.safe_dump(data))
     cfg = check_accepted_or_one_line_error(path, ["profile=cpu"])

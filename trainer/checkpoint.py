@@ -16,10 +16,12 @@ from typing import TextIO
 
 import torch
 
+from encoders.config import ARCH_KEYS
+from envs.config import frame_settings
 from errors import UserError, atomic_write, new_aside_folder
 from sac import agent, replay
 from trainer import lock, signals
-from trainer.config import ARCH_KEYS, Config, frame_settings
+from trainer.config import Config
 
 FORMAT = 2  # format 1 has no checksums: it loads unverified
 READABLE_FORMATS = (1, 2)

@@ -10,12 +10,13 @@ import torch
 from torch import nn
 
 from encoders import arch_class, build_encoder
+from encoders.config import ARCH_KEYS
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
+from envs.config import EnvConfig, frame_settings, frames_of
 from errors import UserError, atomic_write
 from sac.agent import ENCODER_PREFIX, is_state_dict
 from trainer import checkpoint
-from trainer.config import ARCH_KEYS, EnvConfig, frame_settings, frames_of
 
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
 ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder

@@ -23,7 +23,8 @@ from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
 from trainer import checkpoint, compiling
-from trainer.config import EVAL_SEED_OFFSET, Config, check_log_folder, to_dict, to_yaml
+from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
+from trainer.config_checks import check_log_folder
 from trainer.demos import Demos
 from trainer.device import (
     can_compile,

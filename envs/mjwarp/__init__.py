@@ -12,6 +12,7 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
+from envs.config import EnvConfig
 from envs.mjwarp.cartpole import CartpoleSwingup
 from envs.mjwarp.dishwashing import Dishwashing
 from envs.mjwarp.shards import WarpShards
@@ -33,7 +34,8 @@ def make_task(env_id: str, device: torch.device):
                     "(or use the `backend` mujoco)")
 
 
-def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False) -> WarpVectorEnv | WarpShards:
+def make_warp_env(cfg: EnvConfig, pixels: bool, device: torch.device,
+                  heldout: bool = False) -> WarpVectorEnv | WarpShards:
     """`cfg.num_envs` worlds of the task `cfg.id`; frame stacks when `pixels`, state vectors otherwise."""
     device = torch.device(device)
     task, count = make_task(cfg.id, device), processes(cfg, device)
@@ -42,7 +44,7 @@ def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False
     return WarpVectorEnv(task, cfg, num_envs=cfg.num_envs, pixels=pixels, device=device, heldout=heldout)
 
 
-def processes(cfg, device: torch.device) -> int:
+def processes(cfg: EnvConfig, device: torch.device) -> int:
     """`cfg.warp_processes` resolved: on the CPU as set or one per usable core, at most one per world; 1 on a GPU."""
     if device.type != "cpu":
         if cfg.warp_processes not in (None, 1):

@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from envs.config import RandomizeConfig
 from envs.mjwarp import random
 from envs.randomize import HELDOUT, check_camera, chosen_parts, task_parts
 
@@ -29,7 +30,7 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
 
 
 class WarpScenes:
-    def __init__(self, cfg, task, model, *, camera: int, heldout: bool):
+    def __init__(self, cfg: RandomizeConfig, task, model, *, camera: int, heldout: bool):
         """`model`: the Simulation's MuJoCo Warp model, with FIELDS batched per world; `camera`: the observed one."""
         import warp as wp
 

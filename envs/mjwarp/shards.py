@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
+from envs.config import EnvConfig
 from envs.mjwarp.vector import TensorMap, WarpVectorEnv, camera_index, spaces
 from envs.workers import (
     BROKEN,
@@ -41,7 +42,7 @@ class Shared:
 
 
 class WarpShards:
-    def __init__(self, task, env_cfg, *, pixels: bool, processes: int, heldout: bool = False):
+    def __init__(self, task, env_cfg: EnvConfig, *, pixels: bool, processes: int, heldout: bool = False):
         """`task`: the batched task, read here for its spaces (every process makes its own); `processes`: at most
         `env_cfg.num_envs`."""
         n = env_cfg.num_envs
@@ -146,7 +147,8 @@ class WarpShards:
         self._finalizer()
 
 
-def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe, heldout: bool = False) -> None:
+def _serve(*, env_cfg: EnvConfig, pixels: bool, first: int, count: int, shared: Shared, pipe,
+           heldout: bool = False) -> None:
     """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.config import EnvConfig
 from envs.mjwarp.randomize import FIELDS as SCENE_FIELDS
 from envs.mjwarp.randomize import WarpScenes
 from envs.mjwarp.simulation import Simulation, WarpCamera
@@ -28,7 +29,8 @@ TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 class WarpVectorEnv:
-    def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device, heldout: bool = False):
+    def __init__(self, task, env_cfg: EnvConfig, *, num_envs: int, pixels: bool, device: torch.device,
+                 heldout: bool = False):
         """`pixels`: frame stacks, else state vectors; `heldout`: the held-out randomised scenes."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
@@ -172,7 +174,7 @@ def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.view(-1, *([1] * (like.dim() - 1)))
 
 
-def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+def spaces(task, env_cfg: EnvConfig, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     """(one world's observation space, its action space): frame stacks or state vectors; actions in [-1, 1]."""
     if pixels:
         size = env_cfg.image_size
