@@ -9,7 +9,6 @@ import dataclasses
 import math
 import subprocess
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer import checkpoint, compiling
+from trainer import checkpoint, checkpoint_files, compiling, saved_config
 from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
 from trainer.config_checks import check_log_folder
 from trainer.demos import Demos
@@ -37,6 +36,7 @@ from trainer.device import (
 from trainer.encoders import build_encoders
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger, LogWriteError
+from trainer.payload import Progress, build_payload
 from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
 
@@ -77,7 +77,7 @@ class Trainer:
         ckpt = cfg.checkpoint
         remote = is_remote(ckpt.dir)
         self.checkpoint_dir = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir) if remote else Path(ckpt.dir)
-        self.opened.enter_context(checkpoint.prepare(self.checkpoint_dir, cfg.run_name))  # the run's lock
+        self.opened.enter_context(checkpoint_files.prepare(self.checkpoint_dir, cfg.run_name))  # the run's lock
         self.remote = None
         if remote:  # it reports from its upload thread, once the logger exists
             self.remote = RemoteDir(ckpt.dir, self.checkpoint_dir, ckpt.upload_retries, ckpt.upload_backoff_s,
@@ -86,7 +86,7 @@ class Trainer:
         if not resume:
             checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
-        self.progress = checkpoint.Progress(**found[1]["progress"]) if found else checkpoint.Progress()
+        self.progress = Progress(**found[1]["progress"]) if found else Progress()
         self.saved_episode = self.progress.episode
         self.saved_step = self.progress.env_step
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
@@ -112,8 +112,8 @@ class Trainer:
         self.action_dim = self.env.single_action_space.shape[0]
         encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
         if found:  # stored features that another trunk computed would silently mean something else
-            checkpoint.check_trunk(saved=found[1].get("trunk"), current=self.trunk.fingerprint if self.trunk else None,
-                                   path=found[0])
+            saved_config.check_trunk(saved=found[1].get("trunk"),
+                                     current=self.trunk.fingerprint if self.trunk else None, path=found[0])
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
                          augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph)
@@ -184,26 +184,16 @@ class Trainer:
 
     def save(self, final_of_episode: bool) -> Path:
         start = time.perf_counter()
-        payload = {
-            "config": to_dict(self.cfg),
-            "agent": self.agent.state_dict(),
-            "progress": asdict(self.progress),
-            "trunk": self.trunk.fingerprint if self.trunk else None,
-            "demos": self.demos.state_dict() if self.demos else None,
-            "learning_steps": self.learning_steps,
-            "wall_s": self.wall_seconds(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "numpy": self.rng.bit_generator.state,
-            },
-        }
+        state = build_payload(
+            config=to_dict(self.cfg), agent_state=self.agent.state_dict(), progress=self.progress,
+            trunk=self.trunk.fingerprint if self.trunk else None, demos=self.demos.state_dict() if self.demos else None,
+            learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng)
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
         self.saved_step = self.progress.env_step
         if final_of_episode:
             self.saved_episode = self.progress.episode
-        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
+        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, state, self.replay.state_dict(),
                                 env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
                                 keep_last=ckpt.keep_last)
         if self.remote:
@@ -228,7 +218,7 @@ class Trainer:
                 return None
         else:
             found = (Path(target), *checkpoint.load(Path(target)))
-        checkpoint.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
+        saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
         return found
 
     def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
@@ -252,7 +242,7 @@ class Trainer:
         )
         if self.demos:
             self.logger.message(self.demos.load_state_dict(payload.get("demos")))
-        changes = checkpoint.changed_settings(saved=payload["config"], current=to_dict(self.cfg))
+        changes = saved_config.changed_settings(saved=payload["config"], current=to_dict(self.cfg))
         if changes:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
@@ -372,7 +362,7 @@ class Trainer:
         last = self.saved_step
         try:
             path = self.save(final_of_episode=False)
-        except checkpoint.CheckpointError as err:
+        except checkpoint_files.CheckpointError as err:
             lost = f"the steps after {last} (the last checkpoint) were not saved" if last else "nothing was saved"
             return UserError(f"{failure}, and the run could not be saved either: {lost}; {err}")
         return UserError(f"{failure}; saved {path} at step {self.progress.env_step}: free space or set "

@@ -28,7 +28,7 @@ import optuna
 import sqlalchemy
 
 from errors import UserError
-from trainer.checkpoint import run_files
+from trainer.checkpoint_files import run_files
 from trainer.cli import run_command
 from trainer.config import SEED_LIMIT, load_config
 from trainer.config_checks import RUN_NAME
