@@ -17,13 +17,14 @@ def setting(default, *, ge=None, gt=None, le=None, lt=None, choices=None, note: 
 
 
 def check_settings(node, prefix: str = "") -> None:
+    """Every key of a config section, and of the sections inside it, against its `setting`; a UserError for the first
+    out of range."""
     for spec in dataclasses.fields(node):
         key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
         if dataclasses.is_dataclass(value):
             check_settings(value, f"{key}.")
         elif value is not None and not isinstance(value, (bool, dict)):
             _check_value(key, value, spec.metadata)
-
 
 
 def _check_value(key: str, value, rule) -> None:

@@ -63,7 +63,6 @@ def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_s
     return Saved(latest, written, prune(directory, name, keep_replays, keep_last, keep={n.name for n in written}))
 
 
-
 def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, dict | None]:
     """(payload, replay state or None when its sidecar was pruned) of a checkpoint named by hand; CheckpointError
     if either is damaged. `fetch(file_name)` brings a file into `path.parent` from a remote mirror."""
@@ -92,8 +91,6 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
     if problem:
         raise CheckpointError(f"checkpoint {path} {problem}; {RESUME_FIX}")
     return payload
-
-
 
 
 def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | None = None) -> dict | None:
@@ -130,7 +127,6 @@ def _read_replay(path: Path, expected: str | None) -> dict:
     if bad:
         raise ReplayDamaged(f"replay sidecar {path} holds NaN or inf in {bad}")
     return state
-
 
 
 def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,

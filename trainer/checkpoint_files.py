@@ -26,7 +26,6 @@ class ReplayDamaged(CheckpointError):
     """A replay sidecar that cannot be read or fails its checksum; it costs the replay, never the weights."""
 
 
-
 class _Crc32:
     """CRC-32 against storage damage, fast enough for a SIGTERM save (docs/checkpoints.md#writing)."""
 
@@ -160,8 +159,10 @@ def prune(directory: Path, name: str, keep_replays: int, keep_last: int, keep: s
         if pid != os.getpid():
             path.unlink(missing_ok=True)
     return doomed
-def _oldest_beyond(numbered: list[tuple[int, str]], count: int, keep: set[str]) -> list[str]:
-    return [n for _, n in numbered if n not in keep][:max(0, len(numbered) - count)]
+
+
+def _oldest_beyond(files: list[tuple[int, str]], count: int, keep: set[str]) -> list[str]:
+    return [n for _, n in files if n not in keep][:max(0, len(files) - count)]
 
 
 def prepare(directory: Path, name: str) -> TextIO:

@@ -150,8 +150,6 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     return cfg
 
 
-
-
 def config_from_dict(data: dict) -> Config:
     """Rebuild a resolved config (as saved in a checkpoint) without re-applying profiles."""
     cfg = Config()
@@ -174,7 +172,6 @@ def to_dict(cfg: Config) -> dict:
 
 def to_yaml(cfg: Config) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
-
 
 
 def _check_profiles(profiles) -> None:
@@ -244,7 +241,6 @@ def _coerce(path: str, value, hint):
             return value
     names = " or ".join("null" if k is type(None) else k.__name__ for k in allowed)
     raise UserError(f"config key '{path}' must be {names}, got {value!r} ({type(value).__name__})")
-
 
 
 def main(argv: list[str] | None = None) -> int:
