@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from errors import UserError
-from tests.conftest import ROOT, replay_state, tmpfs
+from tests.conftest import ROOT, replay_state, run_cli, sets, tmpfs
 from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint, checkpoint_files, saved_config
 from trainer.checkpoint_files import CheckpointError
@@ -509,3 +510,21 @@ def test_the_save_time_benchmark_times_the_trainers_own_save(tmp_path):
         f"error: --dir {users} exists and is not an empty folder; name a new or empty one (the benchmark removes it "
         "when done, unless --keep)\n")
     assert (users / "notes.txt").read_text() == "a user's work"
+
+
+def test_a_checkpoint_saved_by_an_earlier_version_resumes(tmp_path):
+    """tests/data holds a tiny inverted-pendulum run saved at episode 2 by the trainer before its config and checkpoint
+    modules were split; it must go on resuming (and its replay with it) whatever the modules' layout becomes."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name in ("inverted_pendulum_state_ep2.pt", "inverted_pendulum_state_step19.replay.pt"):
+        shutil.copy(ROOT / "tests" / "data" / name, ckpt / name)
+    result = run_cli("--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"),
+                     "--resume", str(ckpt / "inverted_pendulum_state_ep2.pt"),
+                     *sets(sac__hidden_dim=16, sac__batch_size=8, sac__buffer_size=64, training__episodes=3,
+                           training__seed_steps=10, training__eval_every_episodes=0, logging__progress="false",
+                           env__max_episode_steps=20, checkpoint__dir=ckpt, logging__tensorboard_dir=tmp_path / "runs"))
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stdout and "episode 2, step 19, 19 transitions in replay" in result.stdout, (
+        result.stdout)
+    assert checkpoint.load(ckpt / "inverted_pendulum_state_ep3.pt")[0]["progress"]["episode"] == 3
