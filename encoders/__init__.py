@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # not at run time: the config layer imports encoders.config, and torch takes seconds
+if TYPE_CHECKING:
     from torch import nn
 
     from encoders.config import EncoderConfig

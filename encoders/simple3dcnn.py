@@ -7,8 +7,8 @@ from torch import nn
 from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder, init_relu_convs
 
-KERNEL = (3, 3, 3)  # (time, height, width)
-STRIDED_LAYERS = 2  # the first layers halve height and width
+KERNEL = (3, 3, 3)
+STRIDED_LAYERS = 2
 
 
 class Simple3DCNN(VideoEncoder):
@@ -27,4 +27,4 @@ class Simple3DCNN(VideoEncoder):
         return self.output_dim()
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return self.convs(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W)
+        return self.convs(self.layout(x.transpose(1, 2)))

@@ -20,8 +20,7 @@ from errors import UserError
 
 
 def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
-    """`heldout`: scenes randomised from the held-out seeds and ranges (envs/randomize.py), whatever
-    `cfg.randomize.enabled` says; else randomised as that says."""
+    """`heldout`: held-out scenes (envs/randomize.py), whatever `cfg.randomize.enabled` says; else as it says."""
     env = make_task(cfg.id)
     bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
     env = RescaleAction(env, bound(-1.0), bound(1.0))
@@ -49,7 +48,6 @@ def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
 
 
 def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
-    """`cfg.num_envs` envs in worker processes (envs/workers.py); one env steps in this process."""
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
@@ -57,8 +55,7 @@ def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
 
 
 def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
-    """`cfg.num_envs` MuJoCo Warp worlds on `device` (whatever `cfg.backend` says), with make_vector_env's interface
-    in torch tensors (envs/mjwarp/vector.py)."""
+    """`cfg.num_envs` MuJoCo Warp worlds on `device`, whatever `cfg.backend` says (envs/mjwarp/vector.py)."""
     try:
         from envs.mjwarp import make_warp_env
     except ImportError as err:

@@ -1,7 +1,6 @@
 """Visual domain randomisation: per episode, the colours of a task's parts, its lights and the observed camera drawn
 around the scene's own values; only visual model fields change, never the physics (docs/dishwashing.md).
-An episode reset with seed s shows scene s; held-out scenes are s + HELDOUT, above every episode seed.
-"""
+An episode reset with seed s shows scene s; held-out scenes are s + HELDOUT, above every episode seed."""
 
 import gymnasium as gym
 import mujoco
@@ -11,7 +10,7 @@ from envs.config import RandomizeConfig
 from envs.pixels import mujoco_handles, resolve_camera
 from errors import UserError
 
-HELDOUT = 2**32  # scene seeds from here on are held out
+HELDOUT = 2**32
 TARGETING = (int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY), int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODYCOM))
 
 
@@ -27,7 +26,6 @@ def task_parts(named: dict | None, model: mujoco.MjModel) -> dict[str, tuple[lis
 
 
 def chosen_parts(cfg: RandomizeConfig, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
-    """(material ids, geom ids) per part `cfg.parts` selects, or a one-line error naming the task's parts."""
     names = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
     unknown = [p for p in names if p not in parts]
     if unknown or not names:
@@ -86,7 +84,7 @@ class RandomScene(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
-            self._stream = np.random.default_rng(seed)  # where unseeded resets draw their scenes
+            self._stream = np.random.default_rng(seed)
             scene = seed
         else:
             if self._stream is None:

@@ -17,7 +17,6 @@ from sac.graphs import UpdateGraphs
 
 
 def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
-    """`layer_norm`: Linear -> LayerNorm -> ReLU in every hidden layer, as RLPD's critic."""
     layers, dim = [], in_dim
     for _ in range(depth):
         layers += [nn.Linear(dim, hidden_dim), *([nn.LayerNorm(hidden_dim)] if layer_norm else []), nn.ReLU()]
@@ -83,7 +82,6 @@ class Critic(nn.Module):
 
 
 def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
-    """One group, as DrQ; given `encoder_lr` (e.g. lower for a pretrained trunk) the encoder gets its own group."""
     if encoder_lr is None:
         return [{"params": list(critic.parameters())}]
     encoder = set(critic.encoder.parameters())
@@ -93,11 +91,10 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 ACTOR_METRICS = ("actor_loss", "alpha_loss", "alpha", "entropy")
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
-ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder
+ENCODER_PREFIX = "encoder."
 
 
 def is_state_dict(value) -> bool:
-    """Whether `value` is laid out as a module's saved weights: a dict of tensors."""
     return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
@@ -152,7 +149,6 @@ class SAC:
         return self.log_alpha.exp()
 
     def encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """One encoder pass, in bfloat16 autocast when `training.autocast` is on; float32 features out either way."""
         # no cast cache under graphs: a cached cast captured in one graph would be freed memory in the next
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast, cache_enabled=self.graphs is None):
             return encoder(obs)
@@ -167,8 +163,7 @@ class SAC:
         return action.cpu().numpy()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One update on `batch`. The metrics are device tensors that a graphed update overwrites at its next replay:
-        read them before the next update."""
+        """One update; read its metrics before the next: a graphed update overwrites their device tensors."""
         actor_due = self.updates % self.cfg.actor_update_every == 0
         target_due = self.updates % self.cfg.target_update_every == 0
         if self.graphs is None:
@@ -183,7 +178,7 @@ class SAC:
     def step(self, batch: dict[str, torch.Tensor], *, actor_due: bool, target_due: bool) -> dict[str, torch.Tensor]:
         """The update's tensor work, nothing read back to the host: what a CUDA graph captures."""
         obs, next_obs = batch["obs"], batch["next_obs"]
-        if self.augment:  # `augment_samples` independently shifted copies, stacked along the batch axis
+        if self.augment:
             copies = self.cfg.augment_samples
             obs = random_shift(obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
             next_obs = random_shift(next_obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)

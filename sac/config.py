@@ -11,7 +11,7 @@ class SACConfig:
     buffer_size: int = setting(100_000, ge=1, le=10**9)
     lr: float = setting(1e-3, gt=0, le=1)
     alpha_lr: float = setting(1e-3, gt=0, le=1)
-    alpha_beta: float = setting(0.9, ge=0, lt=1)  # the temperature's Adam beta1 (DrQ: 0.9, SAC-AE: 0.5)
+    alpha_beta: float = setting(0.9, ge=0, lt=1)
     discount: float = setting(0.99, ge=0, le=1)
     nstep: int = setting(1, ge=1, le=100)
     critic_tau: float = setting(0.01, gt=0, le=1)
@@ -21,7 +21,7 @@ class SACConfig:
     hidden_dim: int = setting(1024, ge=1, le=16384)
     hidden_depth: int = setting(2, ge=1, le=64)
     feature_dim: int = setting(50, ge=1, le=16384)
-    log_std_min: float = setting(-10.0, ge=-20, le=20)  # exp(+-20) stays well inside float32
+    log_std_min: float = setting(-10.0, ge=-20, le=20)
     log_std_max: float = setting(2.0, ge=-20, le=20)
     augment_pad: int = setting(4, ge=0, le=512)
     augment_samples: int = setting(1, ge=1, le=16)

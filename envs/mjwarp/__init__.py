@@ -2,8 +2,7 @@
 observations and rewards as torch tensors there (docs/warp.md).
 
 Layers: simulation.py (MuJoCo Warp behind torch views), the batched tasks (cartpole.py, dishwashing.py), vector.py
-(WarpVectorEnv: frame stacks, action repeat, autoreset), shards.py (the worlds split over CPU processes).
-"""
+(WarpVectorEnv: frame stacks, action repeat, autoreset), shards.py (the worlds split over CPU processes)."""
 
 import math
 import os
@@ -36,7 +35,6 @@ def make_task(env_id: str, device: torch.device):
 
 def make_warp_env(cfg: EnvConfig, pixels: bool, device: torch.device,
                   heldout: bool = False) -> WarpVectorEnv | WarpShards:
-    """`cfg.num_envs` worlds of the task `cfg.id`; frame stacks when `pixels`, state vectors otherwise."""
     device = torch.device(device)
     task, count = make_task(cfg.id, device), processes(cfg, device)
     if count > 1:
