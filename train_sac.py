@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     signals.stop_at_once()  # nothing to save before the run takes stop signals over, nor after it has saved
     started = False
     try:
-        from trainer.config import error_exit, load_config
+        from trainer.cli import error_exit
+        from trainer.config import load_config
         from trainer.headless import configure
 
         cfg = load_config(args.config, args.set)

@@ -46,7 +46,9 @@ from bench.common import cpu_name, positive  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.config import Config, error_exit, explain, validate  # noqa: E402
+from trainer.cli import error_exit, explain  # noqa: E402
+from trainer.config import Config  # noqa: E402
+from trainer.config_checks import validate  # noqa: E402
 from trainer.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")

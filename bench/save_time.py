@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--keep", action="store_true", help="leave the checkpoint in --dir (else it is removed)")
     args = parser.parse_args()
-    from trainer.config import error_exit
+    from trainer.cli import error_exit
 
     try:
         print(json.dumps(measure(args)))

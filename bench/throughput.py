@@ -445,7 +445,7 @@ def main() -> None:
         configure()  # before any row imports mujoco
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
-    from trainer.config import explain
+    from trainer.cli import explain
 
     try:  # once here, not once per row: every row would print the same error
         config(args, **{"checkpoint.dir": tempfile.gettempdir(), "logging.tensorboard_dir": tempfile.gettempdir()})

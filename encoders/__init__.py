@@ -1,11 +1,15 @@
 """Observation encoders and their registry: a video arch takes uint8 (B, T, C, H, W) and returns float (B, repr_dim).
 Adding an arch is one file in this folder plus one line in ARCHS."""
 
+from __future__ import annotations
+
 import importlib
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
-from encoders.state import StateEncoder
+    from encoders.config import EncoderConfig
 
 ARCHS = {  # name -> class, imported when chosen: torchvision and transformers take seconds to import
     "simple2dcnn": "encoders.simple2dcnn.Simple2DCNN",
@@ -20,8 +24,10 @@ def arch_class(name: str) -> type[nn.Module]:
     return getattr(importlib.import_module(module), cls)
 
 
-def build_encoder(cfg, obs_shape: tuple[int, ...]) -> nn.Module:
-    """`cfg` is the `encoder` config block; the module returned has `.repr_dim`."""
+def build_encoder(cfg: EncoderConfig, obs_shape: tuple[int, ...]) -> nn.Module:
+    """The module returned has `.repr_dim`."""
     if cfg.type == "state":
+        from encoders.state import StateEncoder
+
         return StateEncoder(obs_shape)
     return arch_class(cfg.video.arch)(cfg.video, obs_shape)

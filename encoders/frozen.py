@@ -1,6 +1,5 @@
 """A frozen trunk run once per agent step outside the SAC update, so the replay stores its features instead of frames
-(docs/encoders.md#frozen-trunks-features-computed-once-per-step).
-"""
+(docs/encoders.md#frozen-trunks-features-computed-once-per-step)."""
 
 import hashlib
 
@@ -37,7 +36,6 @@ class ProjectedEncoder(nn.Module):
         self.train(False)
 
     def train(self, mode: bool = True) -> "ProjectedEncoder":
-        """Frozen: always in eval mode."""
         return super().train(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -45,8 +43,6 @@ class ProjectedEncoder(nn.Module):
 
 
 class FrozenTrunk:
-    """A frozen video encoder on `device`, under inference mode (and bfloat16 autocast when `autocast` is on)."""
-
     def __init__(self, encoder: nn.Module, arch: str, device: torch.device, *, autocast: bool):
         assert not any(p.requires_grad for p in encoder.parameters()), "a FrozenTrunk needs a frozen encoder"
         self.encoder = encoder.to(device).eval()

@@ -1,6 +1,5 @@
 """torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: features are the pooled 512-d output, and
-Kinetics-400 weights load with `pretrained` (docs/encoders.md#pretrained-weights-offline).
-"""
+Kinetics-400 weights load with `pretrained` (docs/encoders.md#pretrained-weights-offline)."""
 
 import urllib.error
 from pathlib import Path
@@ -8,15 +7,15 @@ from pathlib import Path
 import torch
 from torchvision.models.video import R3D_18_Weights, r3d_18
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
 KINETICS = R3D_18_Weights.KINETICS400_V1
-CLASSIFIER = "fc."  # state-dict prefix of the Kinetics classifier, which the trunk does without
+CLASSIFIER = "fc."
 
 
 def default_weights_path() -> Path:
-    """Where torchvision caches the Kinetics-400 file: <torch hub dir>/checkpoints/r3d_18-b3b3357e.pth."""
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(KINETICS.url).name
 
 
@@ -58,7 +57,7 @@ class R3D18(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last_3d
     PRETRAINED = True
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         assert self.input_shape[1] == len(self.MEAN), f"r3d18 takes RGB frames, got {self.input_shape[1]} channels"
         self.net = r3d_18()
         repr_dim = self.net.fc.in_features
@@ -74,4 +73,4 @@ class R3D18(VideoEncoder):
         return repr_dim
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W) -> (B, 512)
+        return self.net(self.layout(x.transpose(1, 2)))

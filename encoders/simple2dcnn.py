@@ -4,13 +4,14 @@ Cheap enough for CPU training and the encoder behind the published DrQ/CURL pixe
 import torch
 from torch import nn
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder, init_relu_convs
 
 
 class Simple2DCNN(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         frames, channels, _, _ = self.input_shape
         layers = [nn.Conv2d(frames * channels, cfg.num_filters, 3, stride=2), nn.ReLU()]
         for _ in range(cfg.num_layers - 1):

@@ -4,16 +4,17 @@ depth, not mixed into channels once as in a 2D net. DrQ's widths and depth; the 
 import torch
 from torch import nn
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder, init_relu_convs
 
-KERNEL = (3, 3, 3)  # (time, height, width)
-STRIDED_LAYERS = 2  # the first layers halve height and width
+KERNEL = (3, 3, 3)
+STRIDED_LAYERS = 2
 
 
 class Simple3DCNN(VideoEncoder):
     MEMORY_FORMAT = torch.channels_last_3d
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         _, channels, _, _ = self.input_shape
         layers, width = [], channels
         for i in range(cfg.num_layers):
@@ -26,4 +27,4 @@ class Simple3DCNN(VideoEncoder):
         return self.output_dim()
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        return self.convs(self.layout(x.transpose(1, 2)))  # (B, T, C, H, W) -> (B, C, T, H, W)
+        return self.convs(self.layout(x.transpose(1, 2)))

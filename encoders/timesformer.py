@@ -1,8 +1,7 @@
 """TimeSformer (Bertasius et al., 2021), divided space-time attention, as Hugging Face transformers' `TimesformerModel`.
 
 This module picks the size (`preset`) and loads the public Kinetics-400 checkpoint, resizing its time and position
-embeddings to ours as TimeSformer's own code does. Features: the final CLS token, (B, hidden_size).
-"""
+embeddings to ours as TimeSformer's own code does. Features: the final CLS token, (B, hidden_size)."""
 
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from safetensors.torch import load_file
 from transformers import TimesformerConfig, TimesformerModel
 
+from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
@@ -23,7 +23,7 @@ PRESETS = {  # the tiny and small ones tile 84 px frames with 7 x 7 patches; bas
 }
 PUBLIC_CHECKPOINT = "facebook/timesformer-base-finetuned-k400"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-BACKBONE, CLASSIFIER = "timesformer.", "classifier."  # key prefixes in the video-classification checkpoint
+BACKBONE, CLASSIFIER = "timesformer.", "classifier."
 DIVIDED = "divided_space_time"
 
 
@@ -43,7 +43,7 @@ def find_checkpoint(weights: str | None) -> Path:
         pass
     try:
         return Path(snapshot_download(PUBLIC_CHECKPOINT, allow_patterns=["config.json", WEIGHT_FILES[0]]))
-    except (LocalEntryNotFoundError, OSError) as err:  # offline, a proxy, HF_HUB_OFFLINE: the hub's errors say which
+    except (LocalEntryNotFoundError, OSError) as err:
         raise UserError(
             f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache "
             f"{constants.HF_HUB_CACHE} and could not be downloaded ({type(err).__name__}); "
@@ -85,7 +85,7 @@ class TimeSformer(VideoEncoder):
     MEAN, STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)  # TimeSformer's Kinetics normalisation (DATA.MEAN/STD)
     PRETRAINED = True
 
-    def build(self, cfg) -> int:
+    def build(self, cfg: VideoEncoderConfig) -> int:
         if cfg.preset not in PRESETS:
             raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":
@@ -93,8 +93,7 @@ class TimeSformer(VideoEncoder):
                 f"pretrained timesformer weights have the base preset's shape; set `preset`=base (got '{cfg.preset}')"
             )
         checkpoint = find_checkpoint(cfg.weights) if cfg.pretrained else None
-        # a checkpoint describes its own width and depth; fed our frame count and size, with no dropout so the
-        # critic's targets come from a deterministic encoder
+        # no dropout: the critic's targets need a deterministic encoder
         arch = TimesformerConfig.from_pretrained(checkpoint) if checkpoint else TimesformerConfig(**PRESETS[cfg.preset])
         frames, channels, size, _ = self.input_shape
         arch.update({"num_frames": frames, "image_size": size, "num_channels": channels,

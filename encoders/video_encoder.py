@@ -1,8 +1,7 @@
 """The base every video arch derives from: uint8 (B, T, C, H, W) in, float32 (B, repr_dim) out.
 
 A subclass implements `build(cfg)` (its network; returns repr_dim) and `encode` on float (B, T, C, S, S) frames
-already resized and normalised here; freezing and channels-last apply to what it built. State-dict keys are its own.
-"""
+already resized and normalised here; freezing and channels-last apply to what it built. State-dict keys are its own."""
 
 import contextlib
 
@@ -10,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoders.config import VideoEncoderConfig
 from errors import UserError
 
 
@@ -24,10 +24,10 @@ def init_relu_convs(net: nn.Module) -> None:
 class VideoEncoder(nn.Module):
     MEAN: tuple[float, ...] = (0.5,)  # per channel on the [0, 1] scale (one value applies to all): DrQ's x - 0.5
     STD: tuple[float, ...] = (1.0,)
-    MEMORY_FORMAT: torch.memory_format | None = None  # what channels_last converts the network and its input to
-    PRETRAINED = False  # whether the arch has pretrained weights to load
+    MEMORY_FORMAT: torch.memory_format | None = None
+    PRETRAINED = False
 
-    def __init__(self, cfg, obs_shape: tuple[int, int, int, int]):
+    def __init__(self, cfg: VideoEncoderConfig, obs_shape: tuple[int, int, int, int]):
         super().__init__()
         if cfg.pretrained and not self.PRETRAINED:
             raise UserError(f"`arch` {cfg.arch} has no pretrained weights; set `pretrained`=false, use r3d18 or "
@@ -35,7 +35,6 @@ class VideoEncoder(nn.Module):
         self.obs_shape = tuple(obs_shape)
         frames, channels, _, _ = self.obs_shape
         self.input_size = cfg.input_size
-        # what `encode` receives
         self.input_shape = (frames, channels, self.input_size, self.input_size) if self.input_size else self.obs_shape
         self.memory_format = self.MEMORY_FORMAT if cfg.channels_last else None
         self.frozen = cfg.freeze
@@ -50,9 +49,8 @@ class VideoEncoder(nn.Module):
             self.requires_grad_(False)
             self.train(False)
 
-    def build(self, cfg) -> int:
-        """The arch's network from its `encoder.video` settings (`input_shape` says what `encode` receives);
-        returns repr_dim."""
+    def build(self, cfg: VideoEncoderConfig) -> int:
+        """The arch's network from its `encoder.video` settings and `input_shape`; returns repr_dim."""
         raise NotImplementedError
 
     def train(self, mode: bool = True) -> "VideoEncoder":
@@ -60,7 +58,6 @@ class VideoEncoder(nn.Module):
         return super().train(mode and not self.frozen)
 
     def layout(self, x: torch.Tensor) -> torch.Tensor:
-        """The conv input in the network's memory format (a no-op unless channels_last is on)."""
         return x if self.memory_format is None else x.contiguous(memory_format=self.memory_format)
 
     def output_dim(self) -> int:

@@ -12,15 +12,15 @@ from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, Tra
 
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
+from envs.config import EnvConfig
 from envs.pixels import PixelObservation
 from envs.randomize import RandomScene
 from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
 
 
-def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
-    """`heldout`: scenes randomised from the held-out seeds and ranges (envs/randomize.py), whatever
-    `cfg.randomize.enabled` says; else randomised as that says."""
+def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
+    """`heldout`: held-out scenes (envs/randomize.py), whatever `cfg.randomize.enabled` says; else as it says."""
     env = make_task(cfg.id)
     bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
     env = RescaleAction(env, bound(-1.0), bound(1.0))
@@ -47,17 +47,15 @@ def make_env(cfg, pixels: bool, *, heldout: bool = False) -> gym.Env:
     return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
 
 
-def make_vector_env(cfg, pixels: bool) -> EnvWorkers | InProcessEnv:
-    """`cfg.num_envs` envs in worker processes (envs/workers.py); one env steps in this process."""
+def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
 
 
-def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
-    """`cfg.num_envs` MuJoCo Warp worlds on `device` (whatever `cfg.backend` says), with make_vector_env's interface
-    in torch tensors (envs/mjwarp/vector.py)."""
+def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
+    """`cfg.num_envs` MuJoCo Warp worlds on `device`, whatever `cfg.backend` says (envs/mjwarp/vector.py)."""
     try:
         from envs.mjwarp import make_warp_env
     except ImportError as err:
@@ -66,7 +64,7 @@ def make_batched_env(cfg, pixels: bool, device, *, heldout: bool = False):
     return make_warp_env(cfg, pixels, device, heldout)
 
 
-def make_worker_env(cfg, pixels: bool, render_threads: int) -> gym.Env:
+def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int) -> gym.Env:
     """A vector worker's env. Mesa's software renderer starts a rasterizer thread per core in every process, so each
     worker gets its share of the cores; a share of one renders in the worker's own thread (docs/guide.md)."""
     if multiprocessing.parent_process() is not None:

@@ -1,8 +1,7 @@
 """Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into training the same way.
 
 Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/record.py` writes them,
-{"state": float32 (S,), "pixels": uint8 (C, H, W)}. Frames are stored singly and losslessly (no JPEG).
-"""
+{"state": float32 (S,), "pixels": uint8 (C, H, W)}. Frames are stored singly and losslessly (no JPEG)."""
 
 import hashlib
 import os
@@ -17,7 +16,7 @@ import numpy as np
 from errors import UserError, check_writable_folder
 
 RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
-STATE, PIXELS = "state", "pixels"  # observation keys of a recording that serves both modes
+STATE, PIXELS = "state", "pixels"
 DATA_DIR = "data"
 
 
@@ -38,7 +37,7 @@ class Episode:
 @dataclass
 class Demonstrations:
     episodes: list[Episode]
-    observation_space: gym.spaces.Dict  # a plain Box dataset is read as {"state": box} or {"pixels": box}
+    observation_space: gym.spaces.Dict
     action_space: gym.spaces.Box
     recording: dict  # RECORDING_KEY's settings; {} for datasets recorded elsewhere
     fingerprint: str  # sha256 of the data files: resume says when the file changed
@@ -50,7 +49,6 @@ class Demonstrations:
 
 
 def data_path(path: str | Path) -> Path:
-    """The folder holding Minari's files: `path/data`, or `path` itself when it is that folder."""
     path = Path(path).expanduser()
     return path if (path / "metadata.json").is_file() else path / DATA_DIR
 
@@ -140,11 +138,11 @@ def read(path: str | Path) -> Demonstrations:
             dataset = MinariDataset(where)
         space, metadata = dataset.observation_space, dataset.storage.metadata
         raw = list(dataset.iterate_episodes())
-    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged file: JSON, HDF5 or Minari's own checks
+    except (OSError, ValueError, KeyError, TypeError) as err:
         reason = " ".join(str(err).split())[:200]
         raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
                         "record it again with python3 -m trainer.record") from None
-    if not raw:  # an interrupted recording that wrote in place
+    if not raw:
         raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was interrupted?); move it "
                         "aside and record it again with python3 -m trainer.record")
     if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector

@@ -1,8 +1,7 @@
 """Camera observations for any MuJoCo-backed Gymnasium task (Gymnasium's MuJoCo envs, dm_control through Shimmy).
 
 Observation: uint8 (T, 3, H, W), the last T frames, oldest first; at reset the first frame fills the stack. The
-render-quality settings are applied before the GL context exists: they dominate software rendering time.
-"""
+render-quality settings are applied before the GL context exists: they dominate software rendering time."""
 
 import gymnasium as gym
 import mujoco
@@ -51,8 +50,6 @@ def resolve_camera(model: mujoco.MjModel, camera, free_config: dict | None, *, f
 
 
 class Camera:
-    """One camera of a MuJoCo-backed env rendered at a fixed size into a reused buffer."""
-
     def __init__(self, env: gym.Env, *, size: int, camera, shadow_size: int, offsamples: int):
         self.model, self._data, free_config = mujoco_handles(env)
         self.camera = resolve_camera(self.model, camera, free_config)

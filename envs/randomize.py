@@ -1,16 +1,16 @@
 """Visual domain randomisation: per episode, the colours of a task's parts, its lights and the observed camera drawn
 around the scene's own values; only visual model fields change, never the physics (docs/dishwashing.md).
-An episode reset with seed s shows scene s; held-out scenes are s + HELDOUT, above every episode seed.
-"""
+An episode reset with seed s shows scene s; held-out scenes are s + HELDOUT, above every episode seed."""
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 
+from envs.config import RandomizeConfig
 from envs.pixels import mujoco_handles, resolve_camera
 from errors import UserError
 
-HELDOUT = 2**32  # scene seeds from here on are held out
+HELDOUT = 2**32
 TARGETING = (int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODY), int(mujoco.mjtCamLight.mjCAMLIGHT_TARGETBODYCOM))
 
 
@@ -25,8 +25,7 @@ def task_parts(named: dict | None, model: mujoco.MjModel) -> dict[str, tuple[lis
     return parts
 
 
-def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
-    """(material ids, geom ids) per part `cfg.parts` selects, or a one-line error naming the task's parts."""
+def chosen_parts(cfg: RandomizeConfig, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
     names = list(parts) if cfg.parts.strip() == "all" else [p.strip() for p in cfg.parts.split(",") if p.strip()]
     unknown = [p for p in names if p not in parts]
     if unknown or not names:
@@ -35,7 +34,7 @@ def chosen_parts(cfg, parts: dict) -> tuple[list[list[int]], list[list[int]]]:
     return [parts[p][0] for p in names], [parts[p][1] for p in names]
 
 
-def check_camera(cfg, model: mujoco.MjModel, camera) -> bool:
+def check_camera(cfg: RandomizeConfig, model: mujoco.MjModel, camera) -> bool:
     """Whether the ranges move the observed `camera`, after checking that it can be moved: a fixed camera of the
     task, turned only if it does not aim at a body."""
     moves = cfg.camera_pos > 0 or cfg.camera_rot_deg > 0 or cfg.camera_fov_deg > 0
@@ -65,7 +64,7 @@ def rotation(axis: np.ndarray, angle: float) -> np.ndarray:
 class RandomScene(gym.Wrapper):
     """Draws and applies a scene before every reset; `camera` as env.camera (the observed one gets the jitter)."""
 
-    def __init__(self, env: gym.Env, cfg, *, camera, heldout: bool = False):
+    def __init__(self, env: gym.Env, cfg: RandomizeConfig, *, camera, heldout: bool = False):
         super().__init__(env)
         self.model, _, free = mujoco_handles(env)
         self.heldout, self.scale = heldout, cfg.heldout_scale if heldout else 1.0
@@ -85,7 +84,7 @@ class RandomScene(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
-            self._stream = np.random.default_rng(seed)  # where unseeded resets draw their scenes
+            self._stream = np.random.default_rng(seed)
             scene = seed
         else:
             if self._stream is None:

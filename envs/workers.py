@@ -2,9 +2,7 @@
 process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
 
 Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in docs/guide.md):
-each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price of one step of policy lag.
-Workers ignore the stop signals, which the trainer handles (it stops them), so a worker that must be forced is killed.
-"""
+each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price of one step of policy lag."""
 
 import contextlib
 import functools
@@ -20,8 +18,8 @@ from gymnasium.vector.async_vector_env import AsyncState
 from errors import UserError
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-CLOSE_TIMEOUT_S = 30.0  # a worker that has not closed its env by then is killed
-BROKEN = (EOFError, BrokenPipeError, ConnectionError)  # what a dead worker's pipe raises
+CLOSE_TIMEOUT_S = 30.0
+BROKEN = (EOFError, BrokenPipeError, ConnectionError)
 
 
 class WorkerDied(UserError):
@@ -55,14 +53,12 @@ def stop_signals_held():
 
 
 def ignore_stop_signals() -> None:
-    """In a worker process: deaf to the stop signals the trainer handles for it, then unblocked."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def how_it_ended(process) -> str:
-    """How a dead worker process (a multiprocessing process) ended: its signal or exit status."""
     process.join(timeout=1.0)
     code = process.exitcode
     return f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
@@ -76,7 +72,6 @@ def worker_died(index: int, process, *, fewer: str = "num_envs") -> WorkerDied:
 
 
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
-    """The worker's env, after making the worker deaf to the stop signals (not in the trainer's own process)."""
     if multiprocessing.parent_process() is not None:
         ignore_stop_signals()
     return make_env()
@@ -106,8 +101,8 @@ class EnvWorkers:
         self.workers: list[gym.vector.AsyncVectorEnv] = []
         # workers ignore SIGTERM, so the libraries' exit clean-up (terminate, join) would wait forever: kill them first
         self._finalizer = weakref.finalize(self, kill_workers, self.workers)
-        self.in_flight = [False] * num_envs  # whose step has been sent and not yet read
-        self.dead: set[int] = set()  # workers found dead (their pipe broke)
+        self.in_flight = [False] * num_envs
+        self.dead: set[int] = set()
         try:
             with stop_signals_held():
                 for _ in range(num_envs):
@@ -121,7 +116,7 @@ class EnvWorkers:
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
-        self.actions = None  # (N, A) the actions the workers are stepping with now; None before the first step
+        self.actions = None
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""
@@ -165,7 +160,6 @@ class EnvWorkers:
 
     @contextlib.contextmanager
     def _alive(self, i: int):
-        """Turn a dead worker's broken pipe into WorkerDied, naming the worker and how it ended."""
         try:
             yield
         except BROKEN:
@@ -180,7 +174,6 @@ class EnvWorkers:
                 worker.step_wait()
 
     def close(self) -> None:
-        """Close every worker's env; a worker that died, or does not answer, is killed instead."""
         try:
             self._drain()
             for i, worker in enumerate(self.workers):
@@ -201,10 +194,9 @@ class InProcessEnv:
 
     def __init__(self, env: gym.Env):
         self.env, self.num_envs = env, 1
-        # whether a terminated episode is a success, as the batched envs say
         self.terminates_on_success = getattr(env.unwrapped, "terminates_on_success", False)
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
-        self.obs = None  # (1, ...) the observation the next action is chosen for
+        self.obs = None
         self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it
         self.seed, self.resetting = 0, False
 
@@ -220,7 +212,7 @@ class InProcessEnv:
             self.observed = observe(self.obs)
             return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed, np.zeros(1),
                     np.zeros(1, bool), np.zeros(1, bool))
-        if self.observed is None:  # the observation of `reset(seed)`, observed again: once per reset, not per step
+        if self.observed is None:
             self.observed = observe(self.obs)
         action = np.array(act(self.observed), dtype=np.float32)
         obs, reward, terminated, truncated, _ = self.env.step(action[0])

@@ -12,11 +12,11 @@ from torch import nn
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from sac.augment import random_shift
+from sac.config import SACConfig
 from sac.graphs import UpdateGraphs
 
 
 def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int, layer_norm: bool = False) -> nn.Sequential:
-    """`layer_norm`: Linear -> LayerNorm -> ReLU in every hidden layer, as RLPD's critic."""
     layers, dim = [], in_dim
     for _ in range(depth):
         layers += [nn.Linear(dim, hidden_dim), *([nn.LayerNorm(hidden_dim)] if layer_norm else []), nn.ReLU()]
@@ -51,7 +51,7 @@ def trunk(repr_dim: int, *, feature_dim: int, pixels: bool) -> tuple[nn.Module, 
 
 
 class Actor(nn.Module):
-    def __init__(self, repr_dim: int, *, action_dim: int, cfg, pixels: bool):
+    def __init__(self, repr_dim: int, *, action_dim: int, cfg: SACConfig, pixels: bool):
         super().__init__()
         self.trunk, feature_dim = trunk(repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
         self.policy = mlp(feature_dim, hidden_dim=cfg.hidden_dim, out_dim=2 * action_dim, depth=cfg.hidden_depth)
@@ -69,7 +69,7 @@ class Critic(nn.Module):
     """Owns the encoder, so the critic loss trains it; the target critic is a copy, with the encoder unless
     `sac.target_encoder` is off or the encoder is frozen."""
 
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, pixels: bool):
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, pixels: bool):
         super().__init__()
         self.encoder = encoder
         self.trunk, feature_dim = trunk(encoder.repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
@@ -82,7 +82,6 @@ class Critic(nn.Module):
 
 
 def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
-    """One group, as DrQ; given `encoder_lr` (e.g. lower for a pretrained trunk) the encoder gets its own group."""
     if encoder_lr is None:
         return [{"params": list(critic.parameters())}]
     encoder = set(critic.encoder.parameters())
@@ -92,11 +91,10 @@ def critic_param_groups(critic: Critic, encoder_lr: float | None) -> list[dict]:
 
 ACTOR_METRICS = ("actor_loss", "alpha_loss", "alpha", "entropy")
 NETWORKS, OPTIMISERS = ("critic", "critic_target", "actor"), ("critic_opt", "actor_opt", "alpha_opt")
-ENCODER_PREFIX = "encoder."  # state-dict prefix of a critic's encoder
+ENCODER_PREFIX = "encoder."
 
 
 def is_state_dict(value) -> bool:
-    """Whether `value` is laid out as a module's saved weights: a dict of tensors."""
     return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())
 
 
@@ -117,7 +115,7 @@ def state_problem(state: dict) -> str | None:
 
 
 class SAC:
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg, *, device: torch.device, pixels: bool,
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True,
                  cuda_graph: bool = False):
         """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift the batches."""
@@ -151,7 +149,6 @@ class SAC:
         return self.log_alpha.exp()
 
     def encode(self, encoder: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        """One encoder pass, in bfloat16 autocast when `training.autocast` is on; float32 features out either way."""
         # no cast cache under graphs: a cached cast captured in one graph would be freed memory in the next
         with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast, cache_enabled=self.graphs is None):
             return encoder(obs)
@@ -166,8 +163,7 @@ class SAC:
         return action.cpu().numpy()
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One update on `batch`. The metrics are device tensors that a graphed update overwrites at its next replay:
-        read them before the next update."""
+        """One update; read its metrics before the next: a graphed update overwrites their device tensors."""
         actor_due = self.updates % self.cfg.actor_update_every == 0
         target_due = self.updates % self.cfg.target_update_every == 0
         if self.graphs is None:
@@ -182,7 +178,7 @@ class SAC:
     def step(self, batch: dict[str, torch.Tensor], *, actor_due: bool, target_due: bool) -> dict[str, torch.Tensor]:
         """The update's tensor work, nothing read back to the host: what a CUDA graph captures."""
         obs, next_obs = batch["obs"], batch["next_obs"]
-        if self.augment:  # `augment_samples` independently shifted copies, stacked along the batch axis
+        if self.augment:
             copies = self.cfg.augment_samples
             obs = random_shift(obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)
             next_obs = random_shift(next_obs.repeat(copies, 1, 1, 1, 1), self.cfg.augment_pad)

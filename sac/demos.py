@@ -19,8 +19,7 @@ def fill_store(
     nstep: int,
     frames_on: torch.device | None,
 ) -> ReplayBuffer:
-    """A ReplayBuffer holding exactly these episodes, each (observations (L + 1, ...), actions, rewards,
-    terminations)."""
+    """A ReplayBuffer of exactly these episodes: (observations (L + 1, ...), actions, rewards, terminations)."""
     observations = [episode[0] for episode in episodes]
     frames = sum(len(obs) for obs in observations)
     first = observations[0]
@@ -45,7 +44,6 @@ def fill_store(
 
 
 def demo_count(batch_size: int, share: float) -> int:
-    """Samples per batch from the demonstrations."""
     return int(round(share * batch_size))
 
 

@@ -7,7 +7,7 @@ import torch
 from errors import UserError
 from sac.ring import min_ring_slots
 
-ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")  # the per-slot arrays, as saved in checkpoints
+ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")
 SLOT_DTYPES = {"actions": np.float32, "rewards": np.float32, "terminated": np.bool_, "pos": np.int32}
 
 
@@ -19,7 +19,6 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def to_host(values) -> np.ndarray:
-    """numpy on the host, from numpy or a torch tensor on any device."""
     return values.cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
 
 
@@ -48,7 +47,6 @@ def state_problem(state: dict) -> str | None:
 
 
 def numpy_state_problem(state) -> bool:
-    """True unless `state` is a numpy generator state that np.random.default_rng's generators accept."""
     try:
         np.random.default_rng().bit_generator.state = state
     except (TypeError, ValueError, KeyError, OverflowError):  # numpy's setter raises each for some damage
@@ -100,17 +98,14 @@ class ReplayBuffer:
         return sum(getattr(self, name).nbytes for name in ARRAYS) // (self.capacity * self.num_envs)
 
     def add_first(self, obs: np.ndarray) -> None:
-        """Single env: the observation returned by `reset`."""
         self.add_resets(obs[None])
 
     def add_resets(self, obs: np.ndarray | torch.Tensor) -> None:
-        """Every env's observation returned by `reset`, (N, ...)."""
         n = self.num_envs
         self.add_batch(obs, np.zeros((n, self.actions.shape[-1]), np.float32), np.zeros(n), np.zeros(n, bool),
                        np.ones(n, bool))
 
     def add(self, action: np.ndarray, reward: float, terminated: bool, next_obs: np.ndarray) -> None:
-        """Single env: one step's action, outcome and the observation it led to."""
         self.add_batch(
             next_obs[None], np.asarray(action)[None], np.array([reward]), np.array([terminated]), np.zeros(1, bool)
         )
@@ -189,7 +184,6 @@ class ReplayBuffer:
         return lasts, reward, discount
 
     def _gather_frames(self, slots: np.ndarray, envs: np.ndarray, device: torch.device) -> torch.Tensor:
-        """Frames at (slots, envs) on `device`: gathered where they live; host frames through pinned memory for CUDA."""
         if isinstance(self.frames, torch.Tensor):
             where = self.frames.device
             return to_device(

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from encoders.config import EncoderConfig
 from sac.replay import ReplayBuffer
-from trainer.config import Config, EncoderConfig, to_dict
+from trainer.config import Config, to_dict
 from trainer.headless import configure
 from trainer.signals import STOP_SIGNALS
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from encoders import build_encoder
+from encoders.config import EncoderConfig, VideoEncoderConfig
 from sac.agent import SAC
 from sac.augment import random_shift
-from trainer.config import EncoderConfig, SACConfig, VideoEncoderConfig
+from sac.config import SACConfig
 
 OBS = (3, 3, 64, 64)
 

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +16,10 @@ import pytest
 import torch
 
 from errors import UserError
-from tests.conftest import ROOT, replay_state, tmpfs
+from tests.conftest import ROOT, replay_state, run_cli, sets, tmpfs
 from tests.conftest import checkpoint_payload as payload
-from trainer import checkpoint
-from trainer.checkpoint import CheckpointError
+from trainer import checkpoint, checkpoint_files, saved_config
+from trainer.checkpoint_files import CheckpointError
 from trainer.config import Config, to_dict
 from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
 
@@ -125,7 +126,7 @@ def test_a_crash_while_writing_leaves_the_previous_file_intact(tmp_path, monkeyp
 
     monkeypatch.setattr(torch, "save", die_midway)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.atomic_save(payload(20), latest)
+        checkpoint_files.atomic_save(payload(20), latest)
     monkeypatch.undo()
     assert checkpoint.load(latest)[0]["progress"]["env_step"] == 10
 
@@ -141,10 +142,10 @@ def test_structural_config_changes_are_refused_with_the_key_named():
     saved, current = to_dict(Config()), to_dict(Config())
     current["env"]["frame_stack"] = 4
     with pytest.raises(UserError, match="trained with env.frame_stack=3 but the config says env.frame_stack=4"):
-        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+        saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     current = to_dict(Config())
     current["training"]["episodes"] = 5000
-    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+    saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 @pytest.mark.parametrize("backend, key, value, refused", [
@@ -162,44 +163,44 @@ def test_a_pixel_run_resumes_only_with_the_frames_it_stored(backend, key, value,
     current = to_dict(Config())
     current["env"] |= {"backend": backend, key: value}
     if not refused:
-        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+        saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
         return
     with pytest.raises(UserError, match=rf"trained with env.{key}=\S+ but the config says env.{key}={value}"):
-        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+        saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     saved["encoder"]["type"] = current["encoder"]["type"] = "state"  # state vectors: one look whatever draws them
-    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+    saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 def test_settings_a_resume_may_change_are_listed_old_to_new():
     saved, current = to_dict(Config()), to_dict(Config())
-    assert checkpoint.changed_settings(saved=saved, current=current) == []
+    assert saved_config.changed_settings(saved=saved, current=current) == []
     current["sac"]["batch_size"], current["sac"]["nstep"], current["training"]["episodes"] = 64, 3, 130
     del saved["sac"]["augment_samples"]  # a checkpoint older than the key trained with its default, as now
-    assert checkpoint.changed_settings(saved=saved, current=current) == [
+    assert saved_config.changed_settings(saved=saved, current=current) == [
         f"sac.batch_size {Config().sac.batch_size} -> 64", "sac.nstep 1 -> 3",
         f"training.episodes {Config().training.episodes} -> 130",
     ]
     del saved["sac"]["nstep"]  # a checkpoint from before n-step returns trained with the default, one step
-    assert "sac.nstep 1 -> 3" in checkpoint.changed_settings(saved=saved, current=current)
+    assert "sac.nstep 1 -> 3" in saved_config.changed_settings(saved=saved, current=current)
 
 
 def test_a_config_gaining_a_profile_block_is_no_changed_setting_but_the_settings_it_chooses_are():
     saved, current = to_dict(Config()), to_dict(Config())
     current["profiles"] = {"cpu_bf16": {"sac": {"batch_size": 128}}}
-    assert checkpoint.changed_settings(saved=saved, current=current) == []
+    assert saved_config.changed_settings(saved=saved, current=current) == []
     current["profile"], current["sac"]["batch_size"] = "cpu_bf16", 128
-    assert checkpoint.changed_settings(saved=saved, current=current) == ["profile auto -> cpu_bf16",
+    assert saved_config.changed_settings(saved=saved, current=current) == ["profile auto -> cpu_bf16",
                                                            f"sac.batch_size {Config().sac.batch_size} -> 128"]
 
 
 def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
     saved, current = to_dict(Config()), to_dict(Config())
     del saved["sac"]["target_encoder"]
-    checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+    saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
     current["sac"]["target_encoder"] = False
     with pytest.raises(UserError,
                        match="trained with sac.target_encoder=True but the config says sac.target_encoder=False"):
-        checkpoint.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+        saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
 # ---- damage beyond truncation, full disks, fresh starts ---------------------------------------------------------
@@ -424,7 +425,7 @@ def tiny_disk(tmp_path):
 
 def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_checkpoint(tiny_disk):
     ckpt = tiny_disk / "ckpt"
-    checkpoint.prepare(ckpt, "run")
+    checkpoint_files.prepare(ckpt, "run")
     latest = save(ckpt, step=10, episode=None)
     big = {"frames": torch.zeros(2**20, dtype=torch.uint8)}  # 1 MiB: more than the disk has left
     with pytest.raises(CheckpointError, match=r"^cannot save run_step20.replay.pt: the disk holding .* is full "
@@ -440,9 +441,9 @@ def test_a_full_disk_is_one_line_that_leaves_no_temporary_file_and_the_previous_
     with open(filler, "wb") as f, pytest.raises(OSError):  # fill what is left
         f.write(b"\0" * 2**20)
     with pytest.raises(CheckpointError, match=r"cannot write checkpoints to .* \(the disk is full\)"):
-        checkpoint.prepare(tiny_disk / "elsewhere", "run")
+        checkpoint_files.prepare(tiny_disk / "elsewhere", "run")
     filler.unlink()
-    checkpoint.prepare(ckpt, "run")  # the next start sweeps the killed writer's temporary file
+    checkpoint_files.prepare(ckpt, "run")  # the next start sweeps the killed writer's temporary file
     assert sorted(p.name for p in ckpt.iterdir()) == [".run.lock", "run_latest.pt", "run_step10.replay.pt"]
 
 
@@ -476,7 +477,7 @@ def test_an_unwritable_folder_is_reported_at_start(tmp_path):
     try:
         unwritable = r"cannot write checkpoints to .*ro \((Read-only file system|Permission denied)\)"
         with pytest.raises(CheckpointError, match=unwritable):
-            checkpoint.prepare(folder, "run")
+            checkpoint_files.prepare(folder, "run")
     finally:
         if os.geteuid() == 0:
             subprocess.run(["umount", str(folder)], check=True)
@@ -509,3 +510,21 @@ def test_the_save_time_benchmark_times_the_trainers_own_save(tmp_path):
         f"error: --dir {users} exists and is not an empty folder; name a new or empty one (the benchmark removes it "
         "when done, unless --keep)\n")
     assert (users / "notes.txt").read_text() == "a user's work"
+
+
+def test_a_checkpoint_saved_by_an_earlier_version_resumes(tmp_path):
+    """tests/data holds a tiny inverted-pendulum run saved at episode 2 by the trainer before its config and checkpoint
+    modules were split; it must go on resuming (and its replay with it) whatever the modules' layout becomes."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name in ("inverted_pendulum_state_ep2.pt", "inverted_pendulum_state_step19.replay.pt"):
+        shutil.copy(ROOT / "tests" / "data" / name, ckpt / name)
+    result = run_cli("--config", str(ROOT / "configs" / "inverted_pendulum_state.yaml"),
+                     "--resume", str(ckpt / "inverted_pendulum_state_ep2.pt"),
+                     *sets(sac__hidden_dim=16, sac__batch_size=8, sac__buffer_size=64, training__episodes=3,
+                           training__seed_steps=10, training__eval_every_episodes=0, logging__progress="false",
+                           env__max_episode_steps=20, checkpoint__dir=ckpt, logging__tensorboard_dir=tmp_path / "runs"))
+    assert result.returncode == 0, result.stderr
+    assert "resumed from" in result.stdout and "episode 2, step 19, 19 transitions in replay" in result.stdout, (
+        result.stdout)
+    assert checkpoint.load(ckpt / "inverted_pendulum_state_ep3.pt")[0]["progress"]["episode"] == 3

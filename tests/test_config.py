@@ -13,7 +13,8 @@ from sac.ring import min_ring_slots
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer import device
-from trainer.config import Config, explain, load_config, main, to_dict
+from trainer.cli import explain
+from trainer.config import Config, load_config, main, to_dict
 
 
 def write(tmp_path: Path, text: str) -> Path:

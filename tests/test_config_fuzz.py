@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli, sets
 from tests.test_loop import run_args
-from trainer import checkpoint, config
+from trainer import checkpoint, checkpoint_files, config, config_yaml, saved_config
 from trainer.config import Config, load_config
 
 HUGE = str(10**12)
@@ -136,7 +136,7 @@ def good_run(tmp_path_factory) -> GoodRun:
 
 def assert_intact(run: GoodRun) -> None:
     assert digests(run.folder) == run.files, "a refused command wrote, changed or removed a file of the run"
-    for name in checkpoint.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
+    for name in checkpoint_files.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
         if not name.endswith(".replay.pt"):
             payload, replay = checkpoint.load(run.folder / "ckpt" / name)
             assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False, "next_seed": 0}, name
@@ -145,7 +145,7 @@ def assert_intact(run: GoodRun) -> None:
 
 # Keys a resumed run may not change (check_compatible refuses them) and the run's name are what a user types to start
 # a run, so those cases start without --resume, over the run's checkpoints; all others continue the run.
-FRESH_START_KEYS = {*checkpoint.STRUCTURAL_KEYS, *checkpoint.PIXEL_KEYS, "checkpoint.name"}
+FRESH_START_KEYS = {*saved_config.STRUCTURAL_KEYS, *saved_config.PIXEL_KEYS, "checkpoint.name"}
 
 
 def as_typed(items: list[str]) -> list[str]:
@@ -304,7 +304,7 @@ def test_any_values_for_any_keys_load_or_fail_with_the_one_line_error(tmp_path, 
     """load_config raises nothing but UserError (pytest reports any other exception as this test's failure)."""
     data: dict = {}
     for key, value in draws:
-        data = config._merge(data, nested(key, value))
+        data = config_yaml._merge(data, nested(key, value))
     path = tmp_path / "drawn.yaml"
     path.write_text(yaml.safe_dump(data))
     cfg = check_accepted_or_one_line_error(path, ["profile=cpu"])

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from encoders import ARCHS, build_encoder
+from encoders.config import VIDEO_ARCHS, EncoderConfig
 from errors import UserError
 from tests.conftest import ROOT, encoder_config
-from trainer.config import VIDEO_ARCHS, EncoderConfig, load_config
+from trainer.config import load_config
 
 EXAMPLES = {  # the shipped example config of each arch
     "simple2dcnn": "configs/dmc/cartpole_swingup.yaml",
@@ -92,7 +93,7 @@ def test_channels_last_changes_the_memory_layout_not_the_features(arch, memory_f
 
 
 def test_the_config_offers_exactly_the_registered_archs():
-    assert list(VIDEO_ARCHS) == list(ARCHS), "declare a new arch in trainer/config.py's VIDEO_ARCHS too"
+    assert list(VIDEO_ARCHS) == list(ARCHS), "declare a new arch in encoders/config.py's VIDEO_ARCHS too"
 
 
 def test_archs_without_weights_refuse_pretrained():

@@ -10,9 +10,10 @@ import pytest
 
 from envs import make_env, make_task, make_worker_env
 from envs.action_repeat import ActionRepeat
+from envs.config import EnvConfig
 from envs.pixels import Camera
 from errors import UserError
-from trainer.config import EnvConfig, explain
+from trainer.cli import explain
 
 
 def config(env_id: str, **settings) -> EnvConfig:

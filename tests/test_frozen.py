@@ -13,10 +13,11 @@ from encoders.frozen import FEATURE_DTYPE, FrozenTrunk, ProjectedEncoder, finger
 from encoders.state import StateEncoder
 from errors import UserError
 from sac.agent import SAC
+from sac.config import SACConfig
 from sac.replay import ReplayBuffer
 from tests.conftest import DEFAULT_CONFIG, encoder_config, rng_state
 from trainer import checkpoint
-from trainer.config import Config, SACConfig, load_config, to_dict
+from trainer.config import Config, load_config, to_dict
 from trainer.encoders import build_encoders, build_video_encoder
 
 T, SIZE, ACTIONS = 3, 32, 2

@@ -9,7 +9,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import errors
 from errors import UserError
 from tests.conftest import ROOT
-from trainer.config import Config, check_log_folder, load_config
+from trainer.config import Config, load_config
+from trainer.config_checks import check_log_folder
 from trainer.logger import Logger, set_aside
 
 

@@ -16,11 +16,12 @@ import torch
 from encoders import build_encoder
 from encoders.frozen import FrozenTrunk
 from envs import demos, make_env
+from envs.config import frames_of
 from envs.dishwashing.env import OBS_GROUPS
 from errors import UserError
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, wait_for_lock
-from trainer.config import frames_of, load_config
+from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
 from trainer.pretrain import Standardiser, build_regressor, read_datasets, split_of, train

@@ -12,8 +12,9 @@ from torchvision.models.video import R3D_18_Weights, r3d_18
 from encoders import build_encoder
 from errors import UserError
 from sac.agent import SAC
+from sac.config import SACConfig
 from tests.conftest import encoder_config
-from trainer.config import SACConfig, explain
+from trainer.cli import explain
 
 OBS = (3, 3, 32, 32)
 

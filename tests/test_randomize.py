@@ -15,7 +15,8 @@ from envs.randomize import HELDOUT, RandomScene
 from errors import UserError
 from tests.conftest import ROOT
 from trainer import checkpoint, evaluate
-from trainer.config import explain, load_config
+from trainer.cli import explain
+from trainer.config import load_config
 from trainer.loop import Trainer
 
 DISHWASHING = ROOT / "configs" / "dishwashing_video.yaml"

@@ -17,7 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, checkpoint_payload, popen_cli, replay_state, run_cli, sets
-from trainer import checkpoint
+from trainer import checkpoint, checkpoint_files
 from trainer.remote import RemoteDir
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -78,7 +78,7 @@ def test_a_failing_upload_is_retried_and_reported_not_dropped(s3, tmp_path):
 STUCK_UPLOAD = """
 import sys, time
 from pathlib import Path
-from trainer import checkpoint
+from trainer import checkpoint, checkpoint_files
 from trainer.remote import RemoteDir
 local = Path(sys.argv[1])
 remote = RemoteDir("s3://ckpt/stuck", local, retries=5, backoff_s=600, report=lambda text: None)
@@ -103,7 +103,7 @@ def test_a_run_killed_with_uploads_pending_leaves_nothing_in_the_way_of_its_resu
     stuck.wait()
     assert [n for n in os.listdir(local) if n.startswith(".upload")], "the killed run's links are left behind"
 
-    checkpoint.prepare(local, "run")
+    checkpoint_files.prepare(local, "run")
     assert not [n for n in os.listdir(local) if n.startswith(".upload")]
     remote = RemoteDir(f"{s3}/resumed", local, retries=2, backoff_s=0.01, report=print)
     saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": 20}, "rng": {}}, {},

@@ -12,7 +12,7 @@ from encoders import build_encoder
 from encoders.timesformer import PUBLIC_CHECKPOINT
 from errors import UserError
 from tests.conftest import encoder_config
-from trainer.config import explain
+from trainer.cli import explain
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from torchvision.models.video import r3d_18
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import run_cli, sets
-from trainer import checkpoint
+from trainer import checkpoint, saved_config
 from trainer.config import load_config, to_dict
 
 STEPS = 12  # agent steps per episode; updates start after SEED_STEPS
@@ -80,4 +80,4 @@ def test_resuming_under_another_arch_is_a_clear_error_not_a_shape_mismatch(first
     other_arch = load_config(CONFIG, run_args(tmp, "simple2dcnn", episodes=2)[1::2])
     expected = "trained with encoder.video.arch=simple3dcnn but the config says encoder.video.arch=simple2dcnn"
     with pytest.raises(UserError, match=expected):
-        checkpoint.check_compatible(saved=saved["config"], current=to_dict(other_arch), path=path)
+        saved_config.check_compatible(saved=saved["config"], current=to_dict(other_arch), path=path)

@@ -10,10 +10,11 @@ import torch
 
 from encoders.frozen import FrozenTrunk
 from envs import demos as demo_files
+from envs.config import frame_settings
 from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer.config import Config, frame_settings
+from trainer.config import Config
 
 RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> [its --set ...] --out PATH"
 

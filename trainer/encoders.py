@@ -10,12 +10,14 @@ import torch
 from torch import nn
 
 from encoders import arch_class, build_encoder
+from encoders.config import ARCH_KEYS
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
+from envs.config import EnvConfig, frame_settings, frames_of
 from errors import UserError, atomic_write
 from sac.agent import ENCODER_PREFIX, is_state_dict
-from trainer import checkpoint
-from trainer.config import ARCH_KEYS, EnvConfig, frame_settings, frames_of
+from trainer import checkpoint_files
+from trainer.payload import damage, is_checkpoint
 
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
 ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder
@@ -38,7 +40,7 @@ def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: n
     head = None if projection is None else cpu_state(projection)
     payload = {"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
                "state_dict": cpu_state(encoder), "projection": head, "frames": frames}
-    payload["checksum"] = checkpoint.digest(payload)  # torch loads flipped bytes silently
+    payload["checksum"] = checkpoint_files.digest(payload)  # torch loads flipped bytes silently
     atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
@@ -48,7 +50,7 @@ Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (enco
 def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...], frames: dict | None) -> Loaded:
     """The state dicts of an encoder weights file; UserError when it is damaged or built for another network."""
     stored = payload.pop("checksum", None)
-    if stored is not None and stored != checkpoint.digest(payload):
+    if stored is not None and stored != checkpoint_files.digest(payload):
         raise UserError(f"encoder.video.weights={weights} is corrupt (its checksum does not match its contents); "
                         "restore it from a copy or pretrain it again (python3 -m trainer.pretrain)")
     problem = _weights_file_problem(payload)
@@ -90,7 +92,7 @@ def _weights_file_problem(payload: dict) -> str | None:
         return "its state_dict or projection is not a dict of tensors"
     if not isinstance(payload.get("frames") or {}, dict):
         return f"its frames {payload['frames']!r} are not frame settings"
-    bad = checkpoint.non_finite({"state_dict": payload["state_dict"], "projection": projection or {}})
+    bad = checkpoint_files.non_finite({"state_dict": payload["state_dict"], "projection": projection or {}})
     return f"NaN or inf in {bad}" if bad else None
 
 
@@ -109,9 +111,9 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: 
     if isinstance(payload, dict) and str(payload.get("format")).startswith(ENCODER_WEIGHTS):
         raise UserError(f"encoder.video.weights={weights} is in the format \"{payload['format']}\" where this "
                         f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again (python3 -m trainer.pretrain)")
-    if not checkpoint.is_checkpoint(payload):
+    if not is_checkpoint(payload):
         return None
-    problem = checkpoint.damage(payload)
+    problem = damage(payload)
     if problem:
         raise UserError(f"encoder.video.weights={weights}: checkpoint {problem}; pass another checkpoint of the run "
                         "(an older <run>_ep<N>.pt)")

@@ -34,7 +34,7 @@ def configure_script() -> str:
     try:
         return configure()
     except UserError as err:
-        from trainer.config import error_exit
+        from trainer.cli import error_exit
 
         sys.exit(error_exit(err))
 

@@ -9,7 +9,6 @@ import dataclasses
 import math
 import subprocess
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +21,9 @@ from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer import checkpoint, compiling
-from trainer.config import EVAL_SEED_OFFSET, Config, check_log_folder, to_dict, to_yaml
+from trainer import checkpoint, checkpoint_files, compiling, saved_config
+from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
+from trainer.config_checks import check_log_folder
 from trainer.demos import Demos
 from trainer.device import (
     can_compile,
@@ -36,6 +36,7 @@ from trainer.device import (
 from trainer.encoders import build_encoders
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger, LogWriteError
+from trainer.payload import Progress, build_payload
 from trainer.remote import RemoteDir, is_remote, staging_dir
 from trainer.signals import GracefulStop
 
@@ -73,26 +74,54 @@ class Trainer:
         self.device = resolve_device(cfg.training.device)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
-        ckpt = cfg.checkpoint
+        self.open_checkpoint_folder()
+        found = self.find_start(resume, start_over)
+        torch.manual_seed(cfg.training.seed)
+        self.rng = np.random.default_rng(cfg.training.seed)
+        self.build_envs()
+        self.build_agent(found)
+        self.build_replay()
+        self.open_logger()  # last: bad input above fails before a run folder or a progress bar exists
+        if resume == "auto" and not found:
+            self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {cfg.checkpoint.dir}; "
+                                "starting fresh")
+        if found:
+            self.restore(*found)
+            branch = checkpoint.set_aside_future(self.checkpoint_dir, cfg.run_name, self.remote, resumed=found[0],
+                                                 episode=self.progress.episode, env_step=self.progress.env_step)
+            if branch:
+                self.logger.message(branch)
+        # carried across resumes (time stopped does not count): eval.csv's wall_s column
+        self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
+        self.stop = GracefulStop()
+        self.start_episodes()
+
+    def open_checkpoint_folder(self) -> None:
+        """The run's lock on its checkpoint folder (a remote run's local staging folder), and the uploader."""
+        cfg, ckpt = self.cfg, self.cfg.checkpoint
         remote = is_remote(ckpt.dir)
         self.checkpoint_dir = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir) if remote else Path(ckpt.dir)
-        self.opened.enter_context(checkpoint.prepare(self.checkpoint_dir, cfg.run_name))  # the run's lock
+        self.opened.enter_context(checkpoint_files.prepare(self.checkpoint_dir, cfg.run_name))
         self.remote = None
         if remote:  # it reports from its upload thread, once the logger exists
             self.remote = RemoteDir(ckpt.dir, self.checkpoint_dir, ckpt.upload_retries, ckpt.upload_backoff_s,
                                     report=lambda text: self.logger.message(text))
             self.opened.callback(self.remote.close, ckpt.upload_timeout_s)
+
+    def find_start(self, resume: str | None, start_over: bool) -> tuple[Path, dict, dict | None] | None:
+        """The checkpoint to resume (None for a fresh start, which never writes over an earlier run of this name),
+        and the progress to start from."""
         if not resume:
-            checkpoint.start_fresh(self.checkpoint_dir, cfg.run_name, self.remote, start_over=start_over)
+            checkpoint.start_fresh(self.checkpoint_dir, self.cfg.run_name, self.remote, start_over=start_over)
         found = self.find_checkpoint(resume) if resume else None
-        self.progress = checkpoint.Progress(**found[1]["progress"]) if found else checkpoint.Progress()
+        self.progress = Progress(**found[1]["progress"]) if found else Progress()
         self.saved_episode = self.progress.episode
         self.saved_step = self.progress.env_step
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
+        return found
 
-        compiled = cfg.training.compile and can_compile(self.device)
-        torch.manual_seed(cfg.training.seed)
-        self.rng = np.random.default_rng(cfg.training.seed)
+    def build_envs(self) -> None:
+        cfg = self.cfg
         self.num_envs = cfg.env.num_envs
         self.batched = cfg.env.backend == "mujoco_warp"
         if self.batched:
@@ -107,15 +136,22 @@ class Trainer:
         for opened in (self.eval_env, self.eval_camera, self.heldout_env):
             if opened is not None:
                 self.opened.callback(opened.close)
-        obs_space = self.env.single_observation_space
         self.action_dim = self.env.single_action_space.shape[0]
-        encoder, self.trunk = build_encoders(cfg, obs_space.shape, self.device)
+
+    def build_agent(self, found) -> None:
+        cfg = self.cfg
+        self.compiled = cfg.training.compile and can_compile(self.device)
+        encoder, self.trunk = build_encoders(cfg, self.env.single_observation_space.shape, self.device)
         if found:  # stored features that another trunk computed would silently mean something else
-            checkpoint.check_trunk(saved=found[1].get("trunk"), current=self.trunk.fingerprint if self.trunk else None,
-                                   path=found[0])
+            saved_config.check_trunk(saved=found[1].get("trunk"),
+                                     current=self.trunk.fingerprint if self.trunk else None, path=found[0])
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
-                         encoder_lr=cfg.encoder.lr, compile=compiled, autocast=cfg.training.autocast,
+                         encoder_lr=cfg.encoder.lr, compile=self.compiled, autocast=cfg.training.autocast,
                          augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph)
+
+    def build_replay(self) -> None:
+        """The replay buffer, and the demonstrations mixed into its batches."""
+        cfg, obs_space = self.cfg, self.env.single_observation_space
         if self.trunk:
             frame_shape, frame_dtype = (self.trunk.repr_dim,), FEATURE_DTYPE
         else:
@@ -130,7 +166,10 @@ class Trainer:
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
         self.demos = Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk) if cfg.demos.path else None
-        # the logger last: bad input above fails before a run folder or a progress bar exists
+
+    def open_logger(self) -> None:
+        """The logger and GPU monitor, and the run's first lines: its resolved config and what it warns of."""
+        cfg = self.cfg
         self.logger = Logger(cfg, start_step=self.progress.env_step, total_episodes=cfg.training.episodes,
                              start_episode=self.progress.episode)
         self.opened.callback(self.logger.close)
@@ -141,31 +180,19 @@ class Trainer:
             self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
         if self.remote:
-            self.logger.message(f"checkpoints for {ckpt.dir} are staged in {self.checkpoint_dir}")
+            self.logger.message(f"checkpoints for {cfg.checkpoint.dir} are staged in {self.checkpoint_dir}")
         if cfg.training.autocast and not native_bfloat16(self.device):
             self.logger.warning(
                 f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
                 "update is emulated and several times slower; set training.autocast=false here"
             )
-        if cfg.training.compile and not compiled:
+        if cfg.training.compile and not self.compiled:
             self.logger.warning(
                 "training.compile is on but no C++ compiler was found (torch.compile needs $CXX, default g++, "
                 "on a CPU), so this run trains uncompiled; install g++ or set training.compile=false"
             )
-        if compiled:
+        if self.compiled:
             compiling.prepare(self.logger.message)
-        if resume == "auto" and not found:
-            self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {ckpt.dir}; starting fresh")
-        if found:
-            self.restore(*found)
-            branch = checkpoint.set_aside_future(self.checkpoint_dir, cfg.run_name, self.remote, resumed=found[0],
-                                                 episode=self.progress.episode, env_step=self.progress.env_step)
-            if branch:
-                self.logger.message(branch)
-        # carried across resumes (time stopped does not count): eval.csv's wall_s column
-        self.wall_start = (time.perf_counter(), found[1].get("wall_s", 0.0) if found else 0.0)
-        self.stop = GracefulStop()
-        self.start_episodes()
 
     def make_eval_env(self, heldout: bool = False):
         """(eval env, camera for the GIF or None), or (None, None) without evaluation; `heldout`: no video."""
@@ -183,26 +210,16 @@ class Trainer:
 
     def save(self, final_of_episode: bool) -> Path:
         start = time.perf_counter()
-        payload = {
-            "config": to_dict(self.cfg),
-            "agent": self.agent.state_dict(),
-            "progress": asdict(self.progress),
-            "trunk": self.trunk.fingerprint if self.trunk else None,
-            "demos": self.demos.state_dict() if self.demos else None,
-            "learning_steps": self.learning_steps,
-            "wall_s": self.wall_seconds(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "numpy": self.rng.bit_generator.state,
-            },
-        }
+        state = build_payload(
+            config=to_dict(self.cfg), agent_state=self.agent.state_dict(), progress=self.progress,
+            trunk=self.trunk.fingerprint if self.trunk else None, demos=self.demos.state_dict() if self.demos else None,
+            learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng)
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
         self.saved_step = self.progress.env_step
         if final_of_episode:
             self.saved_episode = self.progress.episode
-        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, payload, self.replay.state_dict(),
+        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, state, self.replay.state_dict(),
                                 env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
                                 keep_last=ckpt.keep_last)
         if self.remote:
@@ -227,7 +244,7 @@ class Trainer:
                 return None
         else:
             found = (Path(target), *checkpoint.load(Path(target)))
-        checkpoint.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
+        saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
         return found
 
     def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
@@ -251,7 +268,7 @@ class Trainer:
         )
         if self.demos:
             self.logger.message(self.demos.load_state_dict(payload.get("demos")))
-        changes = checkpoint.changed_settings(saved=payload["config"], current=to_dict(self.cfg))
+        changes = saved_config.changed_settings(saved=payload["config"], current=to_dict(self.cfg))
         if changes:
             self.logger.message(f"settings changed since that checkpoint: {', '.join(changes)}")
         saved_profile = payload["config"].get("profile")
@@ -371,7 +388,7 @@ class Trainer:
         last = self.saved_step
         try:
             path = self.save(final_of_episode=False)
-        except checkpoint.CheckpointError as err:
+        except checkpoint_files.CheckpointError as err:
             lost = f"the steps after {last} (the last checkpoint) were not saved" if last else "nothing was saved"
             return UserError(f"{failure}, and the run could not be saved either: {lost}; {err}")
         return UserError(f"{failure}; saved {path} at step {self.progress.env_step}: free space or set "

@@ -22,6 +22,7 @@ from encoders import build_encoder
 from errors import UserError
 from sac.agent import ENCODER_PREFIX, Actor
 from trainer import checkpoint
+from trainer.checkpoint_files import CheckpointError
 from trainer.config import config_from_dict, with_overrides
 from trainer.encoders import build_encoders, untrained
 from trainer.remote import RemoteDir, is_remote, staging_dir
@@ -167,26 +168,26 @@ def fetch(url: str) -> Path:
     try:
         remote.fetch(name)
     except OSError as err:
-        raise checkpoint.CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
+        raise CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
     finally:
         remote.close(0)
     if not (remote.local_dir / name).is_file():
-        raise checkpoint.CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
+        raise CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
     return remote.local_dir / name
 
 
 def read_checkpoint(path: Path, overrides: list[str] = ()):
     """(config with `overrides` applied, payload) of a checkpoint's weights, verified; one-line errors otherwise."""
     if path.name.endswith(".replay.pt"):
-        raise checkpoint.CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; pass the "
-                                         "<run>_latest.pt or <run>_ep<N>.pt beside it")
+        raise CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; pass the "
+                              "<run>_latest.pt or <run>_ep<N>.pt beside it")
     try:
         payload = checkpoint.load_weights(path)
-    except checkpoint.CheckpointError as err:
+    except CheckpointError as err:
         message = str(err).removesuffix(f"; {checkpoint.RESUME_FIX}")
         if "not a checkpoint of this trainer" not in message:
             message += f"; {CHECKPOINT_FIX}"
-        raise checkpoint.CheckpointError(message) from None
+        raise CheckpointError(message) from None
     return with_overrides(config_from_dict(payload["config"]), overrides), payload
 
 
@@ -218,7 +219,7 @@ def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tup
                                      if key.startswith(ENCODER_PREFIX)})
         actor.load_state_dict(agent["actor"])
     except RuntimeError as err:
-        raise checkpoint.CheckpointError(
+        raise CheckpointError(
             f"checkpoint {path} does not fit the networks of its own config ({str(err).splitlines()[0]}); "
             f"remove the --set overrides that change networks, or {CHECKPOINT_FIX}") from None
     net = PolicyNet(encoder, actor, low=np.array(spec.action_low), high=np.array(spec.action_high),

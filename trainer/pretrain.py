@@ -23,13 +23,14 @@ from torch import nn
 from tqdm import tqdm
 
 from encoders import build_encoder
+from envs.config import frames_of
 from errors import UserError, atomic_write, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer import lock
 from trainer.cli import run_command
-from trainer.config import Config, frames_of, load_config
+from trainer.config import Config, load_config
 from trainer.device import resolve_device
 from trainer.encoders import save_encoder_weights, untrained
 

@@ -18,10 +18,11 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
+from envs.config import frames_of
 from errors import UserError
 from trainer import lock
 from trainer.cli import run_command
-from trainer.config import SEED_LIMIT, Config, frames_of, load_config
+from trainer.config import SEED_LIMIT, Config, load_config
 from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"

@@ -16,7 +16,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from errors import UserError
-from trainer.checkpoint import upload_link
+from trainer.checkpoint_files import upload_link
 
 
 def is_remote(directory: str) -> bool:

@@ -28,9 +28,11 @@ import optuna
 import sqlalchemy
 
 from errors import UserError
-from trainer.checkpoint import run_files
+from trainer.checkpoint_files import run_files
 from trainer.cli import run_command
-from trainer.config import RUN_NAME, SEED_LIMIT, load_config, read_yaml
+from trainer.config import SEED_LIMIT, load_config
+from trainer.config_checks import RUN_NAME
+from trainer.config_yaml import read_yaml
 from trainer.signals import GracefulStop, Interrupted
 
 ROOT = Path(__file__).resolve().parent.parent

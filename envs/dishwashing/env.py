@@ -2,8 +2,7 @@
 
 Variants: "full" (plate in the basin, open gripper above the table) and "feasible" (plate already grasped above
 the rack). Action [0:3] moves the gripper by up to MAX_MOVE per step, [3] is the finger command (-1 open .. +1 shut).
-Observation layout (OBS_*), reward terms (`_progress`) and success: docs/dishwashing.md#the-task-in-detail.
-"""
+Observation layout (OBS_*), reward terms (`_progress`) and success: docs/dishwashing.md#the-task-in-detail."""
 
 from pathlib import Path
 
@@ -23,18 +22,16 @@ MAX_MOVE = 0.025  # metres the gripper target moves per step at |action| = 1
 W_REACH, W_GRASP, W_LIFT, W_PLACE, W_RELEASE = 0.1, 0.2, 0.1, 0.3, 0.2
 K_REACH, K_PLACE = 10.0, 5.0  # 1/m: the distance at which tanh shaping is half spent is ~0.055 m and ~0.11 m
 HOVER = 0.07  # height above the slot from which the plate is lowered between the pegs (peg tops: +0.042)
-DROP_HEIGHT = 0.04  # below this over the slot the plate is between the pegs: let go, it can only fall into the slot
+DROP_HEIGHT = 0.04
 
-# success tolerances
 SLOT_XY_TOL = 0.02
 SLOT_Z_TOL = 0.006
 UPRIGHT_TOL = np.deg2rad(10)
 REST_SPEED = 0.05
 
-# start distributions
 BASIN_SPREAD = np.array([0.05, 0.04])  # plate offset from the basin centre (x, y): fingers still fit beside it
-HAND_START = np.array([0.0, 0.0, 0.2])  # gripper point at reset (full variant) ...
-HAND_SPREAD = np.array([0.05, 0.05, 0.03])  # ... +- this
+HAND_START = np.array([0.0, 0.0, 0.2])  # gripper point at reset (full variant), +- HAND_SPREAD
+HAND_SPREAD = np.array([0.05, 0.05, 0.03])
 # plate centre at reset (feasible variant): uniform in this box above the rack, clear of the pegs
 CARRY_LOW = np.array([0.12, -0.06, 0.13])
 CARRY_HIGH = np.array([0.28, 0.06, 0.2])
@@ -43,7 +40,7 @@ GRASP_DEPTH = 0.004  # plate centre below the gripper point when grasped from a 
 OBS_GRIP, OBS_OPENING, OBS_HELD, OBS_PLATE, OBS_AXIS = slice(0, 3), 3, 4, slice(5, 8), slice(8, 11)
 OBS_PLATE_TO_GRIP, OBS_SLOT_FROM_PLATE, OBS_SLOT, OBS_PLATE_VEL, OBS_GRIP_VEL = (
     slice(11, 14), slice(14, 17), slice(17, 20), slice(20, 23), slice(23, 26))
-OBS_GROUPS = {  # the layout's parts by name, for reports on how well something predicts the state
+OBS_GROUPS = {
     "gripper position": OBS_GRIP, "finger opening": slice(OBS_OPENING, OBS_OPENING + 1),
     "plate grasped": slice(OBS_HELD, OBS_HELD + 1), "plate position": OBS_PLATE, "plate axis": OBS_AXIS,
     "plate - gripper": OBS_PLATE_TO_GRIP, "slot - plate": OBS_SLOT_FROM_PLATE, "slot position": OBS_SLOT,
@@ -64,7 +61,6 @@ NEEDED = {
 
 
 class DishwashingEnv(MujocoEnv):
-    # no "human": rendering is headless
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 25}
     terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
     # what visual randomisation recolours, by material; the gripper keeps the robot's own colours

@@ -23,14 +23,14 @@ def scripted_action(obs: np.ndarray) -> np.ndarray:
     if held:
         if plate[2] < hover[2] - NEAR:
             return _towards(grip, grip + [0.0, 0.0, hover[2] - plate[2]], SHUT)  # lift clear of the basin walls
-        return _towards(grip, grip + hover - plate, SHUT)  # carry to above the slot
+        return _towards(grip, grip + hover - plate, SHUT)
     if over_slot and plate[2] - slot[2] < NEAR:
         return _towards(grip, grip + [0.0, 0.0, RETREAT], OPEN)  # placed: back off and let it settle
     if np.linalg.norm(grip[:2] - plate[:2]) > NEAR:
-        return _towards(grip, plate + [0.0, 0.0, APPROACH], OPEN)  # over the plate
+        return _towards(grip, plate + [0.0, 0.0, APPROACH], OPEN)
     if grip[2] - plate[2] > 2 * GRASP_DEPTH:
         return _towards(grip, plate, OPEN)  # down around it (the fingertips stop on the surface below)
-    return _towards(grip, grip, SHUT)  # pinch
+    return _towards(grip, grip, SHUT)
 
 
 def _towards(grip: np.ndarray, target: np.ndarray, fingers: float) -> np.ndarray:

@@ -2,8 +2,7 @@
 observations and rewards as torch tensors there (docs/warp.md).
 
 Layers: simulation.py (MuJoCo Warp behind torch views), the batched tasks (cartpole.py, dishwashing.py), vector.py
-(WarpVectorEnv: frame stacks, action repeat, autoreset), shards.py (the worlds split over CPU processes).
-"""
+(WarpVectorEnv: frame stacks, action repeat, autoreset), shards.py (the worlds split over CPU processes)."""
 
 import math
 import os
@@ -12,6 +11,7 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
+from envs.config import EnvConfig
 from envs.mjwarp.cartpole import CartpoleSwingup
 from envs.mjwarp.dishwashing import Dishwashing
 from envs.mjwarp.shards import WarpShards
@@ -33,8 +33,8 @@ def make_task(env_id: str, device: torch.device):
                     "(or use the `backend` mujoco)")
 
 
-def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False) -> WarpVectorEnv | WarpShards:
-    """`cfg.num_envs` worlds of the task `cfg.id`; frame stacks when `pixels`, state vectors otherwise."""
+def make_warp_env(cfg: EnvConfig, pixels: bool, device: torch.device,
+                  heldout: bool = False) -> WarpVectorEnv | WarpShards:
     device = torch.device(device)
     task, count = make_task(cfg.id, device), processes(cfg, device)
     if count > 1:
@@ -42,7 +42,7 @@ def make_warp_env(cfg, pixels: bool, device: torch.device, heldout: bool = False
     return WarpVectorEnv(task, cfg, num_envs=cfg.num_envs, pixels=pixels, device=device, heldout=heldout)
 
 
-def processes(cfg, device: torch.device) -> int:
+def processes(cfg: EnvConfig, device: torch.device) -> int:
     """`cfg.warp_processes` resolved: on the CPU as set or one per usable core, at most one per world; 1 on a GPU."""
     if device.type != "cpu":
         if cfg.warp_processes not in (None, 1):

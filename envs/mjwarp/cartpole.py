@@ -1,8 +1,7 @@
 """dm_control's cartpole swing-up (suite.cartpole.swingup: its model, start distribution and smooth reward), batched.
 
 State observation, float32 (N, 5), as Shimmy flattens dm_control's: [cart position, pole cos, pole sin, cart
-velocity, pole angular velocity].
-"""
+velocity, pole angular velocity]."""
 
 import math
 

@@ -1,7 +1,6 @@
 """The dishwashing task of envs/dishwashing/env.py batched over the worlds of a Simulation.
 
-The single env stays the definition: its constants and scene binding are reused, so the backends cannot drift apart.
-"""
+The single env stays the definition: its constants and scene binding are reused, so the backends cannot drift apart."""
 
 import numpy as np
 import torch
@@ -32,7 +31,7 @@ class Dishwashing:
     # constraint rows per world: noisy scripted grasps reached 71, random actions 113; MuJoCo Warp's guess is 64
     max_constraints = 128
     action_dim, state_dim = 4, single.OBS_SIZE
-    terminates_on_success = True  # the only termination: a terminated episode is a success (info["success"])
+    terminates_on_success = True
 
     def __init__(self, variant: str, *, time_limit: int, device: torch.device):
         """`time_limit`: task steps per episode (the Gymnasium registration's max_episode_steps)."""
@@ -69,10 +68,8 @@ class Dishwashing:
         self._flat = as_tensor([1.0, 0.0, 0.0, 0.0])
         reference.close()
 
-    # ---- episode start ------------------------------------------------------------------------------------------
     def reset(self, sim, mask: torch.Tensor, *, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
-        """As DishwashingEnv.reset_model, for the worlds in `mask`; the feasible variant's grasp waits for
-        `after_reset`, which has their kinematics."""
+        """As DishwashingEnv.reset_model in `mask`; the feasible grasp waits for `after_reset`'s kinematics."""
         u = random.uniform(seeds, episodes=episodes, count=5).to(sim.qpos.dtype)
         n = len(u)
         if self.variant == "full":
@@ -98,9 +95,7 @@ class Dishwashing:
         if self.variant == "feasible":
             self.grasp(sim, mask)
 
-    # ---- grasp --------------------------------------------------------------------------------------------------
     def fingers_touch_plate(self, sim) -> torch.Tensor:
-        """bool (N,): both fingers in contact with the plate (DishwashingEnv._fingers_touch_plate)."""
         rows = torch.arange(len(sim.contact_geom), device=sim.contact_geom.device)
         active = rows < sim.num_contacts
         with_plate = active & (sim.contact_geom == self._plate_geom).any(dim=1)
@@ -122,9 +117,7 @@ class Dishwashing:
         weld[:, 6:10] = torch.where(rows, relquat, weld[:, 6:10])
         sim.eq_active[:, self._weld] |= mask
 
-    # ---- step ---------------------------------------------------------------------------------------------------
     def apply_action(self, sim, action: torch.Tensor) -> None:
-        """Controls for `action` float32 (N, 4) in [-1, 1] (DishwashingEnv.step, before the physics)."""
         sim.eq_active[:, self._weld] &= action[:, 3] > 0  # an opening command lets go at once
         hand = torch.clamp(sim.qpos[:, self._hand_qpos] + single.MAX_MOVE * action[:, :3], self._hand_low,
                            self._hand_high)

@@ -1,12 +1,12 @@
 """env.randomize in MuJoCo Warp worlds (envs/randomize.py is the OpenGL path): each world's scene is drawn on the
 device at its reset, keyed by its (seed, episode), into per-world rows of the visual model fields. What differs from
-OpenGL: docs/warp.md#visual-domain-randomisation.
-"""
+OpenGL: docs/warp.md#visual-domain-randomisation."""
 
 import math
 
 import torch
 
+from envs.config import RandomizeConfig
 from envs.mjwarp import random
 from envs.randomize import HELDOUT, check_camera, chosen_parts, task_parts
 
@@ -29,7 +29,7 @@ def _unit(v: torch.Tensor) -> torch.Tensor:
 
 
 class WarpScenes:
-    def __init__(self, cfg, task, model, *, camera: int, heldout: bool):
+    def __init__(self, cfg: RandomizeConfig, task, model, *, camera: int, heldout: bool):
         """`model`: the Simulation's MuJoCo Warp model, with FIELDS batched per world; `camera`: the observed one."""
         import warp as wp
 
@@ -38,21 +38,20 @@ class WarpScenes:
         self.scale = cfg.heldout_scale if heldout else 1.0
         self.materials, self.geoms = chosen_parts(cfg, task_parts(getattr(task, "scene_parts", None), mjm))
         self.moves_camera = check_camera(cfg, mjm, camera)
-        self.fields = {name: wp.to_torch(getattr(model, name)) for name in FIELDS}  # (N, ...) views
+        self.fields = {name: wp.to_torch(getattr(model, name)) for name in FIELDS}
         self.nominal = {name: view[0].clone() for name, view in self.fields.items()}
         self.nlight = mjm.nlight
 
     def apply(self, mask: torch.Tensor, seeds: torch.Tensor, episodes: torch.Tensor) -> None:
-        """Draw and write the scenes of the worlds in `mask` (bool (N,)) for their (seed, episode)."""
         cfg, s, f, base = self.cfg, self.scale, self.fields, self.nominal
         keys = seeds + SCENE_KEY + (HELDOUT if self.heldout else 0)
         parts, lights = len(self.materials), self.nlight
         u = random.uniform(keys, episodes=episodes, count=3 * parts + lights + 1 + 3 + 1 + 1).float()
         z = random.normal(keys + SCENE_KEY, episodes=episodes, count=3 * lights + 3).float()
-        u = u * 2 - 1  # in [-1, 1)
+        u = u * 2 - 1
         rows = mask.view(-1, 1, 1)
         for i, (materials, geoms) in enumerate(zip(self.materials, self.geoms)):
-            shift = u[:, 3 * i:3 * i + 3] * min(1.0, cfg.color * s)  # (N, 3)
+            shift = u[:, 3 * i:3 * i + 3] * min(1.0, cfg.color * s)
             for name, ids in (("mat_rgba", materials), ("geom_rgba", geoms)):
                 if ids:
                     rgb = (base[name][ids, :3] + shift[:, None]).clamp(0.0, 1.0)

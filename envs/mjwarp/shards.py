@@ -1,8 +1,7 @@
 """MuJoCo Warp worlds on the CPU split over processes, one core each, behind WarpVectorEnv's interface.
 
 Processes, not threads: Warp runs a CPU kernel on one thread, and its tile kernels' static storage rules out threads
-(docs/warp.md#on-the-cpu-worlds-split-over-processes). World i keeps seed `seed + i` whichever process holds it.
-"""
+(docs/warp.md#on-the-cpu-worlds-split-over-processes). World i keeps seed `seed + i` whichever process holds it."""
 
 import time
 import traceback
@@ -13,6 +12,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
+from envs.config import EnvConfig
 from envs.mjwarp.vector import TensorMap, WarpVectorEnv, camera_index, spaces
 from envs.workers import (
     BROKEN,
@@ -31,19 +31,19 @@ CPU = torch.device("cpu")
 
 @dataclass
 class Shared:
-    """The env's tensors in shared memory, N rows each (one per world); a process writes its own rows only."""
-    obs: torch.Tensor  # uint8 (N, T, 3, H, W) or float32 (N, D): the worlds' current observations
-    actions: torch.Tensor  # float32 (N, A): the actions of the step asked for
-    taken: torch.Tensor  # float32 (N, A): those actions as the worlds took them (clamped to [-1, 1])
-    reward: torch.Tensor  # float32 (N,)
-    terminated: torch.Tensor  # bool (N,)
-    truncated: torch.Tensor  # bool (N,)
+    """The env's tensors in shared memory, one row per world, shaped as WarpVectorEnv's; a process writes its own rows
+    only. `actions`: the step asked for; `taken`: those actions as the worlds took them (clamped to [-1, 1])."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    taken: torch.Tensor
+    reward: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
 
 
 class WarpShards:
-    def __init__(self, task, env_cfg, *, pixels: bool, processes: int, heldout: bool = False):
-        """`task`: the batched task, read here for its spaces (every process makes its own); `processes`: at most
-        `env_cfg.num_envs`."""
+    def __init__(self, task, env_cfg: EnvConfig, *, pixels: bool, processes: int, heldout: bool = False):
+        """`task`: read here for its spaces only; every process makes its own."""
         n = env_cfg.num_envs
         self.num_envs, self.device, self.terminates_on_success = n, CPU, task.terminates_on_success
         if pixels:
@@ -58,12 +58,11 @@ class WarpShards:
         for tensor in vars(self._shared).values():
             tensor.share_memory_()
         self.obs = self._shared.obs  # as WarpVectorEnv.obs: the worlds' observations themselves
-        self._observed = None  # what `observe` made of self.obs; None after `reset(seed)`, until a step observes it
-        self._resetting = torch.zeros(n, dtype=torch.bool)  # worlds whose next step returns their reset observation
+        self._observed = None
+        self._resetting = torch.zeros(n, dtype=torch.bool)
         context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
         self._processes, self._pipes = [], []
-        # processes ignore SIGTERM, so the exit clean-up would wait for ever: kill them first. Registered before any
-        # starts, so a constructor failing part way leaves none behind
+        # processes ignore SIGTERM: kill them at exit; registered before any starts, so a failed start leaves none
         self._finalizer = weakref.finalize(self, kill_processes, self._processes)
         with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
             for rows in np.array_split(np.arange(n), processes):
@@ -83,7 +82,6 @@ class WarpShards:
             raise
 
     def reset(self, seed: int) -> torch.Tensor:
-        """World i starts an episode from `seed + i` (its first); returns the observations."""
         self._call("reset", seed)
         self._observed = None
         self._resetting = torch.zeros(self.num_envs, dtype=torch.bool)
@@ -91,7 +89,7 @@ class WarpShards:
 
     def step(self, act: TensorMap, observe: TensorMap = torch.clone):
         """One agent step of every world, as WarpVectorEnv.step."""
-        if self._observed is None:  # the observations of `reset(seed)`, observed again: once per reset, not per step
+        if self._observed is None:
             self._observed = observe(self.obs)
         if not self._resetting.all():  # as WarpVectorEnv: a step where every world resets chooses no action
             action = torch.as_tensor(act(self._observed), dtype=torch.float32)
@@ -122,7 +120,6 @@ class WarpShards:
         self._failed = False
 
     def _guarded(self, i: int, call, *args, starting: bool):
-        """`call(*args)` on process i's pipe; a broken pipe is the process's death, as a one-line error."""
         try:
             return call(*args)
         except BROKEN:
@@ -134,7 +131,6 @@ class WarpShards:
             raise worker_died(i, process, fewer="warp_processes") from None
 
     def close(self) -> None:
-        """End every process: asked to, or killed when it does not end (or has died)."""
         for pipe in self._pipes:
             try:
                 pipe.send(("close", None))
@@ -146,7 +142,8 @@ class WarpShards:
         self._finalizer()
 
 
-def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pipe, heldout: bool = False) -> None:
+def _serve(*, env_cfg: EnvConfig, pixels: bool, first: int, count: int, shared: Shared, pipe,
+           heldout: bool = False) -> None:
     """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
@@ -164,7 +161,7 @@ def _serve(*, env_cfg, pixels: bool, first: int, count: int, shared: Shared, pip
     while True:
         try:
             command, seed = pipe.recv()
-        except BROKEN:  # the trainer is gone (killed): nothing left to serve
+        except BROKEN:
             return
         if command == "close":
             return
@@ -195,7 +192,6 @@ def _answer(pipe, answer: tuple[str, str | None]) -> bool:
 
 
 def _failure(error: Exception) -> tuple[str, str]:
-    """What a process answers for an error: a UserError's one line, else the traceback."""
     if isinstance(error, UserError):
         return "user_error", str(error)
     return "error", "".join(traceback.format_exception(error))

@@ -1,14 +1,11 @@
 """N worlds of one MuJoCo model stepped and ray-traced by MuJoCo Warp on a torch device, with zero-copy torch views.
 
 Views, so the tasks read and write state with batched torch ops on the device (N = worlds; float32):
-    qpos (N, nq), qvel (N, nv), ctrl (N, nu), eq_active (N, neq) bool
-    xpos (N, nbody, 3), xquat (N, nbody, 4), xmat (N, nbody, 3, 3), site_xpos (N, nsite, 3)
-    cvel (N, nbody, 6) [angular, linear], subtree_com (N, nbody, 3)
-    eq_data (N, neq, 12): one row per world only if the task asks for it batched
+    qpos, qvel, ctrl, eq_active (bool), xpos, xquat, xmat (N, nbody, 3, 3), site_xpos, subtree_com: MuJoCo's, (N, ...)
+    cvel (N, nbody, 6) [angular, linear]; eq_data (N, neq, 12), one row per world only if the task asks for it batched
     contact_geom (C, 2), contact_worldid (C,), num_contacts (1,): all worlds' active contacts
     overflow (N,) int: MuJoCo Warp's OverflowType bits since the world's last `reset` (read by `broken`)
-Derived fields (x*, cvel, subtree_com) describe the positions after `sync`.
-"""
+Derived fields (x*, cvel, subtree_com) describe the positions after `sync`."""
 
 import contextlib
 from dataclasses import dataclass
@@ -42,8 +39,8 @@ class Simulation:
         `graphs` False: launch directly, the reference the captured graphs are tested against."""
         self.mjm, self.num_worlds, self.device = mjm, num_worlds, torch.device(device)
         try:
-            wp.init()  # idempotent; device lookups need the runtime
-        except OSError as err:  # Warp's first step: creating its kernel cache folder
+            wp.init()
+        except OSError as err:
             raise UserError(f"MuJoCo Warp cannot create its kernel cache folder ({err.strerror}: {err.filename}); "
                             "make it writable, or set WARP_CACHE_PATH to a writable folder") from None
         # by name: "cuda" without an index is the current GPU (wp.device_from_torch needs an index)
@@ -51,7 +48,7 @@ class Simulation:
         self._stream = wp.Stream(self._wp_device) if self.device.type == "cuda" else None
         # MuJoCo Warp's solver loop needs conditional graph nodes on CUDA (a 12.4+ driver); else direct launches
         capturable = self.device.type != "cuda" or wp.is_conditional_graph_supported()
-        self._graphs = {} if graphs and capturable else None  # name -> captured graph (`_replay`)
+        self._graphs = {} if graphs and capturable else None
         with self.scope():
             self.model = mjw.put_model(mjm, batch_sizes={name: num_worlds for name in batched_model_fields})
             # MuJoCo Warp prints a line per world and step that overflows; `broken` reports them once instead
@@ -76,7 +73,7 @@ class Simulation:
         # `reset`'s mask where its captured graph reads it
         self._reset_mask = torch.zeros(num_worlds, dtype=torch.bool, device=self.device)
         self._reset_mask_warp = wp.from_torch(self._reset_mask)
-        self._pixel_bytes = None  # uint8 (N, H, W, 4) view of the renderer's output
+        self._pixel_bytes = None
         if camera is not None:
             packed = view(self.render_context.rgb_data).view(torch.uint8)
             self._pixel_bytes = packed.view(num_worlds, camera.size, camera.size, 4)

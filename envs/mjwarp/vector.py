@@ -4,12 +4,10 @@
 `obs` holds the worlds' current observations (the next step overwrites it). Torch tensors on `device`:
     obs         uint8 (N, T, 3, H, W) frame stacks (oldest first), or float32 (N, D) state vectors
     actions     float32 (N, A) in [-1, 1], the ones this step took
-    reward      float32 (N,), summed over action repeats
-    terminated, truncated   bool (N,)
+    reward      float32 (N,), summed over action repeats; terminated, truncated bool (N,)
 Autoreset is NEXT_STEP; a step where every world resets calls no `act`, as InProcessEnv. World i starts its k-th
 episode from (seed + i, k) only (envs/mjwarp/random.py). A world whose physics goes wrong (Simulation.broken) ends its
-episode there, truncated, with no reward from that task step.
-"""
+episode there, truncated, with no reward from that task step."""
 
 import warnings
 from collections.abc import Callable
@@ -18,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from envs.config import EnvConfig
 from envs.mjwarp.randomize import FIELDS as SCENE_FIELDS
 from envs.mjwarp.randomize import WarpScenes
 from envs.mjwarp.simulation import Simulation, WarpCamera
@@ -28,11 +27,11 @@ TensorMap = Callable[[torch.Tensor], torch.Tensor]
 
 
 class WarpVectorEnv:
-    def __init__(self, task, env_cfg, *, num_envs: int, pixels: bool, device: torch.device, heldout: bool = False):
+    def __init__(self, task, env_cfg: EnvConfig, *, num_envs: int, pixels: bool, device: torch.device,
+                 heldout: bool = False):
         """`pixels`: frame stacks, else state vectors; `heldout`: the held-out randomised scenes."""
         self.task, self.num_envs, self.device = task, num_envs, torch.device(device)
         self.action_repeat = env_cfg.action_repeat
-        # whether `terminated` means success, for evaluations to report it
         self.terminates_on_success = task.terminates_on_success
         self.max_episode_steps = env_cfg.max_episode_steps  # agent steps; None = the task's own limit only
         camera = WarpCamera(index=camera_index(task.mjm, env_cfg.camera), size=env_cfg.image_size,
@@ -69,7 +68,7 @@ class WarpVectorEnv:
 
     def step(self, act: TensorMap, observe: TensorMap = torch.clone):
         """One agent step of every world; see the module docstring."""
-        if self._observed is None:  # once per reset, not per step
+        if self._observed is None:
             self._observed = observe(self.obs)
         resetting = self._resetting
         if resetting.all():  # every world returns its reset observation: no action to choose (nor RNG to draw)
@@ -172,7 +171,7 @@ def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask.view(-1, *([1] * (like.dim() - 1)))
 
 
-def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+def spaces(task, env_cfg: EnvConfig, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     """(one world's observation space, its action space): frame stacks or state vectors; actions in [-1, 1]."""
     if pixels:
         size = env_cfg.image_size
@@ -183,7 +182,6 @@ def spaces(task, env_cfg, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.B
 
 
 def camera_index(mjm, camera) -> int:
-    """env.camera (a name, an index, or None for the first camera) as a camera index."""
     if mjm.ncam == 0:
         raise UserError("the `backend` mujoco_warp renders a fixed camera and this task has none; use `backend` mujoco")
     return resolve_camera(mjm, 0 if camera is None else camera, None, free=False)
