@@ -6,6 +6,9 @@
 Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regress the simulator state trainer.record
 stored beside every frame; the policy trained on the frozen encoder acts from frames alone. Held-out R^2 and RMSE are
 printed and written beside the weights (.json). An existing --out is refused unless --replace. See docs/encoders.md.
+
+Hand-written because no library trains this project's encoders on its replay's stacks: a plain supervised loop (Adam
+on a mean squared error) around the project's own builder, store and augmentation.
 """
 
 import argparse
