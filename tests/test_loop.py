@@ -296,7 +296,7 @@ def test_a_signal_to_the_process_group_with_two_workers_saves_and_exits_128_plus
 def processes_started_with(leader: int) -> list[str]:
     """The command lines of the live processes that `start_in_own_group` started as `leader` (the trainer and its
     workers)."""
-    ps = subprocess.run(["ps", "-s", str(leader), "-o", "args="], capture_output=True, text=True)
+    ps = subprocess.run(["ps", "-ww", "-s", str(leader), "-o", "args="], capture_output=True, text=True)
     return [line for line in ps.stdout.splitlines() if not line.endswith("<defunct>")]  # ended, not yet reaped
 
 

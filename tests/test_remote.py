@@ -13,6 +13,7 @@ import time
 
 import boto3
 import pytest
+import s3fs
 from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
@@ -33,6 +34,7 @@ def free_port() -> int:
 def s3(tmp_path_factory):
     """A moto S3 server on loopback with one bucket; the env vars point boto/s3fs (here and in subprocesses) at it."""
     port = free_port()
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec reuses a filesystem made for an earlier module's server
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     saved = {k: os.environ.get(k) for k in (*CREDENTIALS, "AWS_ENDPOINT_URL")}
