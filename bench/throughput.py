@@ -91,7 +91,7 @@ def raw_vs_wrapper(args) -> dict:
     buffer, and `make_env(...).step` (Gymnasium wrappers, action scaling, frame stack)."""
     import mujoco
 
-    from envs import make_env
+    from envs.make import make_env
     from envs.pixels import resolve_camera
 
     cfg = config(args)
@@ -208,7 +208,7 @@ def frozen(args) -> dict:
     """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored features."""
     import torch
 
-    from envs import make_env
+    from envs.make import make_env
     from sac.agent import SAC
     from sac.replay import ReplayBuffer
     from trainer.device import resolve_device
@@ -335,7 +335,7 @@ class SB3Trainer:
         from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
         from encoders import build_encoder
-        from envs import make_env
+        from envs.make import make_env
 
         cfg = config(args)
         self.env = channels_stacked(make_env(cfg.env, cfg.pixels))

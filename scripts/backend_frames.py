@@ -25,8 +25,8 @@ from trainer.headless import configure_script  # noqa: E402
 
 configure_script()  # before mujoco is imported
 
-from envs import make_batched_env, make_env  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from envs.make import make_batched_env, make_env  # noqa: E402
 from envs.pixels import mujoco_handles  # noqa: E402
 from scripts.frame_grid import join  # noqa: E402
 

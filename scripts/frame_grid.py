@@ -25,8 +25,8 @@ from trainer.headless import configure_script  # noqa: E402
 
 configure_script()  # before mujoco is imported
 
-from envs import make_env  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from envs.make import make_env  # noqa: E402
 
 CAMERAS = ("overview", "close")
 GAP = 4  # white pixels between tiles

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs import demos, make_batched_env, make_env
+from envs import demos
+from envs.make import make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from envs import make_env
 from envs.dishwashing.env import OBS_HELD, OBS_SIZE, SCENE, DishwashingEnv
 from envs.dishwashing.scripted import scripted_action
+from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT
 from trainer.config import load_config

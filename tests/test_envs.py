@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from envs import make_env, make_task, make_worker_env
 from envs.action_repeat import ActionRepeat
 from envs.config import EnvConfig
+from envs.make import make_env, make_task, make_worker_env
 from envs.pixels import Camera
 from errors import UserError
 from trainer.cli import explain

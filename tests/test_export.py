@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs import make_env
+from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT, interrupt_when_started
 from trainer import export

@@ -15,7 +15,7 @@ RENDER = """
 import os, sys, numpy as np
 from trainer.headless import configure
 configure()
-from envs import make_env
+from envs.make import make_env
 from trainer.config import Config
 cfg = Config()
 cfg.env.image_size = 64

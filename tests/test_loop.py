@@ -20,8 +20,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from envs import make_env
 from envs.dishwashing.scripted import scripted_action
+from envs.make import make_env
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets, wait_for

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import envs  # rendering was configured by tests/conftest.py, before mujoco loads
+import envs.make  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
@@ -57,7 +57,7 @@ def warp_env(env_id: str, num_envs: int, *, pixels: bool = False, **env_override
     cfg.env.id, cfg.env.num_envs, cfg.env.backend, cfg.env.warp_processes = env_id, num_envs, "mujoco_warp", 1
     for key, value in env_overrides.items():
         setattr(cfg.env, key, value)
-    return envs.make_batched_env(cfg.env, pixels, CPU)
+    return envs.make.make_batched_env(cfg.env, pixels, CPU)
 
 
 def constant(actions: np.ndarray):
@@ -498,8 +498,8 @@ def test_a_process_that_ends_while_starting_is_a_one_line_error_pointing_at_its_
     error names the process, says how it ended and where its own error is, and says what the script lacks."""
     script = tmp_path / "unguarded.py"
     script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom trainer.config import Config\n"
-                      "import envs\ncfg = Config().env\ncfg.backend, cfg.num_envs, cfg.warp_processes = "
-                      "'mujoco_warp', 2, 2\nenvs.make_batched_env(cfg, False, 'cpu')\n")
+                      "import envs.make\ncfg = Config().env\ncfg.backend, cfg.num_envs, cfg.warp_processes = "
+                      "'mujoco_warp', 2, 2\nenvs.make.make_batched_env(cfg, False, 'cpu')\n")
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     last = run.stderr.strip().splitlines()[-1]
     assert run.returncode == 1 and re.fullmatch(

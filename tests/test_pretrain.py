@@ -15,9 +15,10 @@ import torch
 
 from encoders import build_encoder
 from encoders.frozen import FrozenTrunk
-from envs import demos, make_env
+from envs import demos
 from envs.config import frames_of
 from envs.dishwashing.env import OBS_GROUPS
+from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, wait_for_lock

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from envs import InProcessEnv, make_env
 from envs.dishwashing.scripted import scripted_action
+from envs.make import make_env
 from envs.randomize import HELDOUT, RandomScene
+from envs.workers import InProcessEnv
 from errors import UserError
 from tests.conftest import ROOT
 from trainer import checkpoint, evaluate
@@ -276,7 +277,7 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
-    from envs import make_batched_env
+    from envs.make import make_batched_env
 
     cfg = env_config("env.backend=mujoco_warp", "env.num_envs=3", "env.warp_processes=1", "env.randomize.ambient=0",
                      *settings)

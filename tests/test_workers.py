@@ -10,7 +10,7 @@ import signal
 import numpy as np
 import pytest
 
-from envs import make_env, make_vector_env
+from envs.make import make_env, make_vector_env
 from envs.workers import EnvWorkers, InProcessEnv, WorkerDied
 from trainer.config import Config
 

@@ -62,8 +62,9 @@ def positive(text: str) -> int:
 
 def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False):
     """(env, camera or None) as the trainer evaluates: MuJoCo Warp worlds for a pixel policy trained on them."""
-    from envs import InProcessEnv, make_batched_env, make_env
+    from envs.make import make_batched_env, make_env
     from envs.pixels import Camera
+    from envs.workers import InProcessEnv
 
     if cfg.env.backend == "mujoco_warp" and cfg.pixels:
         worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)

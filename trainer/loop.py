@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs import InProcessEnv, make_batched_env, make_env, make_vector_env
+from envs.make import make_batched_env, make_env, make_vector_env
 from envs.pixels import Camera
+from envs.workers import InProcessEnv
 from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample

@@ -192,7 +192,9 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
 
 
 def task_spec(cfg) -> Spec:
-    from envs import make_task  # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
+    from envs.make import (
+        make_task,  # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
+    )
 
     task = make_task(cfg.env.id)
     space = task.action_space

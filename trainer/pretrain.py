@@ -76,7 +76,7 @@ def split_of(episodes: list, cfg: Config) -> Split:
 def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, list, tuple[int, ...]]:
     """(training episodes, held-out episodes, frame-stack shape (T, C, H, W))."""
     from envs import demos as demo_files
-    from envs import make_env
+    from envs.make import make_env
     from trainer.demos import check_fits
 
     env = make_env(cfg.env, pixels=True)

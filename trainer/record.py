@@ -32,7 +32,7 @@ class OneEnv:
     """The OpenGL env (`env.backend: mujoco`) as a batch of one world: episodes are played one at a time."""
 
     def __init__(self, cfg: Config):
-        from envs import make_env
+        from envs.make import make_env
 
         self.batch = 1
         self.env = make_env(cfg.env, pixels=True)
@@ -58,7 +58,7 @@ class Worlds:
     """MuJoCo Warp (`env.backend: mujoco_warp`): all episodes at once, a world each, as the run's worlds render."""
 
     def __init__(self, cfg: Config, episodes: int):
-        from envs import make_batched_env
+        from envs.make import make_batched_env
 
         self.batch = episodes
         env_cfg = dataclasses.replace(cfg.env, num_envs=episodes, warp_processes=1)  # one process has the states

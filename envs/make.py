@@ -1,0 +1,86 @@
+"""Environments: `make_env(cfg, pixels)` returns a Gymnasium env with actions in [-1, 1] and observations uint8 frame
+stacks (T, 3, H, W) or float32 state vectors; `make_vector_env` and `make_batched_env` give `cfg.num_envs` of them.
+The process chooses MuJoCo's GL backend before importing this module (trainer/headless.py)."""
+
+import functools
+import multiprocessing
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, TransformObservation
+
+from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
+from envs.action_repeat import ActionRepeat
+from envs.config import EnvConfig
+from envs.pixels import PixelObservation
+from envs.randomize import RandomScene
+from envs.workers import EnvWorkers, InProcessEnv
+from errors import UserError
+
+
+def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
+    """`heldout`: held-out scenes (envs/randomize.py), whatever `cfg.randomize.enabled` says; else as it says."""
+    env = make_task(cfg.id)
+    bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
+    env = RescaleAction(env, bound(-1.0), bound(1.0))
+    if cfg.action_repeat > 1:
+        env = ActionRepeat(env, cfg.action_repeat)
+    if cfg.max_episode_steps:
+        env = TimeLimit(env, cfg.max_episode_steps)
+    if pixels and (heldout or cfg.randomize.enabled):  # inside the frames: the first frame shows the new scene
+        env = RandomScene(env, cfg.randomize, camera=cfg.camera, heldout=heldout)
+    if pixels:
+        return PixelObservation(
+            env,
+            size=cfg.image_size,
+            camera=cfg.camera,
+            frame_stack=cfg.frame_stack,
+            shadow_size=cfg.render_shadow_size,
+            offsamples=cfg.render_offsamples,
+        )
+    if isinstance(env.observation_space, gym.spaces.Dict):
+        env = FlattenObservation(env)
+    # DtypeObservation's float32 space, with its bounds cast here: gymnasium warns on every run when it casts them
+    bounds = env.observation_space
+    space = gym.spaces.Box(bounds.low.astype(np.float32), bounds.high.astype(np.float32), dtype=np.float32)
+    return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
+
+
+def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
+    if cfg.num_envs == 1:
+        return InProcessEnv(make_env(cfg, pixels))
+    render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
+    return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
+
+
+def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
+    """`cfg.num_envs` MuJoCo Warp worlds on `device`, whatever `cfg.backend` says (envs/mjwarp/vector.py)."""
+    try:
+        from envs.mjwarp import make_warp_env
+    except ImportError as err:
+        raise UserError(f"the `backend` mujoco_warp needs MuJoCo Warp ({err}); install it with "
+                        "'pip install -r requirements-warp.txt'") from None
+    return make_warp_env(cfg, pixels, device, heldout)
+
+
+def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int) -> gym.Env:
+    """A vector worker's env. Mesa's software renderer starts a rasterizer thread per core in every process, so each
+    worker gets its share of the cores; a share of one renders in the worker's own thread (docs/guide.md)."""
+    if multiprocessing.parent_process() is not None:
+        os.environ.setdefault("LP_NUM_THREADS", str(render_threads if render_threads > 1 else 0))
+    return make_env(cfg, pixels)
+
+
+def make_task(env_id: str) -> gym.Env:
+    """A Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it (`dm_control/cartpole-swingup-v0`)."""
+    if env_id.startswith("dm_control/"):
+        import shimmy  # noqa: F401  (registers the dm_control/* ids)
+    try:
+        return gym.make(env_id)
+    except gym.error.Error as err:
+        reason = str(err).splitlines()[0]
+        raise UserError(
+            f"unknown `env_id` '{env_id}' ({reason}); use a Gymnasium id such as HalfCheetah-v5 "
+            "or dm_control/<domain>-<task>-v0, e.g. dm_control/cartpole-swingup-v0"
+        ) from None
