@@ -19,6 +19,7 @@ from encoders.config import EncoderConfig
 from sac.replay import ReplayBuffer
 from trainer.config import Config, to_dict
 from trainer.headless import configure
+from trainer.payload import Progress, build_payload
 from trainer.signals import STOP_SIGNALS
 
 
@@ -86,9 +87,10 @@ def encoder_config(arch: str, **video) -> EncoderConfig:
 
 
 def checkpoint_payload(step: int) -> dict:
-    """A payload for checkpoint.save laid out as the trainer's (its checks read the layout), at `step`."""
-    return {"config": to_dict(Config()), "agent": agent_state(step), "progress": {"episode": step, "env_step": step},
-            "rng": rng_state()}
+    """A payload for checkpoint.save as the trainer builds it, at `step`."""
+    return build_payload(config=to_dict(Config()), agent_state=agent_state(step),
+                         progress=Progress(episode=step, env_step=step), trunk=None, demos=None,
+                         learning_steps=step, wall_s=0.0, rng=np.random.default_rng(0))
 
 
 def agent_state(step: int) -> dict:
@@ -106,11 +108,6 @@ def replay_state(step: int) -> dict:
         replay.add_batch(np.full((1, 1), i, np.float32), np.zeros((1, 1)), np.zeros(1), np.zeros(1, bool),
                          np.array([i == 0]))
     return replay.state_dict()
-
-
-def rng_state() -> dict:
-    """A checkpoint's `rng` entry, as the trainer saves it on a machine without CUDA."""
-    return {"torch": torch.get_rng_state(), "cuda": [], "numpy": np.random.default_rng(0).bit_generator.state}
 
 
 @contextmanager

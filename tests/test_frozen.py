@@ -15,10 +15,11 @@ from errors import UserError
 from sac.agent import SAC
 from sac.config import SACConfig
 from sac.replay import ReplayBuffer
-from tests.conftest import DEFAULT_CONFIG, encoder_config, rng_state
+from tests.conftest import DEFAULT_CONFIG, encoder_config
 from trainer import checkpoint
 from trainer.config import Config, load_config, to_dict
 from trainer.encoders import build_encoders, build_video_encoder
+from trainer.payload import Progress, build_payload
 
 T, SIZE, ACTIONS = 3, 32, 2
 OBS = (T, 3, SIZE, SIZE)
@@ -186,8 +187,9 @@ def save_run(directory, arch: str = "simple2dcnn", freeze: bool = False, **video
     with torch.no_grad():
         for parameter in agent.critic.encoder.parameters():
             parameter.add_(1.0)
-    payload = {"config": to_dict(cfg), "agent": agent.state_dict(), "progress": {}, "rng": rng_state()}
-    saved = checkpoint.save(directory, "pre", payload, {}, env_step=1, episode=1, keep_replays=1, keep_last=0)
+    state = build_payload(config=to_dict(cfg), agent_state=agent.state_dict(), progress=Progress(),
+                          trunk=None, demos=None, learning_steps=0, wall_s=0.0, rng=np.random.default_rng(0))
+    saved = checkpoint.save(directory, "pre", state, {}, env_step=1, episode=1, keep_replays=1, keep_last=0)
     return saved.latest, agent
 
 

@@ -29,7 +29,7 @@ class Progress:
 
 
 def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None, demos: dict | None,
-          learning_steps: int, wall_s: float, rng: np.random.Generator) -> dict:
+                  learning_steps: int, wall_s: float, rng: np.random.Generator) -> dict:
     """The payload of a save, less what `seal` adds; `rng` is the run's numpy generator."""
     return {
         "config": config,
