@@ -90,3 +90,21 @@ def test_every_command_answers_help_as_a_console_script_and_as_a_module(installe
     for command in ([str(venv / "bin" / script)], [str(venv / "bin" / "python"), "-m", COMMANDS[script]]):
         result = run(*command, "--help", cwd=elsewhere, env=env)
         assert result.stdout.startswith("usage:"), result.stdout[:500]
+
+
+def test_a_sweep_from_the_installed_package_runs_its_trial_and_writes_under_the_callers_folder(installed):
+    """The sweep starts each trial's trainer itself: from a wheel it must find the installed one, and write where it
+    was started, as the trainer does (it used to look for train_sac.py and runs/ beside its own source)."""
+    venv, _, elsewhere, env = installed
+    shutil.copytree(ROOT / "configs", elsewhere / "configs", dirs_exist_ok=True)
+    space = elsewhere / "space.yaml"
+    space.write_text("method: random\nmetric: {name: eval/return}\nparameters: {sac.lr: {values: [0.001]}}\n")
+    tiny = ["training.episodes=1", "training.seed_steps=50", "sac.batch_size=16", "sac.hidden_dim=16",
+            "training.eval_every_episodes=1", "training.eval_episodes=1", "logging.eval_video=false",
+            "logging.curve=false"]
+    run(str(venv / "bin" / "pixel-sac-sweep"), "--config", "configs/dmc/cartpole_swingup_state.yaml", "--space",
+        str(space), "--trials", "1", "--study", "packaged", *[arg for item in tiny for arg in ("--set", item)],
+        cwd=elsewhere, env=env)
+    trial = elsewhere / "runs" / "sweeps" / "packaged"
+    assert (trial / "study.db").is_file() and (trial / "runs" / "packaged_t0" / "eval.csv").is_file()
+    assert (trial / "checkpoints" / "packaged_t0_latest.pt").is_file()

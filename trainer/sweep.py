@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import ctypes
+import importlib.util
 import logging
 import math
 import os
@@ -35,8 +36,7 @@ from trainer.config_checks import RUN_NAME
 from trainer.config_yaml import read_yaml
 from trainer.signals import GracefulStop, Interrupted
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SPACE = ROOT / "scripts" / "cloud" / "sweep.yaml"
+DEFAULT_SPACE = "scripts/cloud/sweep.yaml"  # a clone's; paths are the caller's, as the trainer's are
 METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # eval.csv columns
 METHODS = ("random", "bayes")
 POLL_S = 2.0
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m trainer.sweep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="training config every trial starts from")
-    parser.add_argument("--space", default=str(DEFAULT_SPACE), help="W&B sweep file: method, metric, parameters")
+    parser.add_argument("--space", default=DEFAULT_SPACE, help="W&B sweep file: method, metric, parameters")
     parser.add_argument("--trials", type=int, required=True, help="finished trials the study should reach")
     parser.add_argument("--study", help="study name (default: the config's file name)")
     parser.add_argument("--out", help="folder for study.db, checkpoints/ and runs/ (default: runs/sweeps/<study>)")
@@ -83,7 +83,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     if not RUN_NAME.fullmatch(f"{name}_t{args.trials}"):
         raise UserError(f"--study {name!r} cannot name the trials' runs ({name}_t0, ...); use letters, digits and "
                         "_ . + = - (not first: . or -), short enough for a trial's run name (100 characters)")
-    out = Path(args.out or ROOT / "runs" / "sweeps" / name).resolve()
+    out = Path(args.out or Path("runs", "sweeps", name)).resolve()
     metric = space["metric"]
     direction = "maximize" if metric.get("goal", "maximize") == "maximize" else "minimize"
     try:
@@ -212,7 +212,8 @@ class TrialRunner:
     """The objective: one trainer process per trial, its evaluations reported to Optuna as they appear."""
 
     def __init__(self, config: str, sets: list[str], space: dict, out: Path, *, study_name: str, stop: GracefulStop):
-        self.config = Path(config).resolve()  # the trainer runs in the repository, wherever the sweep was started
+        self.config = Path(config).resolve()
+        self.train_sac = importlib.util.find_spec("train_sac").origin  # in a clone or installed
         self.sets, self.space, self.out, self.study_name = sets, space, out, study_name
         self.column = METRIC_COLUMNS[space["metric"]["name"]]
         self.stop = stop
@@ -228,7 +229,7 @@ class TrialRunner:
             trial.set_user_attr("run", run)
         run_dir = self.out / "runs" / run
         run_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, str(ROOT / "train_sac.py"), "--config", str(self.config), "--resume", "auto"]
+        command = [sys.executable, self.train_sac, "--config", str(self.config), "--resume", "auto"]
         for item in [*self.sets, *(f"{name}={value}" for name, value in params.items()),
                      f"checkpoint.name={run}", f"checkpoint.dir={self.out / 'checkpoints'}",
                      f"logging.tensorboard_dir={self.out / 'runs'}", "logging.progress=false"]:
@@ -238,7 +239,7 @@ class TrialRunner:
         print(f"trial {trial.number} ({run}): {sampled}; log: {log}", flush=True)
         with open(log, "a") as output:
             # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (two would kill at once).
-            process = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True, preexec_fn=_die_with_parent)
             values = self._follow(trial, process, run_dir / "eval.csv")
         if process.returncode == 2:
