@@ -41,8 +41,8 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import envs.make  # noqa: E402
 from bench.common import cpu_name, positive  # noqa: E402
+from envs.make import make_batched_env, make_env, make_vector_env  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
@@ -81,7 +81,7 @@ class Workers:
     in this process (envs/workers.py)."""
 
     def __init__(self, cfg: Config, device: torch.device):
-        self.env, n = envs.make.make_vector_env(cfg.env, True), cfg.env.num_envs
+        self.env, n = make_vector_env(cfg.env, True), cfg.env.num_envs
         self.action_dim = self.env.single_action_space.shape[0]
         self.replay = replay(cfg, self.env, device)
         self.rng = np.random.default_rng(0)
@@ -110,7 +110,7 @@ class Warp:
     replay; the per-env scalars (action, reward, flags) go to the replay's host arrays."""
 
     def __init__(self, cfg: Config, device: torch.device):
-        self.env = envs.make.make_batched_env(cfg.env, True, device)
+        self.env = make_batched_env(cfg.env, True, device)
         self.act = uniform_actions(self.env.single_action_space.shape[0], device)
         self.replay = replay(cfg, self.env, device)
         self.replay.add_resets(self.env.reset(seed=0))
@@ -141,7 +141,7 @@ class OpenGLParts:
     """One ordinary env (MuJoCo C) and its OpenGL camera, the parts of a frame timed apart (`--breakdown`)."""
 
     def __init__(self, cfg: Config, *, substeps: int):
-        self.env, self.substeps = envs.make.make_env(cfg.env, False), substeps
+        self.env, self.substeps = make_env(cfg.env, False), substeps
         self.camera = Camera(self.env, size=cfg.env.image_size, camera=cfg.env.camera,
                              shadow_size=cfg.env.render_shadow_size, offsamples=cfg.env.render_offsamples)
         self.model, self.data, _ = mujoco_handles(self.env)
@@ -170,7 +170,7 @@ class WarpParts:
     sync and render (sync computes the positions the render draws)."""
 
     def __init__(self, cfg: Config, device: torch.device):
-        self.env = envs.make.make_batched_env(cfg.env, True, device)
+        self.env = make_batched_env(cfg.env, True, device)
         self.act = uniform_actions(self.env.single_action_space.shape[0], device)
         self.env.reset(seed=0)
         self.sim, self.substeps, self.worlds = self.env.sim, self.env.task.substeps, cfg.env.num_envs

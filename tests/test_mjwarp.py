@@ -31,9 +31,9 @@ import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import envs.make  # rendering was configured by tests/conftest.py, before mujoco loads
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
+from envs.make import make_batched_env  # noqa: E402  (rendering was configured by tests/conftest.py)
 from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.shards import WarpShards  # noqa: E402
@@ -57,7 +57,7 @@ def warp_env(env_id: str, num_envs: int, *, pixels: bool = False, **env_override
     cfg.env.id, cfg.env.num_envs, cfg.env.backend, cfg.env.warp_processes = env_id, num_envs, "mujoco_warp", 1
     for key, value in env_overrides.items():
         setattr(cfg.env, key, value)
-    return envs.make.make_batched_env(cfg.env, pixels, CPU)
+    return make_batched_env(cfg.env, pixels, CPU)
 
 
 def constant(actions: np.ndarray):

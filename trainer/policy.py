@@ -192,9 +192,8 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
 
 
 def task_spec(cfg) -> Spec:
-    from envs.make import (
-        make_task,  # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
-    )
+    # here: importing mujoco fixes its GL backend, which a caller may not have chosen yet
+    from envs.make import make_task
 
     task = make_task(cfg.env.id)
     space = task.action_space
