@@ -254,12 +254,17 @@ def test_cartpole_and_half_cheetah_scenes_differ_by_seed():
         env.close()
 
 
-def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_path):
+def script(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("randomized_result", ROOT / "scripts" / "randomized_result.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_path):
+    result = script("randomized_result")
     header = "env_step,frames,episode,return,success,wall_s\n"
     for arm, train, heldout in (("none", [0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0.5, 0]), ("random", [1] * 6, [1] * 6)):
         for seed in (1, 2):
@@ -267,13 +272,30 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
             folder.mkdir(parents=True)
             for name, values in (("eval.csv", train), ("eval_heldout.csv", heldout)):
                 (folder / name).write_text(header + "".join(f"{i},{i},{i},-1,{v},1\n" for i, v in enumerate(values)))
-    script.main(["--none", str(tmp_path / "none"), "--randomized", str(tmp_path / "random"), "--out",
+    result.main(["--none", str(tmp_path / "none"), "--randomized", str(tmp_path / "random"), "--out",
                  str(tmp_path / "result.csv")])
     with open(tmp_path / "result.csv") as f:
         table = list(csv.DictReader(f))
     assert [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in table[:2]] == [
         ("none", "1", "train", "1.000"), ("none", "1", "heldout", "0.100")]
     assert {r["success"] for r in table if r["trained_with"] == "randomized"} == {"1.000"}
+
+
+def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_them(capsys):
+    """Raw pixels as the encoder: with every range 0 the scenes render alike (variance across scenes exactly 0, across
+    steps not); with colours they do not. A config that trains its encoder is one line."""
+    sensitivity = script("scene_sensitivity")
+    zero = [f"{r.split('=')[0]}=0" for r in RANGES]
+    pixels = lambda stacks: stacks.reshape(len(stacks), -1)[:, ::50].astype(np.float32)  # noqa: E731
+    cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *zero])
+    alike = sensitivity.scene_stacks(cfg, episodes=1, scenes=2)
+    assert alike[0].shape[1:] == (2, cfg.env.frame_stack, 3, 48, 48)
+    scene, state = sensitivity.variances(pixels, alike)
+    assert scene == 0 and state > 0
+    cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *zero, "env.randomize.color=0.3"])
+    assert sensitivity.variances(pixels, sensitivity.scene_stacks(cfg, episodes=1, scenes=2))[0] > 0
+    assert sensitivity.main(["--config", str(DISHWASHING)]) == 2
+    assert "this measures a frozen one" in capsys.readouterr().err
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
