@@ -69,6 +69,17 @@ def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> N
         time.sleep(0.05)
 
 
+def pause(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGSTOP `proc`, then wait until the kernel shows it stopped: the signal lands a moment later, and a file it
+    writes until then would change under a test's snapshot."""
+    proc.send_signal(signal.SIGSTOP)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    deadline = time.time() + timeout
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.time() < deadline, f"pid {proc.pid} never stopped"
+        time.sleep(0.01)
+
+
 def sets(**overrides) -> list[str]:
     """--set arguments from keyword pairs; '__' stands for '.' (checkpoint__dir -> checkpoint.dir)."""
     return [arg for key, value in overrides.items() for arg in ("--set", f"{key.replace('__', '.')}={value}")]

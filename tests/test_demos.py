@@ -23,7 +23,7 @@ from envs.make import make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, interrupt_when_started, run_cli, sets, wait_for_lock
+from tests.conftest import ROOT, interrupt_when_started, pause, run_cli, sets, wait_for_lock
 from trainer import checkpoint
 from trainer.config import load_config
 from trainer.demos import Demos, check_fits
@@ -529,7 +529,7 @@ def test_a_recording_into_a_folder_another_recording_is_writing_refuses_in_one_l
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lock(out.with_name(".scripted.lock"), first)
-        first.send_signal(signal.SIGSTOP)
+        pause(first)
         second = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(out)],
                                 cwd=ROOT, capture_output=True, text=True)
         assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr

@@ -21,7 +21,7 @@ from envs.dishwashing.env import OBS_GROUPS
 from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, interrupt_when_started, wait_for_lock
+from tests.conftest import ROOT, interrupt_when_started, pause, wait_for_lock
 from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
@@ -374,7 +374,7 @@ def test_pretraining_into_a_weights_file_another_pretraining_is_writing_refuses_
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lock(out.with_name(".encoder.pt.lock"), first)
-        first.send_signal(signal.SIGSTOP)
+        pause(first)
         second = pretrain_cli(*args, "--epochs", "1")
         assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
         assert second.stderr.startswith(f"error: weights file {out} is in use by pid {first.pid} on host ")

@@ -5,7 +5,6 @@ never overwrites the remote run."""
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import s3fs
 from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, checkpoint_payload, popen_cli, replay_state, run_cli, sets
+from tests.conftest import ROOT, checkpoint_payload, pause, popen_cli, replay_state, run_cli, sets
 from trainer import checkpoint, checkpoint_files
 from trainer.remote import RemoteDir
 
@@ -186,7 +185,7 @@ def test_the_lock_of_a_remote_run_is_the_machines_own_a_second_machine_is_not_st
             assert first.poll() is None, first.communicate()
             time.sleep(0.2)
             names.fs.invalidate_cache()  # s3fs keeps listings
-        first.send_signal(signal.SIGSTOP)
+        pause(first)
         names.fetch("sac_video_latest.pt")
         uploaded = checkpoint.load_weights(tmp_path / "check" / "sac_video_latest.pt")["progress"]["episode"]
         same_machine = run_cli("--config", CONFIG, "--resume", "auto", *tiny_run(tmp_path, url, uploaded + 1))

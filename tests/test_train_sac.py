@@ -19,7 +19,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
-from tests.conftest import ROOT, TINY, fill, popen_cli, run_cli, sets, tmpfs, wait_for
+from tests.conftest import ROOT, TINY, fill, pause, popen_cli, run_cli, sets, tmpfs, wait_for
 from trainer import checkpoint
 
 
@@ -427,7 +427,7 @@ def test_a_second_trainer_on_a_run_in_use_refuses_in_one_line_and_touches_nothin
     first = popen_cli(*args)
     try:
         wait_for(ckpt / "inverted_pendulum_state_ep1.pt", first)
-        first.send_signal(signal.SIGSTOP)
+        pause(first)
         before = contents(ckpt) | {"lock": (ckpt / ".inverted_pendulum_state.lock").read_bytes()}
         fresh = [arg for arg in args if arg not in ("--resume", "auto")]
         for second in (args, [*fresh, "--start-over"]):
