@@ -32,14 +32,11 @@ def scene_stacks(cfg, *, episodes: int, scenes: int) -> list[np.ndarray]:
     """Per scripted episode, uint8 (T, scenes, frame_stack, 3, H, W): each step's frame stack in each scene."""
     from envs.dishwashing.scripted import scripted_action
     from envs.make import make_env
-    from envs.pixels import PixelObservation
     from envs.randomize import RandomScene
 
     env = make_env(dataclasses.replace(cfg.env, randomize=dataclasses.replace(cfg.env.randomize, enabled=True)),
                    pixels=True)
-    pixels, scene = env, env
-    while not isinstance(pixels, PixelObservation):
-        pixels = pixels.env
+    scene = env  # make_env's outermost wrapper renders the frames (env.camera); the scene is drawn inside it
     while not isinstance(scene, RandomScene):
         scene = scene.env
     result = []
@@ -51,7 +48,7 @@ def scene_stacks(cfg, *, episodes: int, scenes: int) -> list[np.ndarray]:
                 frames = []
                 for k in range(scenes):
                     scene.apply(FIRST_SCENE + k)
-                    frames.append(pixels.camera.render().transpose(2, 0, 1).copy())  # a copy: the buffer is reused
+                    frames.append(env.camera.render().transpose(2, 0, 1).copy())  # a copy: the buffer is reused
                 steps.append(frames)
                 _, _, terminated, truncated, _ = env.step(scripted_action(env.unwrapped.observation()))
                 done = terminated or truncated
