@@ -15,6 +15,8 @@ class VideoEncoderConfig:
     pretrained: bool = False
     weights: str | None = None
     freeze: bool = False
+    # what a frozen trunk stores: its pretraining head's first layer, or the state that head estimates (its readout)
+    frozen_features: str = setting("projection", choices=("projection", "state_estimate"))
     input_size: int | None = setting(None, ge=32, le=1024, note="null = frames as rendered")
     preset: str = setting("small", choices=("tiny", "small", "base"))
     num_filters: int = setting(32, ge=1, le=1024)

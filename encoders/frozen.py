@@ -25,13 +25,16 @@ def fingerprint(encoder: nn.Module, arch: str) -> str:
 
 class ProjectedEncoder(nn.Module):
     """A frozen video encoder under the first layer of the head it was pretrained with (`projection`), so the replay
-    stores that layer's few hundred features rather than the arch's tens of thousands."""
+    stores that layer's few hundred features rather than the arch's tens of thousands; with `readout` (the head's
+    last layer), the state the head estimates instead: what moves with the task, little of what moves with the scene."""
 
-    def __init__(self, encoder: nn.Module, projection: nn.Linear):
+    def __init__(self, encoder: nn.Module, projection: nn.Linear, *, readout: nn.Linear | None = None):
         super().__init__()
         assert projection.in_features == encoder.repr_dim, "the projection reads the encoder's features"
+        assert readout is None or readout.in_features == projection.out_features, "the readout reads the projection"
         self.encoder, self.projection = encoder, projection.requires_grad_(False)
-        self.repr_dim = projection.out_features
+        self.readout = readout if readout is None else readout.requires_grad_(False)
+        self.repr_dim = (readout or projection).out_features
         self.input_size, self.obs_shape = encoder.input_size, encoder.obs_shape
         self.train(False)
 
@@ -39,7 +42,8 @@ class ProjectedEncoder(nn.Module):
         return super().train(False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.projection(self.encoder(obs))).float()
+        features = torch.relu(self.projection(self.encoder(obs)))
+        return (features if self.readout is None else self.readout(features)).float()
 
 
 class FrozenTrunk:

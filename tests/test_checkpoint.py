@@ -203,6 +203,16 @@ def test_a_key_added_after_a_checkpoint_was_written_counts_as_its_default():
         saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
 
 
+def test_a_frozen_run_resumes_only_with_the_features_its_replay_stored():
+    """A checkpoint from before encoder.video.frozen_features stored the projection's features."""
+    saved, current = to_dict(Config()), to_dict(Config())
+    del saved["encoder"]["video"]["frozen_features"]
+    current["encoder"]["video"]["frozen_features"] = "state_estimate"
+    with pytest.raises(UserError, match="trained with encoder.video.frozen_features=projection but the config says "
+                                        "encoder.video.frozen_features=state_estimate"):
+        saved_config.check_compatible(saved=saved, current=current, path=Path("run_latest.pt"))
+
+
 # ---- damage beyond truncation, full disks, fresh starts ---------------------------------------------------------
 
 def flip_value(path: Path, old: float, new: float) -> None:

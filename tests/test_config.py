@@ -178,6 +178,11 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
             "sac.augment_samples > 1 needs a video encoder and sac.augment_pad > 0",
         ),
         ("", ["sac.augment_samples=2", "encoder.type=state"], "sac.augment_samples > 1 needs a video encoder"),
+        ("", ["encoder.video.frozen_features=state_estimate"],
+         "encoder.video.frozen_features=state_estimate is what a frozen trunk stores, and this run trains its encoder; "
+         "set encoder.video.freeze=true, or frozen_features=projection"),
+        ("", ["encoder.video.frozen_features=state"],
+         "config key 'encoder.video.frozen_features' must be one of projection, state_estimate, got 'state'"),
         ("", ["env.backend=opengl"], "config key 'env.backend' must be one of mujoco, mujoco_warp, got 'opengl'"),
         ("", ["sac.updates_per_step=-0.5"], "config key 'sac.updates_per_step' must be in (0, 100] (fractions allowed"),
         ("", ["env.num_envs=300"], "env.num_envs must be at most 256 with env.backend=mujoco, a process each; got 300: "

@@ -37,14 +37,15 @@ def saved_trainer(tmp_path, config: str, *settings: str) -> tuple[Trainer, str]:
 
 
 def trunk_weights(tmp_path) -> str:
-    """An encoder weights file as trainer.pretrain writes it: a small simple2dcnn with its projection."""
+    """An encoder weights file as trainer.pretrain writes it: a small simple2dcnn with its projection and readout."""
     cfg = load_config(ROOT / "configs" / "default.yaml", ["encoder.video.num_filters=8"])
     obs_shape = (cfg.env.frame_stack, 3, SIZE, SIZE)
     from encoders import build_encoder
 
     encoder = build_encoder(cfg.encoder, obs_shape)
     path = tmp_path / "trunk.pt"
-    save_encoder_weights(path, cfg.encoder, obs_shape, encoder, projection=torch.nn.Linear(encoder.repr_dim, 24))
+    save_encoder_weights(path, cfg.encoder, obs_shape, encoder, projection=torch.nn.Linear(encoder.repr_dim, 24),
+                         readout=torch.nn.Linear(24, 9))
     return str(path)
 
 
@@ -84,6 +85,7 @@ ENCODERS = {
                                      "encoder.video.num_layers=2")),
     "r3d18": ("default.yaml", ("encoder.video.arch=r3d18",)),
     "frozen": ("default.yaml", None),
+    "frozen_state_estimate": ("default.yaml", ("encoder.video.frozen_features=state_estimate",)),
     "state": ("dishwashing_state.yaml", ()),
 }
 
@@ -93,7 +95,8 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     import onnxruntime
 
     config, settings = ENCODERS[kind]
-    run, path = saved_trainer(tmp_path, config, *(frozen_settings(tmp_path) if settings is None else settings))
+    frozen = frozen_settings(tmp_path) if kind.startswith("frozen") else ()
+    run, path = saved_trainer(tmp_path, config, *frozen, *(settings or ()))
     run.close()
     out = tmp_path / "policy"
     assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
@@ -106,7 +109,7 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     session = onnxruntime.InferenceSession(str(out / "policy.onnx"), providers=["CPUExecutionProvider"])
     onnx = np.abs(session.run(None, {"obs": obs.numpy()})[0] - expected).max(axis=1)
     assert np.abs(scripted - expected).max() <= 1e-5
-    if kind == "frozen":  # features rounded to float16: see export.FLOAT16_TOLERANCE
+    if kind.startswith("frozen"):  # features rounded to float16: see export.FLOAT16_TOLERANCE
         assert np.mean(onnx <= 1e-5) >= 0.9 and onnx.max() <= export.FLOAT16_TOLERANCE
     else:
         assert onnx.max() <= 1e-5

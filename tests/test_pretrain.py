@@ -17,7 +17,7 @@ from encoders import build_encoder
 from encoders.frozen import FrozenTrunk
 from envs import demos
 from envs.config import frames_of
-from envs.dishwashing.env import OBS_GROUPS
+from envs.dishwashing.env import OBS_GROUPS, OBS_SIZE
 from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
@@ -124,6 +124,43 @@ def test_the_frozen_encoder_is_the_pretrained_encoder_under_the_heads_first_laye
     np.testing.assert_array_equal(trunk(stacks.numpy()), expected.half().numpy())
 
 
+def test_the_state_estimate_trunk_is_the_pretraining_heads_prediction_of_the_varying_state(dataset, pretrained):
+    """frozen_features=state_estimate: the head's last layer on top, one output per state dimension that varies in
+    the recording (standardised), so the replay stores what the labels say and not the scene around it."""
+    out, _ = pretrained
+    saved = torch.load(out, weights_only=True)
+    episodes = demos.read(dataset).episodes
+    cfg = frozen_config(out, "encoder.video.frozen_features=state_estimate")
+    stacks = split_of(episodes, cfg).stacks(np.arange(0, 40, 7), torch.device("cpu"))
+    conv = build_encoder(load_config(VIDEO, SETS).encoder, tuple(saved["obs_shape"]))
+    conv.load_state_dict(saved["state_dict"])
+    with torch.no_grad():
+        hidden = torch.relu(conv(stacks) @ saved["projection"]["weight"].T + saved["projection"]["bias"])
+        expected = hidden @ saved["readout"]["weight"].T + saved["readout"]["bias"]
+    varying = Standardiser.fit(split_of(episodes[:-1], cfg).labels).outputs  # the held-out episode is the last
+    assert saved["readout"]["weight"].shape == (varying, HIDDEN) and varying < OBS_SIZE  # the fixed slot: not learnt
+    loaded = build_video_encoder(cfg.encoder, tuple(saved["obs_shape"]))
+    assert loaded.repr_dim == varying and (expected < 0).any()  # a linear readout, no ReLU on top
+    torch.testing.assert_close(loaded(stacks), expected, rtol=1e-5, atol=1e-5)
+    trunk = FrozenTrunk(loaded, "simple2dcnn", torch.device("cpu"), autocast=False)
+    assert trunk.fingerprint != FrozenTrunk(build_video_encoder(frozen_config(out).encoder, tuple(saved["obs_shape"])),
+                                            "simple2dcnn", torch.device("cpu"), autocast=False).fingerprint
+
+
+def test_a_state_estimate_from_a_file_without_a_readout_is_a_one_line_error(pretrained, tmp_path):
+    out, _ = pretrained
+    weights = torch.load(out, weights_only=True)
+    del weights["checksum"], weights["readout"]
+    torch.save(weights, tmp_path / "projection_only.pt")
+    cfg = frozen_config(tmp_path / "projection_only.pt", "encoder.video.frozen_features=state_estimate")
+    with pytest.raises(UserError, match=r"encoder.video.weights=.*projection_only.pt holds no readout to estimate the "
+                                        r"state with; pretrain it again .*frozen_features=projection$") as err:
+        build_video_encoder(cfg.encoder, tuple(weights["obs_shape"]))
+    assert "\n" not in str(err.value)
+    assert build_video_encoder(frozen_config(tmp_path / "projection_only.pt").encoder,
+                               tuple(weights["obs_shape"])).repr_dim == HIDDEN  # projection features still load
+
+
 def test_a_trainer_on_the_frozen_config_stores_the_projections_features(pretrained, tmp_path):
     out, _ = pretrained
     cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [
@@ -156,8 +193,10 @@ def test_weights_of_an_older_format_are_a_one_line_error(pretrained, tmp_path):
 @pytest.mark.parametrize("damage, message", [
     (lambda w: w.update(encoder="x"), r"its encoder settings are not an encoder block"),
     (lambda w: w.update(obs_shape=5), r"its obs_shape 5 is not a frame stack's shape"),
-    (lambda w: w.update(state_dict=[1]), r"its state_dict or projection is not a dict of tensors"),
-    (lambda w: w.update(projection="x"), r"its state_dict or projection is not a dict of tensors"),
+    (lambda w: w.update(state_dict=[1]), r"its state_dict, projection or readout is not a dict of tensors"),
+    (lambda w: w.update(projection="x"), r"its state_dict, projection or readout is not a dict of tensors"),
+    (lambda w: w.update(readout="x"), r"its state_dict, projection or readout is not a dict of tensors"),
+    (lambda w: w["readout"]["bias"].fill_(float("nan")), r"NaN or inf in readout\.bias"),
     (lambda w: next(iter(w["state_dict"].values())).fill_(float("inf")), r"NaN or inf in state_dict\."),
 ])
 def test_a_damaged_weights_file_is_a_one_line_error(pretrained, tmp_path, damage, message):

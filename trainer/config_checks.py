@@ -63,6 +63,9 @@ def _check_cross_keys(cfg: Config) -> None:
     if sac.augment_samples > 1 and pixels and video.freeze:
         raise UserError("sac.augment_samples > 1 has nothing to shift with encoder.video.freeze=true (the replay "
                         "stores the frozen trunk's features, not frames); set sac.augment_samples=1")
+    if video.frozen_features != "projection" and not (pixels and video.freeze):
+        raise UserError(f"encoder.video.frozen_features={video.frozen_features} is what a frozen trunk stores, and "
+                        "this run trains its encoder; set encoder.video.freeze=true, or frozen_features=projection")
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
     scenes = env.randomize.enabled or env.randomize.heldout

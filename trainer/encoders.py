@@ -21,6 +21,7 @@ from trainer.payload import damage, is_checkpoint
 
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
 ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder
+HEAD_LAYERS = ("projection", "readout")  # the pretraining head's layers a frozen trunk may apply (readout optional)
 
 
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -33,18 +34,22 @@ def untrained(cfg, **video):
 
 
 def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: nn.Module, *,
-                         projection: nn.Linear | None = None, frames: dict | None = None) -> None:
+                         projection: nn.Linear | None = None, readout: nn.Linear | None = None,
+                         frames: dict | None = None) -> None:
     """An encoder weights file for `encoder.video.weights`, written atomically; `projection`: a Linear(repr_dim, P)
-    a frozen trunk applies through a ReLU; `frames`: the frame settings it learnt from (config.frames_of)."""
+    a frozen trunk applies through a ReLU; `readout`: a Linear(P, S) from those features to the state estimate;
+    `frames`: the frame settings it learnt from (config.frames_of)."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
-    head = None if projection is None else cpu_state(projection)
+    head = {name: cpu_state(layer) for name, layer in (("projection", projection), ("readout", readout))
+            if layer is not None}
     payload = {"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
-               "state_dict": cpu_state(encoder), "projection": head, "frames": frames}
+               "state_dict": cpu_state(encoder), "projection": head.get("projection"), "readout": head.get("readout"),
+               "frames": frames}
     payload["checksum"] = checkpoint_files.digest(payload)  # torch loads flipped bytes silently
     atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
-Loaded = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]  # (encoder's state, projection's or None)
+Loaded = tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]  # (encoder's state, its head's layers)
 
 
 def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...], frames: dict | None) -> Loaded:
@@ -69,7 +74,7 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
     _check_frames(weights, payload.get("frames"), frames)
-    return payload["state_dict"], payload.get("projection")
+    return payload["state_dict"], {name: payload[name] for name in HEAD_LAYERS if payload.get(name) is not None}
 
 
 def _check_frames(weights: str, saved: dict | None, frames: dict | None) -> None:
@@ -87,17 +92,17 @@ def _weights_file_problem(payload: dict) -> str | None:
     shape = payload.get("obs_shape")
     if not isinstance(shape, list) or not all(type(n) is int and n > 0 for n in shape):
         return f"its obs_shape {shape!r} is not a frame stack's shape"
-    projection = payload.get("projection")
-    if not is_state_dict(payload.get("state_dict")) or projection is not None and not is_state_dict(projection):
-        return "its state_dict or projection is not a dict of tensors"
+    head = {name: payload.get(name) for name in HEAD_LAYERS if payload.get(name) is not None}
+    if not is_state_dict(payload.get("state_dict")) or not all(map(is_state_dict, head.values())):
+        return "its state_dict, projection or readout is not a dict of tensors"
     if not isinstance(payload.get("frames") or {}, dict):
         return f"its frames {payload['frames']!r} are not frame settings"
-    bad = checkpoint_files.non_finite({"state_dict": payload["state_dict"], "projection": projection or {}})
+    bad = checkpoint_files.non_finite({"state_dict": payload["state_dict"], **head})
     return f"NaN or inf in {bad}" if bad else None
 
 
 def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: dict | None = None) -> Loaded | None:
-    """(the encoder's weights, the projection's or None) when `weights` is a checkpoint of this trainer or an encoder
+    """(the encoder's weights, its head's layers by name) when `weights` is a checkpoint of this trainer or an encoder
     weights file; None for any other file (the arch's own weights); UserError when it holds no encoder that fits."""
     arch, path = video.arch, Path(weights)
     if not path.is_file():
@@ -130,11 +135,12 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: 
                         "trunk's stored features); pass the weights it was started from")
     env = dataclasses.asdict(EnvConfig()) | payload["config"].get("env", {})  # keys newer than it: the defaults
     _check_frames(weights, {key: env[key] for key in frame_settings(env["backend"])}, frames)
-    return state, None
+    return state, {}
 
 
 def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None = None) -> nn.Module:
-    """`cfg` is the `encoder` block; with `freeze: true` a weights file's projection goes on top."""
+    """`cfg` is the `encoder` block; with `freeze: true` a weights file's projection (and with
+    `frozen_features: state_estimate` its readout) goes on top."""
     video = cfg.video
     frames = frames if video.freeze else None  # fine-tuning adapts the encoder to the run's frames
     loaded = checkpoint_encoder(video.weights, video, obs_shape, frames) if video.pretrained and video.weights else None
@@ -146,19 +152,28 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None 
                             "weights file (python3 -m trainer.pretrain)")
         return build_encoder(cfg, obs_shape)
     encoder = build_encoder(untrained(cfg), obs_shape)
-    state, projection = loaded
+    state, head = loaded
     try:
         encoder.load_state_dict(state)
     except RuntimeError as err:
         raise UserError(f"the encoder in {video.weights} does not fit this config's {video.arch} "
                         f"({str(err).splitlines()[0]}); use the encoder.video and env.image_size settings it was "
                         "trained with") from None
-    if projection is None or not video.freeze:
+    if video.frozen_features == "state_estimate" and "readout" not in head:
+        raise UserError(f"encoder.video.weights={video.weights} holds no readout to estimate the state with; pretrain "
+                        "it again (python3 -m trainer.pretrain), or set encoder.video.frozen_features=projection")
+    if "projection" not in head or not video.freeze:
         return encoder
-    out_features, in_features = projection["weight"].shape
+    layers = {name: linear_of(head[name]) for name in head}
+    readout = layers["readout"] if video.frozen_features == "state_estimate" else None
+    return ProjectedEncoder(encoder, layers["projection"], readout=readout)
+
+
+def linear_of(state: dict[str, torch.Tensor]) -> nn.Linear:
+    out_features, in_features = state["weight"].shape
     linear = nn.Linear(in_features, out_features)
-    linear.load_state_dict(projection)
-    return ProjectedEncoder(encoder, linear)
+    linear.load_state_dict(state)
+    return linear
 
 
 def build_encoders(cfg, obs_shape: tuple[int, ...], device: torch.device) -> tuple[nn.Module, FrozenTrunk | None]:

@@ -243,7 +243,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         out.parent.mkdir(parents=True, exist_ok=True)
         report["replaced"] = [str(path) for path in keep_aside(out)]
         save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0],
-                             frames=frames_of(cfg.env))
+                             readout=model.head[2], frames=frames_of(cfg.env))
         atomic_write(out.with_suffix(".json"), lambda f: f.write((json.dumps(report, indent=2) + "\n").encode()))
     except OSError as err:
         raise UserError(f"cannot write {err.filename or out} ({err.strerror or err}); free space or pass another "
