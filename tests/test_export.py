@@ -84,7 +84,7 @@ ENCODERS = {
     "simple3dcnn": ("default.yaml", ("encoder.video.arch=simple3dcnn", "encoder.video.num_filters=8",
                                      "encoder.video.num_layers=2")),
     "r3d18": ("default.yaml", ("encoder.video.arch=r3d18",)),
-    "frozen": ("default.yaml", None),
+    "frozen": ("default.yaml", ()),
     "frozen_state_estimate": ("default.yaml", ("encoder.video.frozen_features=state_estimate",)),
     "state": ("dishwashing_state.yaml", ()),
 }
@@ -96,7 +96,7 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
 
     config, settings = ENCODERS[kind]
     frozen = frozen_settings(tmp_path) if kind.startswith("frozen") else ()
-    run, path = saved_trainer(tmp_path, config, *frozen, *(settings or ()))
+    run, path = saved_trainer(tmp_path, config, *frozen, *settings)
     run.close()
     out = tmp_path / "policy"
     assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0

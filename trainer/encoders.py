@@ -40,16 +40,20 @@ def save_encoder_weights(path: Path, cfg, obs_shape: tuple[int, ...], encoder: n
     a frozen trunk applies through a ReLU; `readout`: a Linear(P, S) from those features to the state estimate;
     `frames`: the frame settings it learnt from (config.frames_of)."""
     section = dataclasses.asdict(untrained(cfg, freeze=False))
-    head = {name: cpu_state(layer) for name, layer in (("projection", projection), ("readout", readout))
-            if layer is not None}
+    head = {name: None if layer is None else cpu_state(layer)
+            for name, layer in zip(HEAD_LAYERS, (projection, readout), strict=True)}
     payload = {"format": ENCODER_WEIGHTS_FORMAT, "encoder": section, "obs_shape": list(obs_shape),
-               "state_dict": cpu_state(encoder), "projection": head.get("projection"), "readout": head.get("readout"),
-               "frames": frames}
+               "state_dict": cpu_state(encoder), **head, "frames": frames}
     payload["checksum"] = checkpoint_files.digest(payload)  # torch loads flipped bytes silently
     atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
 Loaded = tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]  # (encoder's state, its head's layers)
+
+
+def head_layers(payload: dict) -> dict:
+    """The head's layers a weights file holds, by name (a file may hold no readout)."""
+    return {name: payload[name] for name in HEAD_LAYERS if payload.get(name) is not None}
 
 
 def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[int, ...], frames: dict | None) -> Loaded:
@@ -74,7 +78,7 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
         raise UserError(f"the {video.arch} encoder in {weights} was trained with {', '.join(differ)}; "
                         "use those settings or pretrain weights for this config")
     _check_frames(weights, payload.get("frames"), frames)
-    return payload["state_dict"], {name: payload[name] for name in HEAD_LAYERS if payload.get(name) is not None}
+    return payload["state_dict"], head_layers(payload)
 
 
 def _check_frames(weights: str, saved: dict | None, frames: dict | None) -> None:
@@ -92,7 +96,7 @@ def _weights_file_problem(payload: dict) -> str | None:
     shape = payload.get("obs_shape")
     if not isinstance(shape, list) or not all(type(n) is int and n > 0 for n in shape):
         return f"its obs_shape {shape!r} is not a frame stack's shape"
-    head = {name: payload.get(name) for name in HEAD_LAYERS if payload.get(name) is not None}
+    head = head_layers(payload)
     if not is_state_dict(payload.get("state_dict")) or not all(map(is_state_dict, head.values())):
         return "its state_dict, projection or readout is not a dict of tensors"
     if not isinstance(payload.get("frames") or {}, dict):
@@ -164,9 +168,8 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None 
                         "it again (python3 -m trainer.pretrain), or set encoder.video.frozen_features=projection")
     if "projection" not in head or not video.freeze:
         return encoder
-    layers = {name: linear_of(head[name]) for name in head}
-    readout = layers["readout"] if video.frozen_features == "state_estimate" else None
-    return ProjectedEncoder(encoder, layers["projection"], readout=readout)
+    readout = linear_of(head["readout"]) if video.frozen_features == "state_estimate" else None
+    return ProjectedEncoder(encoder, linear_of(head["projection"]), readout=readout)
 
 
 def linear_of(state: dict[str, torch.Tensor]) -> nn.Linear:
