@@ -1,7 +1,8 @@
 """Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into training the same way.
 
 Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/record.py` writes them,
-{"state": float32 (S,), "pixels": uint8 (C, H, W)}. Frames are stored singly and losslessly (no JPEG)."""
+{"state": float32 (S,), "pixels": uint8 (C, H, W)} and, recorded with --views K, "views": uint8 (K - 1, C, H, W), the
+same step in other scenes. Frames are stored singly and losslessly (no JPEG)."""
 
 import hashlib
 import os
@@ -16,7 +17,7 @@ import numpy as np
 from errors import UserError, check_writable_folder
 
 RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
-STATE, PIXELS = "state", "pixels"
+STATE, PIXELS, VIEWS = "state", "pixels", "views"
 DATA_DIR = "data"
 
 

@@ -51,6 +51,18 @@ def check_camera(cfg: RandomizeConfig, model: mujoco.MjModel, camera) -> bool:
     return moves
 
 
+def random_scene(env: gym.Env) -> "RandomScene":
+    """The RandomScene inside make_env's wrappers (its outermost one renders the frames, as env.camera)."""
+    while not isinstance(env, RandomScene):
+        env = env.env
+    return env
+
+
+def other_scenes(scene_seed: int, count: int) -> list[int]:
+    """`count` training scene seeds to show the episode of scene `scene_seed` in as well."""
+    return [int(s) for s in np.random.default_rng([scene_seed, 1]).integers(HELDOUT, size=count)]
+
+
 def unit(v: np.ndarray) -> np.ndarray:
     return v / np.linalg.norm(v)
 

@@ -32,13 +32,11 @@ def scene_stacks(cfg, *, episodes: int, scenes: int) -> list[np.ndarray]:
     """Per scripted episode, uint8 (T, scenes, frame_stack, 3, H, W): each step's frame stack in each scene."""
     from envs.dishwashing.scripted import scripted_action
     from envs.make import make_env
-    from envs.randomize import RandomScene
+    from envs.randomize import random_scene
 
     env = make_env(dataclasses.replace(cfg.env, randomize=dataclasses.replace(cfg.env.randomize, enabled=True)),
                    pixels=True)
-    scene = env  # make_env's outermost wrapper renders the frames (env.camera); the scene is drawn inside it
-    while not isinstance(scene, RandomScene):
-        scene = scene.env
+    scene = random_scene(env)
     result = []
     try:
         for episode in range(episodes):

@@ -25,7 +25,7 @@ from tests.conftest import ROOT, interrupt_when_started, pause, wait_for_lock
 from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
-from trainer.pretrain import Standardiser, build_regressor, read_datasets, split_of, train
+from trainer.pretrain import Standardiser, build_regressor, predict, read_datasets, split_of, train
 from trainer.record import record, recording_settings
 
 VIDEO = str(ROOT / "configs" / "dishwashing_video.yaml")
@@ -111,7 +111,7 @@ def test_the_frozen_encoder_is_the_pretrained_encoder_under_the_heads_first_laye
     out, _ = pretrained
     saved = torch.load(out, weights_only=True)
     cfg = frozen_config(out)
-    stacks = split_of(demos.read(dataset).episodes, cfg).stacks(np.arange(0, 40, 7), torch.device("cpu"))
+    stacks = split_of(demos.read(dataset).episodes, cfg, views=0).stacks(np.arange(0, 40, 7), torch.device("cpu"))
     conv = build_encoder(load_config(VIDEO, SETS).encoder, tuple(saved["obs_shape"]))
     conv.load_state_dict(saved["state_dict"])
     with torch.no_grad():
@@ -131,13 +131,13 @@ def test_the_state_estimate_trunk_is_the_pretraining_heads_prediction_of_the_var
     saved = torch.load(out, weights_only=True)
     episodes = demos.read(dataset).episodes
     cfg = frozen_config(out, "encoder.video.frozen_features=state_estimate")
-    stacks = split_of(episodes, cfg).stacks(np.arange(0, 40, 7), torch.device("cpu"))
+    stacks = split_of(episodes, cfg, views=0).stacks(np.arange(0, 40, 7), torch.device("cpu"))
     conv = build_encoder(load_config(VIDEO, SETS).encoder, tuple(saved["obs_shape"]))
     conv.load_state_dict(saved["state_dict"])
     with torch.no_grad():
         hidden = torch.relu(conv(stacks) @ saved["projection"]["weight"].T + saved["projection"]["bias"])
         expected = hidden @ saved["readout"]["weight"].T + saved["readout"]["bias"]
-    varying = Standardiser.fit(split_of(episodes[:-1], cfg).labels).outputs  # the held-out episode is the last
+    varying = Standardiser.fit(split_of(episodes[:-1], cfg, views=0).labels).outputs  # the held-out episode is the last
     assert saved["readout"]["weight"].shape == (varying, HIDDEN) and varying < OBS_SIZE  # the fixed slot: not learnt
     loaded = build_video_encoder(cfg.encoder, tuple(saved["obs_shape"]))
     assert loaded.repr_dim == varying and (expected < 0).any()  # a linear readout, no ReLU on top
@@ -217,19 +217,86 @@ def test_a_damaged_weights_file_is_a_one_line_error(pretrained, tmp_path, damage
 def test_the_holdout_share_leaves_at_least_one_episode_each_side(dataset, holdout, held):
     """A share that rounds to every episode (0.95 of 3) still trains on one: an empty training split failed on an
     IndexError."""
-    train_episodes, held_episodes, _ = read_datasets([str(dataset)], load_config(VIDEO, SETS), holdout=holdout)
+    train_episodes, held_episodes, *_ = read_datasets([str(dataset)], load_config(VIDEO, SETS), holdout=holdout)
     assert (len(train_episodes), len(held_episodes)) == (EPISODES - held, held)
+
+
+RANDOMIZED = ["env.randomize.enabled=true", "env.randomize.color=0.3", "env.randomize.light_intensity=0.4"]
+
+
+@pytest.fixture(scope="module")
+def viewed(tmp_path_factory):
+    """A randomised recording with every step also stored as one other scene shows it (trainer.record --views 2)."""
+    cfg = load_config(VIDEO, [*SETS, *RANDOMIZED])
+    path = tmp_path_factory.mktemp("pretrain") / "viewed"
+    episodes, space, action_space, _ = record(cfg, EPISODES, noise=0.3, seed=SEED, progress=False, views=2)
+    demos.write(path, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
+    return path
+
+
+def scene_gap(model, data, scaler, cfg) -> float:
+    """Mean squared difference between the standardised estimates of every step in its own scene and the other."""
+    own, other = (predict(model, data, cfg, batch_size=64, device=torch.device("cpu"), scaler=scaler, view=view)
+                  for view in (None, 0))
+    return float(np.mean((scaler.targets(own) - scaler.targets(other)) ** 2))
+
+
+def test_the_invariance_weight_pulls_the_estimates_of_one_step_in_two_scenes_together(viewed):
+    cfg = load_config(VIDEO, [*SETS, *RANDOMIZED])
+    episodes, _, obs_shape, views = read_datasets([str(viewed)], cfg, holdout=0.1)
+    data = split_of(episodes, cfg, views=views)
+    scaler = Standardiser.fit(data.labels)
+    gaps = {}
+    for invariance in (0.0, 10.0):
+        torch.manual_seed(0)
+        model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=32)
+        train(model, data, scaler, cfg, epochs=10, batch_size=16, lr=3e-3, invariance=invariance,
+              device=torch.device("cpu"), progress=False)
+        gaps[invariance] = scene_gap(model, data, scaler, cfg)
+    assert views == 1 and gaps[10.0] < 0.5 * gaps[0.0], gaps
+
+
+def test_pretraining_on_views_reports_the_scene_gap_of_every_part_of_the_state(viewed, tmp_path):
+    out = tmp_path / "encoder.pt"
+    done = pretrain_cli("--data", str(viewed), "--out", str(out), "--epochs", "1", "--batch-size", "8",
+                        "--head-hidden", str(HIDDEN), *(arg for item in RANDOMIZED for arg in ("--set", item)))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert (report["views"], report["invariance"]) == (1, 1.0) and "scene gap" in done.stdout
+    gaps = {name: row["scene_gap"] for name, row in report["held_out"].items()}
+    assert set(gaps) == set(OBS_GROUPS) and gaps["plate position"] > 0 and gaps["slot position"] < 1e-4, gaps
+    estimates = frozen_config(out, "encoder.video.frozen_features=state_estimate", *RANDOMIZED)
+    _, trunk = build_encoders(estimates, tuple(report["encoder"]["obs_shape"]), torch.device("cpu"))
+    episodes, *_ = read_datasets([str(viewed)], estimates, holdout=0.1)
+    data = split_of(episodes, estimates, views=1)
+    outputs = Standardiser.fit(data.labels).outputs
+    assert trunk(data.stacks(np.arange(5), torch.device("cpu"), view=0)).shape == (5, outputs), "a trunk like any"
+
+
+@pytest.mark.parametrize("data, args, message", [
+    (["dataset"], ["--invariance", "2"], "--invariance weighs the same step seen in two scenes, and these datasets "
+                                         "hold one scene per step; record them with trainer.record --views 2"),
+    (["viewed", "dataset"], [], "the datasets hold different numbers of other scenes per step ({viewed}: 1, "
+                                "{dataset}: 0); pretrain on recordings made with the same trainer.record --views"),
+    (["viewed"], ["--invariance", "-1"], "--invariance finite and >= 0"),
+])
+def test_scene_pairs_the_datasets_cannot_give_are_one_line_errors(dataset, viewed, tmp_path, data, args, message):
+    paths = {"dataset": str(dataset), "viewed": str(viewed)}
+    done = pretrain_cli("--data", *(paths[name] for name in data), "--out", str(tmp_path / "encoder.pt"), *args,
+                        *(arg for item in RANDOMIZED for arg in ("--set", item)))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message.format(**paths) in done.stderr and not (tmp_path / "encoder.pt").exists()
 
 
 def test_a_few_steps_lower_the_training_loss(dataset):
     cfg = load_config(VIDEO, SETS)
-    episodes, _, obs_shape = read_datasets([str(dataset)], cfg, holdout=0.1)
-    data = split_of(episodes, cfg)
+    episodes, _, obs_shape, _ = read_datasets([str(dataset)], cfg, holdout=0.1)
+    data = split_of(episodes, cfg, views=0)
     scaler = Standardiser.fit(data.labels)
     torch.manual_seed(0)
     model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=32)
-    losses = train(model, data, scaler, cfg, epochs=15, batch_size=16, lr=3e-3, device=torch.device("cpu"),
-                   progress=False)
+    losses = train(model, data, scaler, cfg, epochs=15, batch_size=16, lr=3e-3, invariance=1.0,
+                   device=torch.device("cpu"), progress=False)
     assert len(losses) >= 50
     first, last = np.mean(losses[:10]), np.mean(losses[-10:])  # ~1 (standardised labels) at the start
     assert last < 0.8 * first, (first, last)
@@ -257,7 +324,7 @@ def test_the_stacks_and_labels_are_the_envs_and_the_replays(dataset):
     stacks as the training loop fills it samples exactly the stacks pretraining feeds the encoder."""
     cfg = load_config(VIDEO, SETS)
     episodes = demos.read(dataset).episodes
-    data = split_of(episodes, cfg)
+    data = split_of(episodes, cfg, views=0)
 
     env = make_env(cfg.env, pixels=True)
     replay = ReplayBuffer(capacity=len(data) + 8, frame_shape=env.observation_space.shape[1:], frame_dtype=np.uint8,

@@ -218,6 +218,52 @@ def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames()
         "each episode its own scene"
 
 
+def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
+    """The episode's own frames and states are those of a recording without views; each view is the frame a fresh
+    env renders at that step in the episode's other scene, and differs from the own one."""
+    from envs.randomize import other_scenes, random_scene
+    from trainer.record import record
+
+    cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
+    (plain, *_), (viewed, space, *_) = (record(cfg, 2, noise=0.1, seed=5, progress=False, views=views)
+                                        for views in (1, 3))
+    assert space["views"].shape == (2, 3, 32, 32) and "views" not in plain[0].observations
+    env = make_env(cfg.env, pixels=True)
+    scene = random_scene(env)
+    try:
+        for i, (ours, theirs) in enumerate(zip(plain, viewed)):
+            for key in ("state", "pixels"):
+                assert np.array_equal(ours.observations[key], theirs.observations[key]), key
+            views = theirs.observations["views"]
+            assert views.shape == (len(ours) + 1, 2, 3, 32, 32)
+            env.reset(seed=5 + i)
+            others = other_scenes(5 + i, 2)
+            for step in (0, len(ours) // 2):
+                for action in ours.actions[:step]:
+                    env.step(action)
+                for k, other in enumerate(others):
+                    scene.apply(other)
+                    np.testing.assert_array_equal(views[step, k], env.camera.render().transpose(2, 0, 1))
+                    assert np.abs(views[step, k].astype(int) - theirs.observations["pixels"][step]).mean() > 5
+                scene.apply(5 + i)
+                env.reset(seed=5 + i)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--views", "2"], "--views 2 stores other scenes, and Dishwashing-v0 is shown in one fixed scene here; record "
+                       "with a randomised config"),
+    (["--views", "0", "--set", "env.randomize.enabled=true"], "--views must be >= 1"),
+])
+def test_views_the_recording_cannot_make_are_one_line_errors(tmp_path, capsys, args, message):
+    from trainer.record import main
+
+    assert main(["--episodes", "1", "--out", str(tmp_path / "d"), "--config", str(DISHWASHING), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "d").exists()
+
+
 @pytest.mark.parametrize("settings, message", [
     (["encoder.type=state"], "env.randomize changes what the camera sees"),
     (["env.backend=mujoco_warp", "env.randomize.ambient=0.1"], "env.randomize.ambient cannot vary with "

@@ -4,8 +4,10 @@
         --data datasets/dishwashing_scripted datasets/dishwashing_noisy --out pretrained/dishwashing_simple2dcnn.pt
 
 Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regress the simulator state trainer.record
-stored beside every frame; the policy trained on the frozen encoder acts from frames alone. Held-out R^2 and RMSE are
-printed and written beside the weights (.json). An existing --out is refused unless --replace. See docs/encoders.md.
+stored beside every frame; the policy trained on the frozen encoder acts from frames alone. On recordings with views
+(trainer.record --views) every step is also seen in another scene, and --invariance weighs the squared difference of
+the two estimates. Held-out R^2 and RMSE are printed and written beside the weights (.json). An existing --out is
+refused unless --replace. See docs/encoders.md.
 
 Hand-written because no library trains this project's encoders on its replay's stacks: a plain supervised loop (Adam
 on a mean squared error) around the project's own builder, store and augmentation.
@@ -13,6 +15,7 @@ on a mean squared error) around the project's own builder, store and augmentatio
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -45,36 +48,37 @@ CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed r
 
 @dataclasses.dataclass
 class Split:
-    """Frame stacks and float32 (n, S) state labels of episodes laid end to end (reset frames included)."""
+    """Frame stacks and float32 (n, S) state labels of episodes laid end to end (reset frames included); `views`
+    holds the same stacks as other scenes show them, a store per view (trainer.record --views), if recorded."""
 
     store: ReplayBuffer
     labels: np.ndarray
+    views: list[ReplayBuffer]
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def stacks(self, frames: np.ndarray, device: torch.device) -> torch.Tensor:
-        return self.store.stacks(frames, np.zeros_like(frames), device)
+    def stacks(self, frames: np.ndarray, device: torch.device, *, view: int | None = None) -> torch.Tensor:
+        store = self.store if view is None else self.views[view]
+        return store.stacks(frames, np.zeros_like(frames), device)
 
 
-def split_of(episodes: list, cfg: Config) -> Split:
-    from envs.demos import PIXELS, STATE
+def split_of(episodes: list, cfg: Config, *, views: int) -> Split:
+    from envs.demos import PIXELS, STATE, VIEWS
 
-    store = fill_store(
-        [(e.observations[PIXELS], e.actions, e.rewards, e.terminations) for e in episodes],
-        frame_stack=cfg.env.frame_stack,
-        seed=cfg.training.seed,
-        discount=cfg.sac.discount,
-        nstep=1,
-        frames_on=None,
-    )
+    def store_of(frames_of) -> ReplayBuffer:
+        return fill_store([(frames_of(e), e.actions, e.rewards, e.terminations) for e in episodes],
+                          frame_stack=cfg.env.frame_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
+                          nstep=1, frames_on=None)
+
+    store = store_of(lambda e: e.observations[PIXELS])
     labels = np.concatenate([e.observations[STATE] for e in episodes]).astype(np.float32)
     assert store.count == len(labels), "the store holds one frame per labelled step"
-    return Split(store, labels)
+    return Split(store, labels, [store_of(lambda e, k=k: e.observations[VIEWS][:, k]) for k in range(views)])
 
 
-def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, list, tuple[int, ...]]:
-    """(training episodes, held-out episodes, frame-stack shape (T, C, H, W))."""
+def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, list, tuple[int, ...], int]:
+    """(training episodes, held-out episodes, frame-stack shape (T, C, H, W), other scenes per step)."""
     from envs import demos as demo_files
     from envs.make import make_env
     from trainer.demos import check_fits
@@ -82,7 +86,7 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
     env = make_env(cfg.env, pixels=True)
     obs_space, action_dim = env.observation_space, env.action_space.shape[0]
     env.close()
-    train, held = [], []
+    train, held, views = [], [], {}
     for path in paths:
         data = demo_files.read(path)
         check_fits(cfg, data, obs_space, action_dim)
@@ -92,11 +96,17 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
         if len(data.episodes) < 2:
             raise UserError(f"dataset {path} holds {len(data.episodes)} episode; pretraining holds out at least one "
                             "episode of each dataset: record at least 2")
+        space = data.observation_space.spaces.get(demo_files.VIEWS)
+        views[path] = 0 if space is None else space.shape[0]
         held_out = min(len(data.episodes) - 1, max(1, round(holdout * len(data.episodes))))
         kept = len(data.episodes) - held_out
         train += data.episodes[:kept]
         held += data.episodes[kept:]
-    return train, held, tuple(obs_space.shape)
+    if len(set(views.values())) > 1:
+        counts = ", ".join(f"{path}: {count}" for path, count in views.items())
+        raise UserError(f"the datasets hold different numbers of other scenes per step ({counts}); pretrain on "
+                        "recordings made with the same trainer.record --views")
+    return train, held, tuple(obs_space.shape), next(iter(views.values()))
 
 
 def state_groups(cfg: Config, state_dim: int) -> dict[str, slice]:
@@ -157,8 +167,9 @@ class Standardiser:
 
 
 def train(model: StateRegressor, data: Split, scaler: Standardiser, cfg: Config, *, epochs: float, batch_size: int,
-          lr: float, device: torch.device, progress: bool = True) -> list[float]:
-    """Adam on the mean squared error of the standardised labels, random-shifted stacks; the loss of every step."""
+          lr: float, invariance: float, device: torch.device, progress: bool = True) -> list[float]:
+    """Adam on the mean squared error of the standardised labels, random-shifted stacks; with views, of both scenes'
+    estimates, plus `invariance` times their squared difference. The loss of every step."""
     labels = torch.from_numpy(scaler.targets(data.labels))
     rng = np.random.default_rng(cfg.training.seed)
     optimiser = torch.optim.Adam(model.parameters(), lr=lr)
@@ -170,10 +181,18 @@ def train(model: StateRegressor, data: Split, scaler: Standardiser, cfg: Config,
         if len(order) < batch_size:  # epochs: every stack once before any twice
             order = np.concatenate([order, rng.permutation(len(data))])
         frames, order = order[:batch_size], order[batch_size:]
-        stacks = random_shift(data.stacks(frames, device), cfg.sac.augment_pad)
+        stacks, targets = random_shift(data.stacks(frames, device), cfg.sac.augment_pad), labels[frames].to(device)
+        if data.views:
+            view = int(rng.integers(len(data.views)))
+            stacks = torch.cat([stacks, random_shift(data.stacks(frames, device, view=view), cfg.sac.augment_pad)])
         with torch.autocast(device.type, torch.bfloat16, enabled=cfg.training.autocast):
             predicted = model(stacks)
-        loss = nn.functional.mse_loss(predicted, labels[frames].to(device))
+        if data.views:
+            own, other = predicted.chunk(2)
+            loss = (nn.functional.mse_loss(own, targets) + nn.functional.mse_loss(other, targets)) / 2
+            loss = loss + invariance * nn.functional.mse_loss(own, other)
+        else:
+            loss = nn.functional.mse_loss(predicted, targets)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         optimiser.step()
@@ -183,19 +202,21 @@ def train(model: StateRegressor, data: Split, scaler: Standardiser, cfg: Config,
 
 @torch.no_grad()
 def predict(model: StateRegressor, data: Split, cfg: Config, *, batch_size: int, device: torch.device,
-            scaler: Standardiser) -> np.ndarray:
-    """float32 (n, S): the state predicted for every stack of `data`, in the state's own units."""
+            scaler: Standardiser, view: int | None = None) -> np.ndarray:
+    """float32 (n, S): the state predicted for every stack of `data` (as `view` shows it), in the state's units."""
     model.eval()
     out = []
     for start in range(0, len(data), batch_size):
         frames = np.arange(start, min(start + batch_size, len(data)))
         with torch.autocast(device.type, torch.bfloat16, enabled=cfg.training.autocast):
-            out.append(model(data.stacks(frames, device)).cpu().numpy())
+            out.append(model(data.stacks(frames, device, view=view)).cpu().numpy())
     return scaler.states(np.concatenate(out))
 
 
-def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str, slice]) -> dict[str, dict]:
-    """Per group: R^2 over its varying dimensions (None if none vary) and RMSE in the state's units."""
+def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str, slice], *,
+                    elsewhere: np.ndarray | None = None) -> dict[str, dict]:
+    """Per group: R^2 over its varying dimensions (None if none vary) and RMSE in the state's units; given the
+    estimates of the same steps in another scene, their root mean squared difference too (scene_gap)."""
     report = {}
     for name, part in groups.items():
         error, truth = predicted[:, part] - labels[:, part], labels[:, part]
@@ -205,21 +226,29 @@ def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str,
             "r2": 1 - float((error[:, varies] ** 2).sum()) / spread if varies.any() else None,
             "rmse": float(np.sqrt((error**2).mean())),
         }
+        if elsewhere is not None:
+            report[name]["scene_gap"] = float(np.sqrt(((predicted - elsewhere)[:, part] ** 2).mean()))
     return report
 
 
 def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_size: int, lr: float,
-             holdout: float, hidden: int, progress: bool = True) -> dict:
+             holdout: float, hidden: int, invariance: float | None = None, progress: bool = True) -> dict:
+    """`invariance`: the weight of the scene pairs' squared difference, 1 if None; only for recordings with views."""
     started = time.monotonic()
     torch.manual_seed(cfg.training.seed)
-    train_episodes, held_episodes, obs_shape = read_datasets(paths, cfg, holdout)
-    training, held = split_of(train_episodes, cfg), split_of(held_episodes, cfg)
+    train_episodes, held_episodes, obs_shape, views = read_datasets(paths, cfg, holdout)
+    if invariance is not None and not views:
+        raise UserError("--invariance weighs the same step seen in two scenes, and these datasets hold one scene "
+                        "per step; record them with trainer.record --views 2, or drop --invariance")
+    invariance = 1.0 if invariance is None else invariance
+    training, held = split_of(train_episodes, cfg, views=views), split_of(held_episodes, cfg, views=views)
     device = resolve_device(cfg.training.device)
     scaler = Standardiser.fit(training.labels)
     model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=hidden).to(device)
-    losses = train(model, training, scaler, cfg, epochs=epochs, batch_size=batch_size, lr=lr, device=device,
-                   progress=progress)
-    predicted = predict(model, held, cfg, batch_size=batch_size, device=device, scaler=scaler)
+    losses = train(model, training, scaler, cfg, epochs=epochs, batch_size=batch_size, lr=lr, invariance=invariance,
+                   device=device, progress=progress)
+    estimate = functools.partial(predict, model, held, cfg, batch_size=batch_size, device=device, scaler=scaler)
+    predicted, elsewhere = estimate(), estimate(view=0) if views else None
     per_epoch = max(1, math.ceil(len(training) / batch_size))
     report = {
         "weights": str(out),
@@ -229,11 +258,13 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         "episodes": {"train": len(train_episodes), "held_out": len(held_episodes)},
         "stacks": {"train": len(training), "held_out": len(held)},
         "epochs": epochs, "steps": len(losses), "batch_size": batch_size, "lr": lr, "head_hidden": hidden,
+        "views": views, "invariance": invariance if views else None,
         "augment_pad": cfg.sac.augment_pad, "autocast": cfg.training.autocast, "device": str(device),
         "train_loss": {"first_epoch": float(np.mean(losses[:per_epoch])),
                        "last_epoch": float(np.mean(losses[-per_epoch:]))},
         "held_out_loss": float(np.mean((scaler.targets(predicted) - scaler.targets(held.labels)) ** 2)),
-        "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1])),
+        "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1]),
+                                    elsewhere=elsewhere),
     }
     if not all(torch.isfinite(p).all() for p in model.parameters()):
         raise UserError(f"pretraining diverged (training loss {losses[-1]:.3g}): its weights are not finite; lower "
@@ -274,10 +305,11 @@ def check_writable(out: Path, *, replace: bool) -> None:
 
 
 def describe(report: dict) -> str:
-    rows = [f"{'held-out':<18} {'R^2':>7} {'RMSE':>9}"]
+    gap = report["views"] > 0  # the column: the same step's estimates in two scenes, root mean squared difference
+    rows = [f"{'held-out':<18} {'R^2':>7} {'RMSE':>9}" + (f" {'scene gap':>10}" if gap else "")]
     for name, row in report["held_out"].items():
         r2 = "-" if row["r2"] is None else f"{row['r2']:.3f}"
-        rows.append(f"{name:<18} {r2:>7} {row['rmse']:>9.4f}")
+        rows.append(f"{name:<18} {r2:>7} {row['rmse']:>9.4f}" + (f" {row['scene_gap']:>10.4f}" if gap else ""))
     loss = report["train_loss"]
     replaced = [f"kept the file it replaced as {', '.join(report['replaced'])}"] if report["replaced"] else []
     return "\n".join([
@@ -305,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", type=float, default=0.1,
                         help="share of each dataset's episodes held out (at least one, at most all but one)")
     parser.add_argument("--head-hidden", type=int, default=256, help="units of the regression head's hidden layer")
+    parser.add_argument("--invariance", type=float, default=None,
+                        help="on recordings with views (trainer.record --views): weight of the squared difference "
+                             "between the estimates of one step in two scenes (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
     from trainer.headless import configure
@@ -312,15 +347,17 @@ def main(argv: list[str] | None = None) -> int:
     def pretrain_and_report() -> None:
         configure()  # before the env layer loads mujoco
         if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
-                and 0 < args.holdout < 1 and args.head_hidden >= 1):
+                and 0 < args.holdout < 1 and args.head_hidden >= 1
+                and (args.invariance is None or 0 <= args.invariance < math.inf)):
             raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, "
-                            f"--holdout in (0, 1); got {args.epochs}, {args.lr}, {args.batch_size}, "
-                            f"{args.head_hidden}, {args.holdout}")
+                            f"--holdout in (0, 1), --invariance finite and >= 0; got {args.epochs}, {args.lr}, "
+                            f"{args.batch_size}, {args.head_hidden}, {args.holdout}, {args.invariance}")
         check_writable(Path(args.out), replace=args.replace)
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
             report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
-                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden)
+                              lr=args.lr, holdout=args.holdout, hidden=args.head_hidden,
+                              invariance=args.invariance)
         print(describe(report))
 
     return run_command(pretrain_and_report, cut_short=f"{args.out} was not written (an earlier file there is intact)")

@@ -6,7 +6,8 @@
 
 Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
 and pixel runs. --noise adds Gaussian noise of that std to every action. Episode i starts from seed --seed + i.
-See docs/dishwashing.md.
+Under randomised scenes, --views K also stores every step as K - 1 other scenes show it, for pretraining an encoder
+that reads the same state from any scene (docs/encoders.md). See docs/dishwashing.md.
 """
 
 import argparse
@@ -31,24 +32,45 @@ DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 class OneEnv:
     """The OpenGL env (`env.backend: mujoco`) as a batch of one world: episodes are played one at a time."""
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: Config, views: int = 1):
         from envs.make import make_env
+        from envs.randomize import random_scene
 
         self.batch = 1
         self.env = make_env(cfg.env, pixels=True)
         self._base = self.env.unwrapped
         self.frame_space = gym.spaces.Box(0, 255, self.env.observation_space.shape[1:], np.uint8)
         self.state_dim, self.action_space = self._base.observation().shape[0], self.env.action_space
+        self._scene = random_scene(self.env) if views > 1 else None
+        self._views, self._scene_seeds = views, []
 
-    def reset(self, seed: int):
-        """float32 (1, S) states and uint8 (1, C, H, W) frames of an episode started from `seed`."""
-        stack, _ = self.env.reset(seed=seed)
-        return self._base.observation()[None], stack[-1][None]
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """The observations of an episode started from `seed`, each with a leading 1 (observed())."""
+        from envs.randomize import other_scenes
+
+        stack, info = self.env.reset(seed=seed)
+        if self._scene is not None:
+            self._scene_seeds = [info["scene_seed"], *other_scenes(info["scene_seed"], self._views - 1)]
+        return self._observed(stack)
 
     def step(self, actions: np.ndarray):
-        """(states, frames, rewards, terminated, truncated) after float32 (1, A) `actions`, each with a leading 1."""
+        """(observations, rewards, terminated, truncated) after float32 (1, A) `actions`, each with a leading 1."""
         stack, *outcome, _ = self.env.step(actions[0])  # outcome: reward, terminated, truncated
-        return self._base.observation()[None], stack[-1][None], *(np.array([x]) for x in outcome)
+        return self._observed(stack), *(np.array([x]) for x in outcome)
+
+    def _observed(self, stack: np.ndarray) -> dict[str, np.ndarray]:
+        """{state: (1, S), pixels: (1, C, H, W)[, views: (1, views - 1, C, H, W), the step in the other scenes]}."""
+        from envs import demos
+
+        observed = {demos.STATE: self._base.observation()[None], demos.PIXELS: stack[-1][None]}
+        if self._scene is not None:
+            frames = []
+            for scene_seed in self._scene_seeds[1:]:
+                self._scene.apply(scene_seed)
+                frames.append(self.env.camera.render().transpose(2, 0, 1).copy())  # a copy: the buffer is reused
+            self._scene.apply(self._scene_seeds[0])
+            observed[demos.VIEWS] = np.stack(frames)[None]
+        return observed
 
     def close(self) -> None:
         self.env.close()
@@ -66,28 +88,28 @@ class Worlds:
         self.frame_space = gym.spaces.Box(0, 255, self.env.single_observation_space.shape[1:], np.uint8)
         self.state_dim, self.action_space = self.env.task.state_dim, self.env.single_action_space
 
-    def _states(self) -> np.ndarray:
-        return self.env.states().cpu().numpy()
+    def _observed(self, stacks) -> dict[str, np.ndarray]:
+        from envs import demos
 
-    def reset(self, seed: int):
-        """float32 (N, S) states and uint8 (N, C, H, W) frames; world i starts from `seed` + i."""
-        stacks = self.env.reset(seed)
-        return self._states(), stacks[:, -1].cpu().numpy()
+        return {demos.STATE: self.env.states().cpu().numpy(), demos.PIXELS: stacks[:, -1].cpu().numpy()}
+
+    def reset(self, seed: int) -> dict[str, np.ndarray]:
+        """{state: float32 (N, S), pixels: uint8 (N, C, H, W)}; world i starts from `seed` + i."""
+        return self._observed(self.env.reset(seed))
 
     def step(self, actions: np.ndarray):
         _, stacks, reward, terminated, truncated = self.env.step(lambda _: actions)
-        outcome = (reward, terminated, truncated)
-        return self._states(), stacks[:, -1].cpu().numpy(), *(x.cpu().numpy() for x in outcome)
+        return self._observed(stacks), *(x.cpu().numpy() for x in (reward, terminated, truncated))
 
     def close(self) -> None:
         self.env.close()
 
 
-def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True):
+def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True, views: int = 1):
     """(episodes, observation space, action space, successes); rendering must be configured first (headless.py)."""
     from envs import demos
 
-    source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg)
+    source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg, views)
     rng = np.random.default_rng(seed)
     recorded = []
     try:  # closed on an interrupt too: a renderer left to the interpreter's exit prints EGL errors
@@ -98,6 +120,8 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
         source.close()
     unbounded = np.full(source.state_dim, np.inf, np.float32)
     space = gym.spaces.Dict({demos.STATE: gym.spaces.Box(-unbounded, unbounded), demos.PIXELS: source.frame_space})
+    if views > 1:
+        space[demos.VIEWS] = gym.spaces.Box(0, 255, (views - 1, *source.frame_space.shape), np.uint8)
     # the dishwashing tasks terminate on success only
     return recorded, space, source.action_space, sum(bool(e.terminations[-1]) for e in recorded)
 
@@ -107,29 +131,40 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Gen
     from envs import demos
     from envs.dishwashing.scripted import scripted_action
 
-    states, frames = source.reset(seed)
-    seen, taken = [(states, frames)], []  # every world's, per step: (states, frames); (actions, rewards, flags)
-    lengths, live = np.zeros(len(states), int), np.ones(len(states), bool)
+    seen, taken = [source.reset(seed)], []  # every world's, per step: observations; (actions, rewards, flags)
+    lengths, live = np.zeros(batch := len(seen[0][demos.STATE]), int), np.ones(batch, bool)
     while live.any():
-        actions = np.stack([scripted_action(state) for state in states]).astype(np.float32)
+        actions = np.stack([scripted_action(state) for state in seen[-1][demos.STATE]]).astype(np.float32)
         if noise > 0:
             actions = np.clip(actions + rng.normal(0.0, noise, actions.shape), -1.0, 1.0).astype(np.float32)
-        states, frames, rewards, terminated, truncated = source.step(actions)
-        seen.append((states, frames))
+        observed, rewards, terminated, truncated = source.step(actions)
+        seen.append(observed)
         taken.append((actions, rewards, terminated, truncated))
         lengths += live
         ending = live & (terminated | truncated)
         live &= ~ending
         ended(int(ending.sum()))
-    states, frames = (np.stack(per_step) for per_step in zip(*seen))  # (T + 1, N, ...)
+    dtypes = {demos.STATE: np.float32}  # frames stay uint8
+    observed = {key: np.stack([step[key] for step in seen]).astype(dtypes.get(key, np.uint8)) for key in seen[0]}
     steps = [np.stack(per_step) for per_step in zip(*taken)]  # actions, rewards, terminated, truncated: (T, N, ...)
     return [
         demos.Episode(
-            {demos.STATE: states[: n + 1, i].astype(np.float32), demos.PIXELS: frames[: n + 1, i].astype(np.uint8)},
+            {key: values[: n + 1, i] for key, values in observed.items()},  # (T + 1, N, ...) -> this episode's
             *(values[:n, i].astype(dtype) for values, dtype in zip(steps, (np.float32, np.float32, bool, bool))),
         )
         for i, n in enumerate(lengths)
     ]
+
+
+def check_views(cfg: Config, views: int) -> None:
+    if views < 1:
+        raise UserError(f"--views must be >= 1 (the episode's own scene and views - 1 others), got {views}")
+    if views > 1 and not cfg.env.randomize.enabled:
+        raise UserError(f"--views {views} stores other scenes, and {cfg.env.id} is shown in one fixed scene here; "
+                        "record with a randomised config (configs/dishwashing_video_randomized.yaml) or drop --views")
+    if views > 1 and cfg.env.backend != "mujoco":
+        raise UserError(f"--views renders the other scenes through OpenGL, and this config renders with "
+                        f"env.backend={cfg.env.backend}; set env.backend=mujoco or drop --views")
 
 
 def recording_settings(cfg: Config) -> dict:
@@ -149,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.1, help="std of Gaussian action noise (0 = none)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose camera view is recorded")
+    parser.add_argument("--views", type=int, default=1,
+                        help="scenes each step is stored in under env.randomize: the episode's own and views - 1 "
+                             "others (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
     from trainer.headless import configure
@@ -167,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
                 "pass a dishwashing config"
             )
+        check_views(cfg, args.views)
         with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
             demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
-            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed)
+            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed,
+                                                               views=args.views)
             demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
         steps = sum(len(e) for e in episodes)
         print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
