@@ -144,12 +144,12 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Gen
         ending = live & (terminated | truncated)
         live &= ~ending
         ended(int(ending.sum()))
-    dtypes = {demos.STATE: np.float32}  # frames stay uint8
-    observed = {key: np.stack([step[key] for step in seen]).astype(dtypes.get(key, np.uint8)) for key in seen[0]}
+    observed = {key: np.stack([step[key] for step in seen]) for key in seen[0]}  # (T + 1, N, ...)
+    dtypes = {demos.STATE: np.float32}  # frames are uint8
     steps = [np.stack(per_step) for per_step in zip(*taken)]  # actions, rewards, terminated, truncated: (T, N, ...)
     return [
         demos.Episode(
-            {key: values[: n + 1, i] for key, values in observed.items()},  # (T + 1, N, ...) -> this episode's
+            {key: values[: n + 1, i].astype(dtypes.get(key, np.uint8)) for key, values in observed.items()},
             *(values[:n, i].astype(dtype) for values, dtype in zip(steps, (np.float32, np.float32, bool, bool))),
         )
         for i, n in enumerate(lengths)
