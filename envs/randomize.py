@@ -58,6 +58,17 @@ def random_scene(env: gym.Env) -> "RandomScene":
     return env
 
 
+def render_scenes(env: gym.Env, scene_seeds: list[int]) -> np.ndarray:
+    """uint8 (len(scene_seeds), C, H, W): make_env's `env` at its current step as each scene shows it; the
+    episode's own scene is restored after."""
+    scene, frames = random_scene(env), []
+    for scene_seed in scene_seeds:
+        scene.apply(scene_seed)
+        frames.append(env.camera.render().transpose(2, 0, 1).copy())  # a copy: the renderer reuses its buffer
+    scene.apply(scene.scene_seed)
+    return np.stack(frames)
+
+
 def other_scenes(scene_seed: int, count: int) -> list[int]:
     """`count` training scene seeds to show the episode of scene `scene_seed` in as well."""
     return [int(s) for s in np.random.default_rng([scene_seed, 1]).integers(HELDOUT, size=count)]
@@ -78,7 +89,7 @@ class RandomScene(gym.Wrapper):
 
     def __init__(self, env: gym.Env, cfg: RandomizeConfig, *, camera, heldout: bool = False):
         super().__init__(env)
-        self.model, _, free = mujoco_handles(env)
+        self.model, self.data, free = mujoco_handles(env)
         self.heldout, self.scale = heldout, cfg.heldout_scale if heldout else 1.0
         self.cfg, self._stream, self.scene_seed = cfg, None, None
         m = self.model
@@ -131,3 +142,4 @@ class RandomScene(gym.Wrapper):
             turn = rotation(rng.normal(size=3), np.deg2rad(cfg.camera_rot_deg * s) * rng.uniform())
             mujoco.mju_mulQuat(m.cam_quat[c], base["cam_quat"], turn)
             m.cam_fovy[c] = np.clip(base["cam_fovy"] + rng.uniform(-1.0, 1.0) * cfg.camera_fov_deg * s, 1.0, 179.0)
+        mujoco.mj_camlight(m, self.data())  # the renderer reads the posed cameras and lights, not the model's fields

@@ -32,22 +32,17 @@ def scene_stacks(cfg, *, episodes: int, scenes: int) -> list[np.ndarray]:
     """Per scripted episode, uint8 (T, scenes, frame_stack, 3, H, W): each step's frame stack in each scene."""
     from envs.dishwashing.scripted import scripted_action
     from envs.make import make_env
-    from envs.randomize import random_scene
+    from envs.randomize import render_scenes
 
     env = make_env(dataclasses.replace(cfg.env, randomize=dataclasses.replace(cfg.env.randomize, enabled=True)),
                    pixels=True)
-    scene = random_scene(env)
     result = []
     try:
         for episode in range(episodes):
             env.reset(seed=episode)
             steps, done = [], False
             while not done:
-                frames = []
-                for k in range(scenes):
-                    scene.apply(FIRST_SCENE + k)
-                    frames.append(env.camera.render().transpose(2, 0, 1).copy())  # a copy: the buffer is reused
-                steps.append(frames)
+                steps.append(render_scenes(env, list(range(FIRST_SCENE, FIRST_SCENE + scenes))))
                 _, _, terminated, truncated, _ = env.step(scripted_action(env.unwrapped.observation()))
                 done = terminated or truncated
             frames = np.array(steps)  # (T, scenes, 3, H, W)

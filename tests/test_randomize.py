@@ -5,13 +5,14 @@ same scenes, held-out evaluation logged apart, recordings under randomisation, b
 import csv
 import dataclasses
 
+import mujoco
 import numpy as np
 import pytest
 import torch
 
 from envs.dishwashing.scripted import scripted_action
 from envs.make import make_env
-from envs.randomize import HELDOUT, RandomScene
+from envs.randomize import HELDOUT, RandomScene, other_scenes, random_scene, render_scenes
 from envs.workers import InProcessEnv
 from errors import UserError
 from tests.conftest import ROOT
@@ -29,12 +30,6 @@ RANGES = ["env.randomize.color=0.3", "env.randomize.light_tilt_deg=25", "env.ran
 def env_config(*settings: str, config=DISHWASHING):
     return load_config(config, ["profile=cpu", "env.image_size=48", "env.randomize.enabled=true", *RANGES,
                                 *settings]).env
-
-
-def scene_wrapper(env) -> RandomScene:
-    while not isinstance(env, RandomScene):
-        env = env.env
-    return env
 
 
 def rollout(env, seed: int, steps: int = 25) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +81,7 @@ def test_every_range_is_honoured_and_used_and_held_out_scales_them(heldout):
     the training range for held-out scenes at heldout_scale 2); what is not selected keeps its colour."""
     cfg = env_config("env.randomize.parts=plate,floor", "env.randomize.heldout_scale=2")
     env = make_env(cfg, pixels=True, heldout=heldout)
-    scene, r = scene_wrapper(env), cfg.randomize
+    scene, r = random_scene(env), cfg.randomize
     m, base, s = scene.model, scene.nominal, 2.0 if heldout else 1.0
     plate = [m.material(name).id for name in ("plate", "plate_well", "floor")]
     others = [i for i in range(m.nmat) if i not in plate]
@@ -117,7 +112,7 @@ def test_unseeded_resets_draw_training_scenes_from_the_last_seed_and_held_out_on
     """A worker's autoreset episodes: scenes from a stream seeded by the last seeded reset (the same again after
     the same seed), all below HELDOUT; held-out ones all at or above it."""
     env = make_env(env_config(), pixels=True)
-    scene = scene_wrapper(env)
+    scene = random_scene(env)
 
     def scenes(seed: int) -> list[int]:
         env.reset(seed=seed)
@@ -132,9 +127,9 @@ def test_unseeded_resets_draw_training_scenes_from_the_last_seed_and_held_out_on
     assert len(set(first)) == len(first) and max(first) < HELDOUT
     heldout = make_env(env_config(), pixels=True, heldout=True)
     heldout.reset(seed=3)
-    assert scene_wrapper(heldout).scene_seed == 3 + HELDOUT
+    assert random_scene(heldout).scene_seed == 3 + HELDOUT
     heldout.reset()
-    assert scene_wrapper(heldout).scene_seed >= HELDOUT
+    assert random_scene(heldout).scene_seed >= HELDOUT
     env.close()
     heldout.close()
 
@@ -218,18 +213,43 @@ def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames()
         "each episode its own scene"
 
 
+def as_a_reset_shows(env, scene_seed: int, state_of) -> np.ndarray:
+    """uint8 (C, H, W): `state_of`'s simulation as it is, with the cameras and lights posed as an episode reset into
+    training scene `scene_seed` poses them, rendered by `env`."""
+    env.reset(seed=scene_seed)
+    model, data = env.unwrapped.model, env.unwrapped.data
+    mujoco.mj_copyData(data, model, state_of.unwrapped.data)  # as is: after a step, positions lag qpos a substep
+    mujoco.mj_camlight(model, data)
+    return env.camera.render().transpose(2, 0, 1).copy()
+
+
+def test_a_scene_applied_mid_episode_shows_the_step_as_a_reset_into_it_would():
+    """Other scenes rendered at a live step move the camera and the lights too, not only the colours and the fov;
+    the episode's own scene is back after."""
+    env, reference = make_env(env_config(), pixels=True), make_env(env_config(), pixels=True)
+    try:
+        env.reset(seed=3)
+        for _ in range(5):
+            own, *_ = env.step(scripted_action(env.unwrapped.observation()))
+        others = render_scenes(env, [11, 12])
+        for frame, scene_seed in zip(others, (11, 12)):
+            np.testing.assert_array_equal(frame, as_a_reset_shows(reference, scene_seed, env))
+        np.testing.assert_array_equal(env.camera.render().transpose(2, 0, 1), own[-1])
+    finally:
+        env.close()
+        reference.close()
+
+
 def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
-    """The episode's own frames and states are those of a recording without views; each view is the frame a fresh
-    env renders at that step in the episode's other scene, and differs from the own one."""
-    from envs.randomize import other_scenes, random_scene
+    """The episode's own frames and states are those of a recording without views; each view is the frame a reset
+    into the episode's other scene shows at that step's state, and differs from the own one."""
     from trainer.record import record
 
     cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
     (plain, *_), (viewed, space, *_) = (record(cfg, 2, noise=0.1, seed=5, progress=False, views=views)
                                         for views in (1, 3))
     assert space["views"].shape == (2, 3, 32, 32) and "views" not in plain[0].observations
-    env = make_env(cfg.env, pixels=True)
-    scene = random_scene(env)
+    env, reference = make_env(cfg.env, pixels=True), make_env(cfg.env, pixels=True)
     try:
         for i, (ours, theirs) in enumerate(zip(plain, viewed)):
             for key in ("state", "pixels"):
@@ -237,18 +257,16 @@ def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
             views = theirs.observations["views"]
             assert views.shape == (len(ours) + 1, 2, 3, 32, 32)
             env.reset(seed=5 + i)
-            others = other_scenes(5 + i, 2)
-            for step in (0, len(ours) // 2):
-                for action in ours.actions[:step]:
+            for step, action in enumerate([*ours.actions[: len(ours) // 2], None]):
+                if step in (0, len(ours) // 2):
+                    for k, other in enumerate(other_scenes(5 + i, 2)):
+                        np.testing.assert_array_equal(views[step, k], as_a_reset_shows(reference, other, env))
+                        assert np.abs(views[step, k].astype(int) - theirs.observations["pixels"][step]).mean() > 5
+                if action is not None:
                     env.step(action)
-                for k, other in enumerate(others):
-                    scene.apply(other)
-                    np.testing.assert_array_equal(views[step, k], env.camera.render().transpose(2, 0, 1))
-                    assert np.abs(views[step, k].astype(int) - theirs.observations["pixels"][step]).mean() > 5
-                scene.apply(5 + i)
-                env.reset(seed=5 + i)
     finally:
         env.close()
+        reference.close()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -34,23 +34,21 @@ class OneEnv:
 
     def __init__(self, cfg: Config, views: int = 1):
         from envs.make import make_env
-        from envs.randomize import random_scene
 
         self.batch = 1
         self.env = make_env(cfg.env, pixels=True)
         self._base = self.env.unwrapped
         self.frame_space = gym.spaces.Box(0, 255, self.env.observation_space.shape[1:], np.uint8)
         self.state_dim, self.action_space = self._base.observation().shape[0], self.env.action_space
-        self._scene = random_scene(self.env) if views > 1 else None
-        self._views, self._scene_seeds = views, []
+        self._views, self._other_scenes = views, []
 
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """The observations of an episode started from `seed`, each with a leading 1 (observed())."""
         from envs.randomize import other_scenes
 
         stack, info = self.env.reset(seed=seed)
-        if self._scene is not None:
-            self._scene_seeds = [info["scene_seed"], *other_scenes(info["scene_seed"], self._views - 1)]
+        if self._views > 1:
+            self._other_scenes = other_scenes(info["scene_seed"], self._views - 1)
         return self._observed(stack)
 
     def step(self, actions: np.ndarray):
@@ -61,15 +59,11 @@ class OneEnv:
     def _observed(self, stack: np.ndarray) -> dict[str, np.ndarray]:
         """{state: (1, S), pixels: (1, C, H, W)[, views: (1, views - 1, C, H, W), the step in the other scenes]}."""
         from envs import demos
+        from envs.randomize import render_scenes
 
         observed = {demos.STATE: self._base.observation()[None], demos.PIXELS: stack[-1][None]}
-        if self._scene is not None:
-            frames = []
-            for scene_seed in self._scene_seeds[1:]:
-                self._scene.apply(scene_seed)
-                frames.append(self.env.camera.render().transpose(2, 0, 1).copy())  # a copy: the buffer is reused
-            self._scene.apply(self._scene_seeds[0])
-            observed[demos.VIEWS] = np.stack(frames)[None]
+        if self._views > 1:
+            observed[demos.VIEWS] = render_scenes(self.env, self._other_scenes)[None]
         return observed
 
     def close(self) -> None:
