@@ -136,8 +136,9 @@ def test_recording_never_overwrites_a_dataset(dataset):
     (["--out", ""], "error: the dataset folder is empty; pass one to create, e.g. --out datasets/mine"),
     (["--out", "{file}"], "error: {file} is a file, not a dataset folder; pass a folder to create as --out"),
     (["--out", "{file}/data"], "error: cannot create {file}/data: {file} is not a folder this process may write to"),
-    (["--out", "{tmp}/new", "--seed", "-1"], "--seed in [0, 1073741824), got 1, 0.1 and -1"),
+    (["--out", "{tmp}/new", "--seed", "-1"], "--seed in [0, 1073741824), got 1, 0.1, 0.0 and -1"),
     (["--out", "{tmp}/new", "--noise", "nan"], "--noise a number >= 0"),
+    (["--out", "{tmp}/new", "--detours", "1.5"], "--detours a probability in [0, 1]"),
 ])
 def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(tmp_path, args, message):
     """Checked before the episodes are played: an empty --out once wrote a dataset into the working folder."""
@@ -149,6 +150,24 @@ def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(t
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert message.format(**names) in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["file"], "nothing written"
+
+
+@pytest.mark.parametrize("detours", [0.0, 0.2])
+def test_detours_hand_some_steps_to_random_actions_and_the_solver_takes_back_over(detours):
+    """Without noise every action is the solver's on that step's state, but for the detours' uniform ones."""
+    from envs.dishwashing.scripted import scripted_action
+
+    (episode,), *_ = record(load_config(VIDEO, [f"env.image_size={SIZE}"]), 1, noise=0.0, seed=3, progress=False,
+                            detours=detours)
+    states = episode.observations[demos.STATE]
+    solvers = np.array([scripted_action(state) for state in states[:-1]])
+    detoured = ~np.isclose(episode.actions, solvers, atol=1e-5).all(axis=1)  # the states are stored as float32
+    assert np.abs(episode.actions).max() <= 1.0
+    if detours == 0:
+        assert not detoured.any() and episode.terminations[-1], "the solver alone places the plate"
+    else:
+        assert 0 < detoured.sum() < len(detoured), "some steps detour, and the solver acts between them"
+        assert len(np.unique(episode.actions[detoured, 3])) == detoured.sum(), "uniform fingers, not the solver's +-1"
 
 
 WARP = ["env.backend=mujoco_warp", f"env.image_size={SIZE}"]

@@ -5,7 +5,9 @@
     python3 -m trainer.record --episodes 20 --noise 0.2 --out datasets/noisy --set env.camera=close
 
 Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
-and pixel runs. --noise adds Gaussian noise of that std to every action. Episode i starts from seed --seed + i.
+and pixel runs. --noise adds Gaussian noise of that std to every action; --detours P hands each step, with
+probability P, to uniform random actions for 1 to DETOUR_STEPS steps, after which the solver finds its way back: states
+a learning policy visits and the solver never does, for pretraining. Episode i starts from seed --seed + i.
 Under randomised scenes, --views K also stores every step as K - 1 other scenes show it, for pretraining an encoder
 that reads the same state from any scene (docs/encoders.md). See docs/dishwashing.md.
 """
@@ -27,6 +29,7 @@ from trainer.config import SEED_LIMIT, Config, load_config
 from trainer.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
+DETOUR_STEPS = 8
 
 
 class OneEnv:
@@ -99,7 +102,8 @@ class Worlds:
         self.env.close()
 
 
-def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True, views: int = 1):
+def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True, views: int = 1,
+           detours: float = 0.0):
     """(episodes, observation space, action space, successes); rendering must be configured first (headless.py)."""
     from envs import demos
 
@@ -109,7 +113,8 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
     try:  # closed on an interrupt too: a renderer left to the interpreter's exit prints EGL errors
         with tqdm(total=episodes, unit="episode", disable=not progress) as bar:
             for first in range(0, episodes, source.batch):
-                recorded += play(source, seed=seed + first, noise=noise, rng=rng, ended=bar.update)
+                recorded += play(source, seed=seed + first, noise=noise, detours=detours, rng=rng,
+                                 ended=bar.update)
     finally:
         source.close()
     unbounded = np.full(source.state_dim, np.inf, np.float32)
@@ -120,17 +125,25 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
     return recorded, space, source.action_space, sum(bool(e.terminations[-1]) for e in recorded)
 
 
-def play(source: OneEnv | Worlds, *, seed: int, noise: float, rng: np.random.Generator, ended) -> list:
+def play(source: OneEnv | Worlds, *, seed: int, noise: float, detours: float, rng: np.random.Generator,
+         ended) -> list:
     """One batch of scripted episodes, as envs/demos.Episode; `ended(n)` is told each step that n episodes ended."""
     from envs import demos
     from envs.dishwashing.scripted import scripted_action
 
     seen, taken = [source.reset(seed)], []  # every world's, per step: observations; (actions, rewards, flags)
     lengths, live = np.zeros(batch := len(seen[0][demos.STATE]), int), np.ones(batch, bool)
+    detour = np.zeros(batch, int)  # random steps left per world
     while live.any():
         actions = np.stack([scripted_action(state) for state in seen[-1][demos.STATE]]).astype(np.float32)
         if noise > 0:
             actions = np.clip(actions + rng.normal(0.0, noise, actions.shape), -1.0, 1.0).astype(np.float32)
+        if detours > 0:  # no draws without: recordings made before detours existed stay as they were
+            starting = (detour == 0) & (rng.random(batch) < detours)
+            detour[starting] = rng.integers(1, DETOUR_STEPS + 1, int(starting.sum()))
+            random = rng.uniform(-1.0, 1.0, actions.shape).astype(np.float32)
+            actions = np.where((detour > 0)[:, None], random, actions)
+            detour = np.maximum(detour - 1, 0)
         observed, rewards, terminated, truncated = source.step(actions)
         seen.append(observed)
         taken.append((actions, rewards, terminated, truncated))
@@ -176,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--out", required=True, help="dataset folder to create (must not exist)")
     parser.add_argument("--noise", type=float, default=0.1, help="std of Gaussian action noise (0 = none)")
+    parser.add_argument("--detours", type=float, default=0.0,
+                        help=f"probability per step of 1 to {DETOUR_STEPS} uniform random actions (default 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose camera view is recorded")
     parser.add_argument("--views", type=int, default=1,
@@ -189,9 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         configure()  # before the env layer loads mujoco
         from envs import demos
 
-        if args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.seed < SEED_LIMIT:
-            raise UserError(f"--episodes must be >= 1, --noise a number >= 0 and --seed in [0, {SEED_LIMIT}), "
-                            f"got {args.episodes}, {args.noise} and {args.seed}")
+        if (args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.detours <= 1
+                or not 0 <= args.seed < SEED_LIMIT):
+            raise UserError(f"--episodes must be >= 1, --noise a number >= 0, --detours a probability in [0, 1] and "
+                            f"--seed in [0, {SEED_LIMIT}), got {args.episodes}, {args.noise}, {args.detours} and "
+                            f"{args.seed}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
         if not cfg.env.id.startswith("Dishwashing"):
@@ -203,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
             demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
             episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed,
-                                                               views=args.views)
+                                                               views=args.views, detours=args.detours)
             demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
         steps = sum(len(e) for e in episodes)
         print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
