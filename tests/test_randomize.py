@@ -361,6 +361,29 @@ def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_the
     assert "this measures a frozen one" in capsys.readouterr().err
 
 
+def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_constant_misreading_as_bias(capsys):
+    """A reading that is the state itself: no error, every episode placed. One 3 cm off along x for the gripper: an
+    error that is all bias (RMS over steps = RMS of the episodes' means), and the solver acting on the state still
+    places the plate. A config whose encoder has no frozen estimate is one line."""
+    from envs.dishwashing.env import OBS_GRIP, OBS_SIZE
+
+    module = script("scripted_from_frames")
+    env = module.scene_env(load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *RANGES]), "heldout")
+    offset = np.zeros(OBS_SIZE)
+    offset[OBS_GRIP.start] = 0.03
+    try:
+        exact = module.play(env, lambda stack: env.unwrapped.observation(), seeds=[0, 1], estimated=True)
+        shifted = module.play(env, lambda stack: env.unwrapped.observation() + offset, seeds=[0, 1], estimated=False)
+    finally:
+        env.close()
+    assert exact["success"] == shifted["success"] == 1.0
+    assert all(exact[name] == (0.0, 0.0) for name in module.REPORTED)
+    assert shifted["gripper position"] == pytest.approx((0.03 / 3**0.5, 0.03 / 3**0.5))
+    assert shifted["plate - gripper"] == (0.0, 0.0), "a group the reading does not shift"
+    assert module.main(["--config", str(DISHWASHING)]) == 2
+    assert "this run trains its encoder; set encoder.video.freeze=true" in capsys.readouterr().err
+
+
 def warp_worlds(*settings: str, heldout: bool = False):
     from envs.make import make_batched_env
 

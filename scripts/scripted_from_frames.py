@@ -1,0 +1,123 @@
+"""The scripted dishwashing solver acting on a frozen encoder's state estimate instead of the simulator's state: how
+far a policy can get on what the encoder reads, before any RL. Per scene set (the fixed scene, the config's training
+scenes, its held-out scenes) it prints the success rate over --episodes evaluation starts, the solver's own on the
+true state for the same starts, and the estimate's errors: its root mean square over all steps, and the part of it
+that stays the same through an episode (a scene's bias, which no closed loop can see).
+
+    python3 scripts/scripted_from_frames.py --config configs/dishwashing_video_frozen_randomized.yaml \\
+        --weights pretrained/dishwashing_simple2dcnn_views.pt
+
+The estimate is in the state's units through the pretraining labels' mean and spread, taken again from the
+recordings the weights were pretrained on (their .json names them; --data to override).
+"""
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from errors import UserError  # noqa: E402
+from trainer.cli import run_command  # noqa: E402
+from trainer.config import EVAL_SEED_OFFSET, load_config  # noqa: E402
+
+REPORTED = ("plate - gripper", "slot - plate", "gripper position")
+SCENES = ("fixed", "train", "heldout")
+
+
+def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
+    """The pretraining's Standardiser, fitted again on its recordings' training episodes."""
+    from trainer.pretrain import Standardiser, read_datasets
+
+    if not data:
+        report = Path(weights).with_suffix(".json")
+        if not report.is_file():
+            raise UserError(f"{report} is missing, so the recordings {weights} was pretrained on are unknown; pass "
+                            "them with --data")
+        data = json.loads(report.read_text())["data"]
+    train, _, _, _ = read_datasets(data, cfg, holdout)
+    return Standardiser.fit(np.concatenate([e.observations["state"] for e in train]).astype(np.float32))
+
+
+def scene_env(cfg, scenes: str):
+    from envs.make import make_env
+
+    randomize = dataclasses.replace(cfg.env.randomize, enabled=scenes == "train")
+    return make_env(dataclasses.replace(cfg.env, randomize=randomize), pixels=True, heldout=scenes == "heldout")
+
+
+def play(env, estimate, *, seeds: list[int], estimated: bool) -> dict:
+    """Success rate over episodes from `seeds`, the solver reading `estimate(frame stack)` or the true state; per
+    reported group, the estimate's error: RMS over steps, and RMS of each episode's mean."""
+    from envs.dishwashing.env import OBS_GROUPS
+    from envs.dishwashing.scripted import scripted_action
+
+    successes, errors = [], []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        steps, done, success = [], False, False
+        while not done:
+            true, guess = env.unwrapped.observation(), estimate(obs)
+            steps.append(guess - true)
+            obs, _, terminated, truncated, _ = env.step(scripted_action(guess if estimated else true))
+            success, done = terminated, terminated or truncated
+        successes.append(success)
+        errors.append(np.array(steps))
+    result = {"success": float(np.mean(successes))}
+    for name in REPORTED:
+        part = OBS_GROUPS[name]
+        result[name] = (float(np.sqrt(np.mean(np.concatenate([e[:, part] for e in errors]) ** 2))),
+                        float(np.sqrt(np.mean([e[:, part].mean(0) ** 2 for e in errors]))))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "configs" / "dishwashing_video_frozen_randomized.yaml"))
+    parser.add_argument("--weights", help="encoder weights with a readout (default: the config's)")
+    parser.add_argument("--data", nargs="+", help="the recordings it was pretrained on (default: its .json's)")
+    parser.add_argument("--holdout", type=float, default=0.1, help="the pretraining's --holdout")
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--scenes", nargs="+", choices=SCENES, default=list(SCENES))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    args = parser.parse_args(argv)
+
+    def measure() -> None:
+        from trainer.headless import configure
+
+        configure()  # before the env layer loads mujoco
+        from scripts.scene_sensitivity import trunk_of
+
+        overrides = [*args.set, "encoder.video.frozen_features=state_estimate",
+                     *([f"encoder.video.weights={args.weights}"] if args.weights else [])]
+        cfg = load_config(args.config, overrides)
+        if not cfg.env.id.startswith("Dishwashing") or args.episodes < 1:
+            raise UserError(f"the scripted solver plays the dishwashing tasks for --episodes >= 1, not env.id="
+                            f"{cfg.env.id} for {args.episodes}; pass a dishwashing config")
+        trunk, scaler = trunk_of(args.config, overrides), state_scaler(cfg, cfg.encoder.video.weights, args.data,
+                                                                       args.holdout)
+        print(f"{cfg.encoder.video.weights}, {args.episodes} episodes per scene set; estimate errors in cm, "
+              "RMS over steps / RMS of the episodes' means")
+        seeds = [cfg.training.seed + EVAL_SEED_OFFSET + i for i in range(args.episodes)]  # the evaluation's starts
+        estimate = lambda stack: scaler.states(trunk(stack[None]).astype(np.float32))[0]  # noqa: E731
+        for scenes in args.scenes:
+            env = scene_env(cfg, scenes)
+            try:
+                own, read = (play(env, estimate, seeds=seeds, estimated=estimated) for estimated in (False, True))
+            finally:
+                env.close()  # before another renderer starts: one left to the garbage collector breaks it
+            for run, result in (("the state", own), ("the estimate", read)):
+                errors = ", ".join(f"{name} {100 * result[name][0]:.2f} / {100 * result[name][1]:.2f}"
+                                   for name in REPORTED)
+                print(f"{scenes}, acting on {run}: success {result['success']:.0%}; {errors}", flush=True)
+
+    return run_command(measure, cut_short="the measurement was cut short")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
