@@ -6,8 +6,8 @@
 
 Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
 and pixel runs. --noise adds Gaussian noise of that std to every action; --detours P hands each step, with
-probability P, to uniform random actions for 1 to DETOUR_STEPS steps, after which the solver finds its way back: states
-a learning policy visits and the solver never does, for pretraining. Episode i starts from seed --seed + i.
+probability P, to 1-8 uniform random actions, after which the solver finds its way back: states a learning policy
+visits and the solver never does, for pretraining. Episode i starts from seed --seed + i.
 Under randomised scenes, --views K also stores every step as K - 1 other scenes show it, for pretraining an encoder
 that reads the same state from any scene (docs/encoders.md). See docs/dishwashing.md.
 """
