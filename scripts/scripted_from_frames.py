@@ -2,7 +2,8 @@
 far a policy can get on what the encoder reads, before any RL. Per scene set (the fixed scene, the config's training
 scenes, its held-out scenes) it prints the success rate over --episodes evaluation starts, the solver's own on the
 true state for the same starts, and the estimate's errors: its root mean square over all steps, and the part of it
-that stays the same through an episode (a scene's bias, which no closed loop can see).
+that stays the same through an episode (a scene's bias, which no closed loop can see). --trusted GROUP... reads
+those parts of the state from the simulator instead (e.g. "plate grasped", a flag a still frame barely shows).
 
     python3 scripts/scripted_from_frames.py --config configs/dishwashing_video_frozen_randomized.yaml \\
         --weights pretrained/dishwashing_simple2dcnn_views.pt
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", type=float, default=0.1, help="the pretraining's --holdout")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--scenes", nargs="+", choices=SCENES, default=list(SCENES))
+    parser.add_argument("--trusted", nargs="+", default=[], metavar="GROUP",
+                        help="parts of the state read from the simulator, not the estimate")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
 
@@ -91,7 +94,16 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.headless import configure
 
         configure()  # before the env layer loads mujoco
+        from envs.dishwashing.env import OBS_GROUPS
         from scripts.scene_sensitivity import trunk_of
+
+        unknown = sorted(set(args.trusted) - OBS_GROUPS.keys())
+        if unknown:
+            raise UserError(f"--trusted {', '.join(unknown)}: no such part of the state; the parts are "
+                            f"{', '.join(OBS_GROUPS)}")
+        trusted = np.zeros(max(part.stop for part in OBS_GROUPS.values()), bool)
+        for name in args.trusted:
+            trusted[OBS_GROUPS[name]] = True
 
         overrides = [*args.set, "encoder.video.frozen_features=state_estimate",
                      *([f"encoder.video.weights={args.weights}"] if args.weights else [])]
@@ -101,10 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                             f"{cfg.env.id} for {args.episodes}; pass a dishwashing config")
         trunk, scaler = trunk_of(args.config, overrides), state_scaler(cfg, cfg.encoder.video.weights, args.data,
                                                                        args.holdout)
-        print(f"{cfg.encoder.video.weights}, {args.episodes} episodes per scene set; estimate errors in cm, "
-              "RMS over steps / RMS of the episodes' means")
+        print(f"{cfg.encoder.video.weights}, {args.episodes} episodes per scene set"
+              f"{', ' + ', '.join(args.trusted) + ' read from the simulator' if args.trusted else ''}; estimate "
+              "errors in cm, RMS over steps / RMS of the episodes' means")
         seeds = [cfg.training.seed + EVAL_SEED_OFFSET + i for i in range(args.episodes)]  # the evaluation's starts
-        estimate = lambda stack: scaler.states(trunk(stack[None]).astype(np.float32))[0]  # noqa: E731
+
+        def estimate(stack: np.ndarray) -> np.ndarray:  # of the scene set's env below
+            guess = scaler.states(trunk(stack[None]).astype(np.float32))[0]
+            return np.where(trusted, env.unwrapped.observation(), guess)
+
         for scenes in args.scenes:
             env = scene_env(cfg, scenes)
             try:

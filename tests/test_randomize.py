@@ -364,7 +364,8 @@ def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_the
 def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_constant_misreading_as_bias(capsys):
     """A reading that is the state itself: no error, every episode placed. One 3 cm off along x for the gripper: an
     error that is all bias (RMS over steps = RMS of the episodes' means), and the solver acting on the state still
-    places the plate. A config whose encoder has no frozen estimate is one line."""
+    places the plate. A config whose encoder has no frozen estimate, or a part of the state that does not exist, is one
+    line."""
     from envs.dishwashing.env import OBS_GRIP, OBS_SIZE
 
     module = script("scripted_from_frames")
@@ -382,6 +383,8 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     assert shifted["plate - gripper"] == (0.0, 0.0), "a group the reading does not shift"
     assert module.main(["--config", str(DISHWASHING)]) == 2
     assert "this run trains its encoder; set encoder.video.freeze=true" in capsys.readouterr().err
+    assert module.main(["--trusted", "plate"]) == 2
+    assert "--trusted plate: no such part of the state; the parts are gripper position," in capsys.readouterr().err
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
