@@ -4,6 +4,7 @@ scenes, its held-out scenes) it prints the success rate over --episodes evaluati
 true state for the same starts, and the estimate's errors: its root mean square over all steps, and the part of it
 that stays the same through an episode (a scene's bias, which no closed loop can see). --trusted GROUP... reads
 those parts of the state from the simulator instead (e.g. "plate grasped", a flag a still frame barely shows).
+--policy CHECKPOINT lets a trained policy act instead of the solver: where it goes, and what the encoder reads there.
 
     python3 scripts/scripted_from_frames.py --config configs/dishwashing_video_frozen_randomized.yaml \\
         --weights pretrained/dishwashing_simple2dcnn_views.pt
@@ -52,11 +53,10 @@ def scene_env(cfg, scenes: str):
     return make_env(dataclasses.replace(cfg.env, randomize=randomize), pixels=True, heldout=scenes == "heldout")
 
 
-def play(env, estimate, *, seeds: list[int], estimated: bool) -> dict:
-    """Success rate over episodes from `seeds`, the solver reading `estimate(frame stack)` or the true state; per
-    reported group, the estimate's error: RMS over steps, and RMS of each episode's mean."""
+def play(env, estimate, *, seeds: list[int], act) -> dict:
+    """Success rate over episodes from `seeds`, `act(frame stack, estimate, state)` choosing the actions; per
+    reported group, the error of `estimate(frame stack)`: RMS over steps, and RMS of each episode's mean."""
     from envs.dishwashing.env import OBS_GROUPS
-    from envs.dishwashing.scripted import scripted_action
 
     successes, errors = [], []
     for seed in seeds:
@@ -65,7 +65,7 @@ def play(env, estimate, *, seeds: list[int], estimated: bool) -> dict:
         while not done:
             true, guess = env.unwrapped.observation(), estimate(obs)
             steps.append(guess - true)
-            obs, _, terminated, truncated, _ = env.step(scripted_action(guess if estimated else true))
+            obs, _, terminated, truncated, _ = env.step(act(obs, guess, true))
             success, done = terminated, terminated or truncated
         successes.append(success)
         errors.append(np.array(steps))
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--holdout", type=float, default=0.1, help="the pretraining's --holdout")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--scenes", nargs="+", choices=SCENES, default=list(SCENES))
+    parser.add_argument("--policy", help="a checkpoint whose policy acts instead of the solver")
     parser.add_argument("--trusted", nargs="+", default=[], metavar="GROUP",
                         help="parts of the state read from the simulator, not the estimate")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
         configure()  # before the env layer loads mujoco
         from envs.dishwashing.env import OBS_GROUPS
+        from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of
+        from trainer.policy import Policy
 
         unknown = sorted(set(args.trusted) - OBS_GROUPS.keys())
         if unknown:
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         trusted = np.zeros(max(part.stop for part in OBS_GROUPS.values()), bool)
         for name in args.trusted:
             trusted[OBS_GROUPS[name]] = True
+        policy = Policy.load(args.policy, unit_actions=True) if args.policy else None  # before minutes of reading
 
         overrides = [*args.set, "encoder.video.frozen_features=state_estimate",
                      *([f"encoder.video.weights={args.weights}"] if args.weights else [])]
@@ -122,16 +126,20 @@ def main(argv: list[str] | None = None) -> int:
             guess = scaler.states(trunk(stack[None]).astype(np.float32))[0]
             return np.where(trusted, env.unwrapped.observation(), guess)
 
+        acts = {"the solver on the state": lambda obs, guess, true: scripted_action(true),
+                "the solver on the estimate": lambda obs, guess, true: scripted_action(guess)}
+        if policy:
+            acts = {f"the policy of {args.policy}": lambda obs, guess, true: policy.act(obs[None])[0]}
         for scenes in args.scenes:
             env = scene_env(cfg, scenes)
             try:
-                own, read = (play(env, estimate, seeds=seeds, estimated=estimated) for estimated in (False, True))
+                results = {run: play(env, estimate, seeds=seeds, act=act) for run, act in acts.items()}
             finally:
                 env.close()  # before another renderer starts: one left to the garbage collector breaks it
-            for run, result in (("the state", own), ("the estimate", read)):
+            for run, result in results.items():
                 errors = ", ".join(f"{name} {100 * result[name][0]:.2f} / {100 * result[name][1]:.2f}"
                                    for name in REPORTED)
-                print(f"{scenes}, acting on {run}: success {result['success']:.0%}; {errors}", flush=True)
+                print(f"{scenes}, {run}: success {result['success']:.0%}; {errors}", flush=True)
 
     return run_command(measure, cut_short="the measurement was cut short")
 

@@ -373,8 +373,10 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     offset = np.zeros(OBS_SIZE)
     offset[OBS_GRIP.start] = 0.03
     try:
-        exact = module.play(env, lambda stack: env.unwrapped.observation(), seeds=[0, 1], estimated=True)
-        shifted = module.play(env, lambda stack: env.unwrapped.observation() + offset, seeds=[0, 1], estimated=False)
+        exact = module.play(env, lambda stack: env.unwrapped.observation(), seeds=[0, 1],
+                            act=lambda obs, guess, true: scripted_action(guess))
+        shifted = module.play(env, lambda stack: env.unwrapped.observation() + offset, seeds=[0, 1],
+                              act=lambda obs, guess, true: scripted_action(true))
     finally:
         env.close()
     assert exact["success"] == shifted["success"] == 1.0
@@ -385,6 +387,8 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     assert "this run trains its encoder; set encoder.video.freeze=true" in capsys.readouterr().err
     assert module.main(["--trusted", "plate"]) == 2
     assert "--trusted plate: no such part of the state; the parts are gripper position," in capsys.readouterr().err
+    assert module.main(["--policy", "missing.pt"]) == 2
+    assert "missing.pt" in capsys.readouterr().err
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
