@@ -364,8 +364,8 @@ def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_the
 def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_constant_misreading_as_bias(capsys):
     """A reading that is the state itself: no error, every episode placed. One 3 cm off along x for the gripper: an
     error that is all bias (RMS over steps = RMS of the episodes' means), and the solver acting on the state still
-    places the plate. A config whose encoder has no frozen estimate, or a part of the state that does not exist, is one
-    line."""
+    places the plate. A config whose encoder has no frozen estimate, a part of the state that does not exist or a
+    missing policy checkpoint is one line."""
     from envs.dishwashing.env import OBS_GRIP, OBS_SIZE
 
     module = script("scripted_from_frames")
