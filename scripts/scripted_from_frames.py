@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         from scripts.scene_sensitivity import trunk_of
         from trainer.policy import Policy
 
+        if args.episodes < 1:
+            raise UserError(f"--episodes must be >= 1, got {args.episodes}")
         unknown = sorted(set(args.trusted) - OBS_GROUPS.keys())
         if unknown:
             raise UserError(f"--trusted {', '.join(unknown)}: no such part of the state; the parts are "
@@ -112,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides = [*args.set, "encoder.video.frozen_features=state_estimate",
                      *([f"encoder.video.weights={args.weights}"] if args.weights else [])]
         cfg = load_config(args.config, overrides)
-        if not cfg.env.id.startswith("Dishwashing") or args.episodes < 1:
-            raise UserError(f"the scripted solver plays the dishwashing tasks for --episodes >= 1, not env.id="
-                            f"{cfg.env.id} for {args.episodes}; pass a dishwashing config")
+        if not cfg.env.id.startswith("Dishwashing"):
+            raise UserError(f"the scripted solver plays the dishwashing tasks only, not env.id={cfg.env.id}; "
+                            "pass a dishwashing config")
         trunk, scaler = trunk_of(args.config, overrides), state_scaler(cfg, cfg.encoder.video.weights, args.data,
                                                                        args.holdout)
         print(f"{cfg.encoder.video.weights}, {args.episodes} episodes per scene set"

@@ -364,8 +364,8 @@ def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_the
 def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_constant_misreading_as_bias(capsys):
     """A reading that is the state itself: no error, every episode placed. One 3 cm off along x for the gripper: an
     error that is all bias (RMS over steps = RMS of the episodes' means), and the solver acting on the state still
-    places the plate. A config whose encoder has no frozen estimate, a part of the state that does not exist or a
-    missing policy checkpoint is one line."""
+    places the plate. A config whose encoder has no frozen estimate, a part of the state that does not exist, a
+    missing policy checkpoint or no episodes is one line."""
     from envs.dishwashing.env import OBS_GRIP, OBS_SIZE
 
     module = script("scripted_from_frames")
@@ -389,6 +389,8 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     assert "--trusted plate: no such part of the state; the parts are gripper position," in capsys.readouterr().err
     assert module.main(["--policy", "missing.pt"]) == 2
     assert "missing.pt" in capsys.readouterr().err
+    assert module.main(["--episodes", "0"]) == 2
+    assert "--episodes must be >= 1, got 0" in capsys.readouterr().err
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
