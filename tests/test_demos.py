@@ -28,7 +28,7 @@ from trainer import checkpoint
 from trainer.config import load_config
 from trainer.demos import Demos, check_fits
 from trainer.encoders import build_encoders
-from trainer.record import record, recording_settings
+from trainer.record import Acting, record, recording_settings
 
 VIDEO, STATE = str(ROOT / "configs" / "dishwashing_video.yaml"), str(ROOT / "configs" / "dishwashing_state.yaml")
 SIZE = 40  # small frames: the tests render every step
@@ -57,7 +57,7 @@ def record_dataset(path, episodes: int = 2, seed: int = 0, size: int = SIZE) -> 
     )
     assert done.returncode == 0, done.stderr
     assert f"{episodes} episodes" in done.stdout and f"{episodes} successful" in done.stdout
-    return record(cfg, episodes, noise=0.1, seed=seed, progress=False)[0]
+    return record(cfg, episodes, seed=seed, acting=Acting(noise=0.1), progress=False)[0]
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +136,11 @@ def test_recording_never_overwrites_a_dataset(dataset):
     (["--out", ""], "error: the dataset folder is empty; pass one to create, e.g. --out datasets/mine"),
     (["--out", "{file}"], "error: {file} is a file, not a dataset folder; pass a folder to create as --out"),
     (["--out", "{file}/data"], "error: cannot create {file}/data: {file} is not a folder this process may write to"),
-    (["--out", "{tmp}/new", "--seed", "-1"], "--seed in [0, 1073741824), got 1, 0.1, 0.0 and -1"),
+    (["--out", "{tmp}/new", "--seed", "-1"], "--seed in [0, 1073741824), got 1, 0.1, 0.0, 0.05 and -1"),
     (["--out", "{tmp}/new", "--noise", "nan"], "--noise a number >= 0"),
-    (["--out", "{tmp}/new", "--detours", "1.5"], "--detours a probability in [0, 1]"),
+    (["--out", "{tmp}/new", "--detours", "1.5"], "--detours and --handover probabilities in [0, 1]"),
+    (["--out", "{tmp}/new", "--handover", "-0.1"], "got 1, 0.1, 0.0, -0.1 and 0"),
+    (["--out", "{tmp}/new", "--policy", "{tmp}/missing.pt"], "{tmp}/missing.pt"),
 ])
 def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(tmp_path, args, message):
     """Checked before the episodes are played: an empty --out once wrote a dataset into the working folder."""
@@ -157,8 +159,8 @@ def test_detours_hand_some_steps_to_random_actions_and_the_solver_takes_back_ove
     """Without noise every action is the solver's on that step's state, but for the detours' uniform ones."""
     from envs.dishwashing.scripted import scripted_action
 
-    (episode,), *_ = record(load_config(VIDEO, [f"env.image_size={SIZE}"]), 1, noise=0.0, seed=3, progress=False,
-                            detours=detours)
+    (episode,), *_ = record(load_config(VIDEO, [f"env.image_size={SIZE}"]), 1, seed=3, acting=Acting(detours=detours),
+                            progress=False)
     states = episode.observations[demos.STATE]
     solvers = np.array([scripted_action(state) for state in states[:-1]])
     detoured = ~np.isclose(episode.actions, solvers, atol=1e-5).all(axis=1)  # the states are stored as float32
@@ -168,6 +170,33 @@ def test_detours_hand_some_steps_to_random_actions_and_the_solver_takes_back_ove
     else:
         assert 0 < detoured.sum() < len(detoured), "some steps detour, and the solver acts between them"
         assert len(np.unique(episode.actions[detoured, 3])) == detoured.sum(), "uniform fingers, not the solver's +-1"
+
+
+def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are_recorded(tmp_path):
+    """--policy: from the first step the actions are the policy's on the recorded frame stacks, and from the
+    handover on the solver's on the recorded states; a policy that sees other frames than the config renders is one
+    line, before any episode."""
+    from envs.dishwashing.scripted import scripted_action
+    from tests.test_export import saved_trainer
+    from trainer.policy import Policy
+
+    _, path = saved_trainer(tmp_path, "dishwashing_video.yaml")  # 32x32 frames, untrained
+    policy = Policy.load(path, unit_actions=True)
+    cfg = load_config(VIDEO, ["env.image_size=32"])
+    (episode,), *_ = record(cfg, 1, seed=3, acting=Acting(policy=policy, handover=0.1), progress=False)
+    frames, states = episode.observations[demos.PIXELS], episode.observations[demos.STATE]
+    steps, depth = len(episode.actions), cfg.env.frame_stack
+    index = np.maximum(np.arange(steps)[:, None] + np.arange(1 - depth, 1), 0)  # a reset's stack repeats its frame
+    policys = policy.act(frames[index])
+    solvers = np.array([scripted_action(state) for state in states[:-1]])
+    by_policy = np.isclose(episode.actions, policys, atol=1e-6).all(axis=1)
+    handover = int(np.argmin(by_policy))
+    assert 0 < handover < steps and by_policy[:handover].all()
+    np.testing.assert_allclose(episode.actions[handover:], solvers[handover:], atol=1e-5)
+    with pytest.raises(UserError, match=r"--policy sees frame stacks of shape \(3, 3, 32, 32\) and --config renders "
+                                        r"\(3, 3, 40, 40\); record with the config the policy was trained on"):
+        record(load_config(VIDEO, [f"env.image_size={SIZE}"]), 1, seed=3, acting=Acting(policy=policy),
+               progress=False)
 
 
 WARP = ["env.backend=mujoco_warp", f"env.image_size={SIZE}"]

@@ -26,7 +26,7 @@ from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
 from trainer.pretrain import Standardiser, build_regressor, predict, read_datasets, split_of, train
-from trainer.record import record, recording_settings
+from trainer.record import Acting, record, recording_settings
 
 VIDEO = str(ROOT / "configs" / "dishwashing_video.yaml")
 # small frames (shifted by up to 2 pixels, as 84 px frames by 4), short episodes, a narrow trunk: the recording renders
@@ -42,7 +42,7 @@ def dataset(tmp_path_factory):
     """A recording by the recorder (trainer/record.py), as users make them."""
     cfg = load_config(VIDEO, SETS)
     path = tmp_path_factory.mktemp("pretrain") / "recorded"
-    episodes, space, action_space, _ = record(cfg, EPISODES, noise=0.3, seed=SEED, progress=False)
+    episodes, space, action_space, _ = record(cfg, EPISODES, seed=SEED, acting=Acting(noise=0.3), progress=False)
     demos.write(path, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     return path
 
@@ -229,7 +229,8 @@ def viewed(tmp_path_factory):
     """A randomised recording with every step also stored as one other scene shows it (trainer.record --views 2)."""
     cfg = load_config(VIDEO, [*SETS, *RANDOMIZED])
     path = tmp_path_factory.mktemp("pretrain") / "viewed"
-    episodes, space, action_space, _ = record(cfg, EPISODES, noise=0.3, seed=SEED, progress=False, views=2)
+    episodes, space, action_space, _ = record(cfg, EPISODES, seed=SEED, acting=Acting(noise=0.3), progress=False,
+                                              views=2)
     demos.write(path, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
     return path
 

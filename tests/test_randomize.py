@@ -201,11 +201,11 @@ def test_evaluate_heldout_writes_its_own_episodes_file_and_a_state_policy_is_one
 
 
 def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames():
-    from trainer.record import record
+    from trainer.record import Acting, record
 
     plain = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32"])
     randomized = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
-    (a, *_), (b, *_) = (record(cfg, 2, noise=0.1, seed=5, progress=False) for cfg in (plain, randomized))
+    (a, *_), (b, *_) = (record(cfg, 2, seed=5, acting=Acting(noise=0.1), progress=False) for cfg in (plain, randomized))
     for ours, theirs in zip(a, b):
         assert np.array_equal(ours.observations["state"], theirs.observations["state"])
         assert np.abs(ours.observations["pixels"].astype(int) - theirs.observations["pixels"]).mean() > 5
@@ -243,10 +243,10 @@ def test_a_scene_applied_mid_episode_shows_the_step_as_a_reset_into_it_would():
 def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
     """The episode's own frames and states are those of a recording without views; each view is the frame a reset
     into the episode's other scene shows at that step's state, and differs from the own one."""
-    from trainer.record import record
+    from trainer.record import Acting, record
 
     cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
-    (plain, *_), (viewed, space, *_) = (record(cfg, 2, noise=0.1, seed=5, progress=False, views=views)
+    (plain, *_), (viewed, space, *_) = (record(cfg, 2, seed=5, acting=Acting(noise=0.1), progress=False, views=views)
                                         for views in (1, 3))
     assert space["views"].shape == (2, 3, 32, 32) and "views" not in plain[0].observations
     env, reference = make_env(cfg.env, pixels=True), make_env(cfg.env, pixels=True)

@@ -7,7 +7,9 @@
 Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
 and pixel runs. --noise adds Gaussian noise of that std to every action; --detours P hands each step, with
 probability P, to 1-8 uniform random actions, after which the solver finds its way back: states a learning policy
-visits and the solver never does, for pretraining. Episode i starts from seed --seed + i.
+visits and the solver never does, for pretraining. --policy CHECKPOINT lets a trained policy act from each
+episode's start until, with probability --handover per step, the solver takes over: the states that policy reaches,
+labelled with the simulator's state (DAgger's data, for an encoder). Episode i starts from seed --seed + i.
 Under randomised scenes, --views K also stores every step as K - 1 other scenes show it, for pretraining an encoder
 that reads the same state from any scene (docs/encoders.md). See docs/dishwashing.md.
 """
@@ -32,6 +34,17 @@ DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 DETOUR_STEPS = 8
 
 
+@dataclasses.dataclass(frozen=True)
+class Acting:
+    """Who acts: the solver, with Gaussian `noise` and random `detours` (a probability per step), after `policy`
+    (anything with `act(stacks) -> actions`, e.g. trainer.policy.Policy) until a `handover` (a probability per step)."""
+
+    noise: float = 0.0
+    detours: float = 0.0
+    policy: object = None
+    handover: float = 0.0
+
+
 class OneEnv:
     """The OpenGL env (`env.backend: mujoco`) as a batch of one world: episodes are played one at a time."""
 
@@ -43,7 +56,9 @@ class OneEnv:
         self._base = self.env.unwrapped
         self.frame_space = gym.spaces.Box(0, 255, self.env.observation_space.shape[1:], np.uint8)
         self.state_dim, self.action_space = self._base.observation().shape[0], self.env.action_space
+        self.stack_shape = self.env.observation_space.shape
         self._views, self._other_scenes = views, []
+        self.stacks = None  # the latest (1, frame_stack, C, H, W), for a policy that acts
 
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """The observations of an episode started from `seed`, each with a leading 1 (observed())."""
@@ -64,6 +79,7 @@ class OneEnv:
         from envs import demos
         from envs.randomize import render_scenes
 
+        self.stacks = stack[None]
         observed = {demos.STATE: self._base.observation()[None], demos.PIXELS: stack[-1][None]}
         if self._views > 1:
             observed[demos.VIEWS] = render_scenes(self.env, self._other_scenes)[None]
@@ -84,10 +100,13 @@ class Worlds:
         self.env = make_batched_env(env_cfg, pixels=True, device=resolve_device(cfg.training.device))
         self.frame_space = gym.spaces.Box(0, 255, self.env.single_observation_space.shape[1:], np.uint8)
         self.state_dim, self.action_space = self.env.task.state_dim, self.env.single_action_space
+        self.stack_shape = self.env.single_observation_space.shape
+        self.stacks = None  # the latest (N, frame_stack, C, H, W), for a policy that acts
 
     def _observed(self, stacks) -> dict[str, np.ndarray]:
         from envs import demos
 
+        self.stacks = stacks
         return {demos.STATE: self.env.states().cpu().numpy(), demos.PIXELS: stacks[:, -1].cpu().numpy()}
 
     def reset(self, seed: int) -> dict[str, np.ndarray]:
@@ -102,19 +121,22 @@ class Worlds:
         self.env.close()
 
 
-def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool = True, views: int = 1,
-           detours: float = 0.0):
+def record(cfg: Config, episodes: int, *, seed: int, acting: Acting = Acting(), views: int = 1,
+           progress: bool = True):
     """(episodes, observation space, action space, successes); rendering must be configured first (headless.py)."""
     from envs import demos
 
     source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg, views)
+    if acting.policy and tuple(acting.policy.spec.obs_shape) != source.stack_shape:
+        source.close()
+        raise UserError(f"--policy sees frame stacks of shape {tuple(acting.policy.spec.obs_shape)} and --config "
+                        f"renders {source.stack_shape}; record with the config the policy was trained on")
     rng = np.random.default_rng(seed)
     recorded = []
     try:  # closed on an interrupt too: a renderer left to the interpreter's exit prints EGL errors
         with tqdm(total=episodes, unit="episode", disable=not progress) as bar:
             for first in range(0, episodes, source.batch):
-                recorded += play(source, seed=seed + first, noise=noise, detours=detours, rng=rng,
-                                 ended=bar.update)
+                recorded += play(source, seed=seed + first, acting=acting, rng=rng, ended=bar.update)
     finally:
         source.close()
     unbounded = np.full(source.state_dim, np.inf, np.float32)
@@ -125,8 +147,7 @@ def record(cfg: Config, episodes: int, noise: float, seed: int, progress: bool =
     return recorded, space, source.action_space, sum(bool(e.terminations[-1]) for e in recorded)
 
 
-def play(source: OneEnv | Worlds, *, seed: int, noise: float, detours: float, rng: np.random.Generator,
-         ended) -> list:
+def play(source: OneEnv | Worlds, *, seed: int, acting: Acting, rng: np.random.Generator, ended) -> list:
     """One batch of scripted episodes, as envs/demos.Episode; `ended(n)` is told each step that n episodes ended."""
     from envs import demos
     from envs.dishwashing.scripted import scripted_action
@@ -134,12 +155,16 @@ def play(source: OneEnv | Worlds, *, seed: int, noise: float, detours: float, rn
     seen, taken = [source.reset(seed)], []  # every world's, per step: observations; (actions, rewards, flags)
     lengths, live = np.zeros(batch := len(seen[0][demos.STATE]), int), np.ones(batch, bool)
     detour = np.zeros(batch, int)  # random steps left per world
+    policy_acts = np.full(batch, acting.policy is not None)
     while live.any():
         actions = np.stack([scripted_action(state) for state in seen[-1][demos.STATE]]).astype(np.float32)
-        if noise > 0:
-            actions = np.clip(actions + rng.normal(0.0, noise, actions.shape), -1.0, 1.0).astype(np.float32)
-        if detours > 0:  # no draws without: recordings made before detours existed stay as they were
-            starting = (detour == 0) & (rng.random(batch) < detours)
+        if policy_acts.any():
+            actions = np.where(policy_acts[:, None], acting.policy.act(source.stacks), actions).astype(np.float32)
+            policy_acts &= rng.random(batch) >= acting.handover
+        if acting.noise > 0:
+            actions = np.clip(actions + rng.normal(0.0, acting.noise, actions.shape), -1.0, 1.0).astype(np.float32)
+        if acting.detours > 0:  # no draws without: recordings made before detours existed stay as they were
+            starting = (detour == 0) & (rng.random(batch) < acting.detours)
             detour[starting] = rng.integers(1, DETOUR_STEPS + 1, int(starting.sum()))
             random = rng.uniform(-1.0, 1.0, actions.shape).astype(np.float32)
             actions = np.where((detour > 0)[:, None], random, actions)
@@ -191,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.1, help="std of Gaussian action noise (0 = none)")
     parser.add_argument("--detours", type=float, default=0.0,
                         help=f"probability per step of 1 to {DETOUR_STEPS} uniform random actions (default 0)")
+    parser.add_argument("--policy", metavar="CHECKPOINT", help="a trained policy that acts before the solver")
+    parser.add_argument("--handover", type=float, default=0.05,
+                        help="with --policy: probability per step that the solver takes over (default 0.05)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose camera view is recorded")
     parser.add_argument("--views", type=int, default=1,
@@ -203,12 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     def record_dataset() -> None:
         configure()  # before the env layer loads mujoco
         from envs import demos
+        from trainer.policy import Policy
 
         if (args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.detours <= 1
-                or not 0 <= args.seed < SEED_LIMIT):
-            raise UserError(f"--episodes must be >= 1, --noise a number >= 0, --detours a probability in [0, 1] and "
-                            f"--seed in [0, {SEED_LIMIT}), got {args.episodes}, {args.noise}, {args.detours} and "
-                            f"{args.seed}")
+                or not 0 <= args.handover <= 1 or not 0 <= args.seed < SEED_LIMIT):
+            raise UserError(f"--episodes must be >= 1, --noise a number >= 0, --detours and --handover probabilities "
+                            f"in [0, 1] and --seed in [0, {SEED_LIMIT}), got {args.episodes}, {args.noise}, "
+                            f"{args.detours}, {args.handover} and {args.seed}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
         if not cfg.env.id.startswith("Dishwashing"):
@@ -217,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                 "pass a dishwashing config"
             )
         check_views(cfg, args.views)
+        policy = Policy.load(args.policy, unit_actions=True) if args.policy else None
+        acting = Acting(noise=args.noise, detours=args.detours, policy=policy, handover=args.handover)
         with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
             demos.check_new(args.out)  # again, held: another recording may have written it meanwhile
-            episodes, space, action_space, successes = record(cfg, args.episodes, args.noise, args.seed,
-                                                               views=args.views, detours=args.detours)
+            episodes, space, action_space, successes = record(cfg, args.episodes, seed=args.seed, acting=acting,
+                                                               views=args.views)
             demos.write(args.out, episodes, space, action_space, cfg.env.id, recording_settings(cfg))
         steps = sum(len(e) for e in episodes)
         print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
