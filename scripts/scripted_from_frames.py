@@ -9,8 +9,8 @@ those parts of the state from the simulator instead (e.g. "plate grasped", a fla
     python3 scripts/scripted_from_frames.py --config configs/dishwashing_video_frozen_randomized.yaml \\
         --weights pretrained/dishwashing_simple2dcnn_views.pt
 
-The estimate is in the state's units through the pretraining labels' mean and spread, taken again from the
-recordings the weights were pretrained on (their .json names them; --data to override).
+The estimate is in the state's units through the pretraining labels' mean and spread, read from the weights' report
+(.json), or fitted again on the recordings given with --data.
 """
 
 import argparse
@@ -33,16 +33,18 @@ SCENES = ("fixed", "train", "heldout")
 
 
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
-    """The pretraining's Standardiser, fitted again on its recordings' training episodes."""
+    """The pretraining's Standardiser: from its report, or fitted again on `data`'s training episodes (a report
+    written before reports stored it names its recordings)."""
     from trainer.pretrain import Standardiser, read_datasets
 
-    if not data:
-        report = Path(weights).with_suffix(".json")
-        if not report.is_file():
-            raise UserError(f"{report} is missing, so the recordings {weights} was pretrained on are unknown; pass "
-                            "them with --data")
-        data = json.loads(report.read_text())["data"]
-    train, _, _, _ = read_datasets(data, cfg, holdout)
+    report = Path(weights).with_suffix(".json")
+    saved = json.loads(report.read_text()) if report.is_file() else {}
+    if not data and "labels" in saved:
+        return Standardiser.of(**saved["labels"])
+    if not data and "data" not in saved:
+        raise UserError(f"the recordings {weights} was pretrained on are unknown ({report} names none); pass them "
+                        "with --data")
+    train, _, _, _ = read_datasets(data or saved["data"], cfg, holdout)
     return Standardiser.fit(np.concatenate([e.observations["state"] for e in train]).astype(np.float32))
 
 

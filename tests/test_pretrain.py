@@ -2,6 +2,7 @@
 `encoder.video.weights` loads with the same parameters, a few steps lower the training loss, weights of another arch
 (or network) are a one-line error, and the stacks and labels it trains on are the env's and the replay's."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -88,6 +89,17 @@ def test_the_command_writes_weights_that_the_trainer_loads_with_the_same_paramet
     assert not all(torch.equal(value, fresh.state_dict()[key]) for key, value in tuned.state_dict().items())
     assert not any(p.requires_grad for p in frozen.parameters())  # freeze: true still applies
     assert any(p.requires_grad for p in tuned.parameters()) and tuned.repr_dim == fresh.repr_dim
+
+
+def test_the_report_holds_the_labels_mean_and_spread_that_bring_an_estimate_back_to_the_state(dataset, pretrained):
+    """What scripts/scripted_from_frames.py reads instead of the recordings: the training episodes' own scaler."""
+    out, _ = pretrained
+    train_episodes, *_ = read_datasets([str(dataset)], load_config(VIDEO, SETS), holdout=0.1)
+    fitted = Standardiser.fit(np.concatenate([e.observations["state"] for e in train_episodes]))
+    saved = Standardiser.of(**json.loads(out.with_suffix(".json").read_text())["labels"])
+    for ours, theirs in zip(dataclasses.astuple(saved), dataclasses.astuple(fitted)):
+        np.testing.assert_array_equal(ours, theirs)
+    assert 0 < saved.outputs < len(saved.mean), "the rack's slot never moves"
 
 
 @pytest.mark.parametrize("setting", ["env.backend=mujoco_warp", "env.camera=close"])

@@ -393,6 +393,21 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     assert "--episodes must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_scripted_from_frames_reads_the_estimates_units_from_the_weights_report(tmp_path):
+    """The labels' mean and spread that trainer.pretrain writes beside the weights, without reading recordings; a
+    report that has neither them nor the recordings' names is one line."""
+    module = script("scripted_from_frames")
+    cfg = load_config(DISHWASHING, ["profile=cpu"])
+    weights = tmp_path / "encoder.pt"
+    weights.with_suffix(".json").write_text('{"labels": {"mean": [0.5, 2.0], "std": [0.25, 0.0]}}')
+    scaler = module.state_scaler(cfg, str(weights), None, 0.1)
+    np.testing.assert_array_equal(scaler.states(np.array([[2.0]], np.float32)), [[1.0, 2.0]])
+    weights.with_suffix(".json").write_text("{}")
+    with pytest.raises(UserError, match=r"the recordings .*encoder.pt was pretrained on are unknown "
+                                        r"\(.*encoder.json names none\); pass them with --data"):
+        module.state_scaler(cfg, str(weights), None, 0.1)
+
+
 def warp_worlds(*settings: str, heldout: bool = False):
     from envs.make import make_batched_env
 

@@ -148,8 +148,13 @@ class Standardiser:
 
     @classmethod
     def fit(cls, labels: np.ndarray) -> "Standardiser":
-        std = labels.std(0)
-        return cls(labels.mean(0), std, std >= CONSTANT_STD)
+        return cls.of(mean=labels.mean(0), std=labels.std(0))
+
+    @classmethod
+    def of(cls, *, mean, std) -> "Standardiser":
+        """From a mean and spread, e.g. a pretraining report's `labels`."""
+        mean, std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+        return cls(mean, std, std >= CONSTANT_STD)
 
     @property
     def outputs(self) -> int:
@@ -262,6 +267,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         "augment_pad": cfg.sac.augment_pad, "autocast": cfg.training.autocast, "device": str(device),
         "train_loss": {"first_epoch": float(np.mean(losses[:per_epoch])),
                        "last_epoch": float(np.mean(losses[-per_epoch:]))},
+        "labels": {"mean": scaler.mean.tolist(), "std": scaler.std.tolist()},  # the estimate's units
         "held_out_loss": float(np.mean((scaler.targets(predicted) - scaler.targets(held.labels)) ** 2)),
         "held_out": errors_by_group(predicted, held.labels, state_groups(cfg, training.labels.shape[1]),
                                     elsewhere=elsewhere),
