@@ -172,17 +172,18 @@ def test_detours_hand_some_steps_to_random_actions_and_the_solver_takes_back_ove
         assert len(np.unique(episode.actions[detoured, 3])) == detoured.sum(), "uniform fingers, not the solver's +-1"
 
 
-def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are_recorded(tmp_path):
+@pytest.mark.parametrize("backend", ["mujoco", "mujoco_warp"])
+def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are_recorded(tmp_path, backend):
     """--policy: from the first step the actions are the policy's on the recorded frame stacks, and from the
-    handover on the solver's on the recorded states; a policy that sees other frames than the config renders is one
-    line, before any episode."""
+    handover on the solver's on the recorded states, in OpenGL and in MuJoCo Warp worlds; a policy that sees other
+    frames than the config renders is one line, before any episode."""
     from envs.dishwashing.scripted import scripted_action
     from tests.test_export import saved_trainer
     from trainer.policy import Policy
 
     _, path = saved_trainer(tmp_path, "dishwashing_video.yaml")  # 32x32 frames, untrained
     policy = Policy.load(path, unit_actions=True)
-    cfg = load_config(VIDEO, ["env.image_size=32"])
+    cfg = load_config(VIDEO, ["env.image_size=32", f"env.backend={backend}"])
     (episode,), *_ = record(cfg, 1, seed=3, acting=Acting(policy=policy, handover=0.1), progress=False)
     frames, states = episode.observations[demos.PIXELS], episode.observations[demos.STATE]
     steps, depth = len(episode.actions), cfg.env.frame_stack
