@@ -72,6 +72,14 @@ def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int) -> gym.En
     return make_env(cfg, pixels)
 
 
+def state_size(env_id: str) -> int:
+    """The length of the task's state vector, as `make_env(..., pixels=False)` and `info["state"]` give it."""
+    task = make_task(env_id)
+    size = gym.spaces.flatdim(task.observation_space)
+    task.close()
+    return size
+
+
 def make_task(env_id: str) -> gym.Env:
     """A Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it (`dm_control/cartpole-swingup-v0`)."""
     if env_id.startswith("dm_control/"):

@@ -79,15 +79,19 @@ class PixelObservation(gym.Wrapper):
         self.observation_space = gym.spaces.Box(0, 255, self._stack.shape, np.uint8)
 
     def reset(self, **kwargs):
-        _, info = self.env.reset(**kwargs)
+        state, info = self.env.reset(**kwargs)
         self._stack[:] = self.camera.render().transpose(2, 0, 1)
-        return self._stack.copy(), info
+        return self._stack.copy(), self._with_state(info, state)
 
     def step(self, action):
-        _, reward, terminated, truncated, info = self.env.step(action)
+        state, reward, terminated, truncated, info = self.env.step(action)
         self._stack[:-1] = self._stack[1:]
         self._stack[-1] = self.camera.render().transpose(2, 0, 1)
-        return self._stack.copy(), reward, terminated, truncated, info
+        return self._stack.copy(), reward, terminated, truncated, self._with_state(info, state)
+
+    def _with_state(self, info: dict, state) -> dict:
+        """`info["state"]`: the task's own observation, float32, for a critic that reads it (sac.critic_input)."""
+        return info | {"state": gym.spaces.flatten(self.env.observation_space, state).astype(np.float32)}
 
     def close(self):
         self.camera.close()

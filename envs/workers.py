@@ -116,6 +116,7 @@ class EnvWorkers:
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
+        self.states = None  # (N, S) float32: each env's newest info["state"] (pixel envs give one), else None
         self.actions = None
 
     def reset(self, seed: int) -> np.ndarray:
@@ -126,8 +127,9 @@ class EnvWorkers:
                 worker.reset_async(seed=seed + i)
         for i, worker in enumerate(self.workers):
             with self._alive(i):
-                obs, _ = worker.reset_wait()
+                obs, info = worker.reset_wait()
             self.obs[i] = obs[0]
+            self._keep_state(i, info)
         return self.obs.copy()
 
     def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
@@ -146,12 +148,19 @@ class EnvWorkers:
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False
             with self._alive(i):
-                obs, rewards, terminations, truncations, _ = worker.step_wait()
+                obs, rewards, terminations, truncations, info = worker.step_wait()
             self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
+            self._keep_state(i, info)
             observed.append(observe(self.obs[i:i + 1]))
             self.actions[i] = act(observed[-1])[0]
             self._send(i)
         return taken, np.concatenate(observed), reward, terminated, truncated
+
+    def _keep_state(self, i: int, info: dict) -> None:
+        if "state" in info:
+            if self.states is None:
+                self.states = np.zeros((self.num_envs, *info["state"].shape[1:]), np.float32)
+            self.states[i] = info["state"][0]
 
     def _send(self, i: int) -> None:
         with self._alive(i):
@@ -196,13 +205,14 @@ class InProcessEnv:
         self.env, self.num_envs = env, 1
         self.terminates_on_success = getattr(env.unwrapped, "terminates_on_success", False)
         self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
-        self.obs = None
+        self.obs = self.states = None  # states: as EnvWorkers'
         self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it
         self.seed, self.resetting = 0, False
 
     def reset(self, seed: int) -> np.ndarray:
         self.seed, self.resetting, self.observed = seed, False, None
-        self.obs = self.env.reset(seed=seed)[0][None]
+        obs, info = self.env.reset(seed=seed)
+        self.obs, self.states = obs[None], self._states(info)
         return self.obs
 
     def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
@@ -215,10 +225,14 @@ class InProcessEnv:
         if self.observed is None:
             self.observed = observe(self.obs)
         action = np.array(act(self.observed), dtype=np.float32)
-        obs, reward, terminated, truncated, _ = self.env.step(action[0])
-        self.obs, self.resetting = obs[None], terminated or truncated
+        obs, reward, terminated, truncated, info = self.env.step(action[0])
+        self.obs, self.states, self.resetting = obs[None], self._states(info), terminated or truncated
         self.observed = observe(self.obs)
         return action, self.observed, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
+
+    @staticmethod
+    def _states(info: dict) -> np.ndarray | None:
+        return info["state"][None] if "state" in info else None
 
     def close(self) -> None:
         self.env.close()

@@ -67,17 +67,20 @@ class Actor(nn.Module):
 
 class Critic(nn.Module):
     """Owns the encoder, so the critic loss trains it; the target critic is a copy, with the encoder unless
-    `sac.target_encoder` is off or the encoder is frozen."""
+    `sac.target_encoder` is off or the encoder is frozen. With `privileged` > 0 it reads only the features' last
+    `privileged` numbers: the simulator state, which the actor never sees (an asymmetric actor-critic)."""
 
-    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, pixels: bool):
+    def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, *, pixels: bool, privileged: int = 0):
         super().__init__()
         self.encoder = encoder
-        self.trunk, feature_dim = trunk(encoder.repr_dim, feature_dim=cfg.feature_dim, pixels=pixels)
+        self.reads = slice(encoder.repr_dim - privileged, None) if privileged else slice(None)
+        self.trunk, feature_dim = trunk(privileged or encoder.repr_dim, feature_dim=cfg.feature_dim,
+                                        pixels=pixels and not privileged)
         self.q1, self.q2 = (mlp(feature_dim + action_dim, hidden_dim=cfg.hidden_dim, out_dim=1, depth=cfg.hidden_depth,
                                 layer_norm=cfg.critic_layer_norm) for _ in range(2))
 
     def forward(self, features: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs = torch.cat([self.trunk(features), action], dim=-1)
+        inputs = torch.cat([self.trunk(features[..., self.reads]), action], dim=-1)
         return self.q1(inputs), self.q2(inputs)
 
 
@@ -117,18 +120,20 @@ def state_problem(state: dict) -> str | None:
 class SAC:
     def __init__(self, encoder: nn.Module, action_dim: int, cfg: SACConfig, *, device: torch.device, pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False, augment: bool = True,
-                 cuda_graph: bool = False):
-        """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift the batches."""
+                 cuda_graph: bool = False, privileged: int = 0):
+        """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift the batches;
+        `privileged`: the replay's features end in that many numbers for the critic alone (`act` gets none)."""
         self.cfg, self.device, self.autocast = cfg, device, autocast
         self.augment = pixels and augment
-        self.critic = Critic(encoder, action_dim, cfg, pixels).to(device)
+        self.critic = Critic(encoder, action_dim, cfg, pixels=pixels, privileged=privileged).to(device)
+        self.privileged, self.seen = privileged, slice(0, encoder.repr_dim - privileged)  # seen: the actor's part
         trainable = any(p.requires_grad for p in encoder.parameters())
         # without a target encoder the target heads read the online encoder's next_obs features; memo skips the copy
         memo = {} if cfg.target_encoder and trainable else {id(self.critic.encoder): None}
         self.critic_target = copy.deepcopy(self.critic, memo).requires_grad_(False)
         online = dict(self.critic.named_parameters())
         self.target_pairs = [(target, online[name]) for name, target in self.critic_target.named_parameters()]
-        self.actor = Actor(encoder.repr_dim, action_dim=action_dim, cfg=cfg, pixels=pixels).to(device)
+        self.actor = Actor(encoder.repr_dim - privileged, action_dim=action_dim, cfg=cfg, pixels=pixels).to(device)
         if compile:
             for module in (self.critic.encoder, self.critic, self.critic_target.encoder, self.critic_target):
                 if module is not None:
@@ -158,7 +163,9 @@ class SAC:
         """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled, or the mean for evaluation."""
         obs = torch.as_tensor(obs, device=self.device)
         with eval_mode(self.critic.encoder, self.actor):
-            dist = self.actor(self.encode(self.critic.encoder, obs))
+            # privileged: the encoder is the stored features' cast, and these features lack the critic's part
+            features = obs.float() if self.privileged else self.encode(self.critic.encoder, obs)
+            dist = self.actor(features)
         action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
         return action.cpu().numpy()
 
@@ -196,7 +203,7 @@ class SAC:
         copies = len(next_obs) // len(action)
         with torch.no_grad():
             next_features = self.encode(self.critic.encoder, next_obs)
-            next_dist = self.actor(next_features)
+            next_dist = self.actor(next_features[..., self.seen])
             next_action = next_dist.rsample()
             next_log_prob = next_dist.log_prob(next_action).sum(-1, keepdim=True)
             if self.critic_target.encoder is not None:
@@ -213,7 +220,7 @@ class SAC:
         return {"critic_loss": loss.detach(), "q_mean": q1.detach().mean(), "target_q": target_q.mean()}
 
     def update_actor(self, features) -> dict[str, torch.Tensor]:
-        dist = self.actor(features)
+        dist = self.actor(features[..., self.seen])
         action = dist.rsample()
         log_prob = dist.log_prob(action).sum(-1, keepdim=True)
         q1, q2 = self.critic(features, action)

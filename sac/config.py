@@ -28,3 +28,5 @@ class SACConfig:
     updates_per_step: float = setting(1.0, gt=0, le=100, note="fractions allowed: 0.25 = one update per 4 agent steps")
     target_encoder: bool = True
     critic_layer_norm: bool = False
+    critic_input: str = setting("features", choices=("features", "state"),
+                                note="state: the critic reads the simulator state, the actor the frames' features")

@@ -459,7 +459,9 @@ def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
 
 # a state run, and a pixel run on a frozen trunk's features (whose demonstrations are encoded at every start)
 RUNS = {"state": (STATE, [], "sac_dishwashing_state"),
-        "frozen": (VIDEO, [f"env.image_size={SIZE}", *FROZEN, "sac.buffer_size=1000"], "sac_video")}
+        "frozen": (VIDEO, [f"env.image_size={SIZE}", *FROZEN, "sac.buffer_size=1000"], "sac_video"),
+        "frozen_critic_state": (VIDEO, [f"env.image_size={SIZE}", *FROZEN, "sac.buffer_size=1000",
+                                        "sac.critic_input=state"], "sac_video")}
 
 
 def demos_run(tmp_path, mode, run, demos_path, episodes: int) -> list[str]:
@@ -494,7 +496,8 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
     steps = demos.read(demos_path).steps
     said = f"training with 2 demonstration episodes ({steps} steps) from {demos_path}"
     encoded = ", stored as the frozen trunk's features (encoded in "
-    assert f"{said}{encoded if mode == 'frozen' else ': 50% of every batch'}" in straight.stdout
+    frozen = mode != "state"
+    assert f"{said}{encoded if frozen else ': 50% of every batch'}" in straight.stdout
 
     first = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 2))
     assert first.returncode == 0, first.stderr
@@ -503,14 +506,14 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
     assert set(payload["demos"]) == {"path", "fingerprint", "rng"}, "the checkpoint holds no demonstrations"
     resumed = run_cli(*demos_run(tmp_path, mode, "resumed", demos_path, 4), "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
-    reread = "re-read and re-encoded 2 demonstration episodes" if mode == "frozen" else "re-read 2 demonstration"
+    reread = "re-read and re-encoded 2 demonstration episodes" if frozen else "re-read 2 demonstration"
     assert reread in resumed.stdout and "checkpoints do not copy them" in resumed.stdout
     assert "differs" not in resumed.stdout
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / latest)
     b, replay_b = checkpoint.load(tmp_path / "resumed" / latest)
     assert a["progress"] == b["progress"] and a["agent"]["updates"] == b["agent"]["updates"] > 50
-    assert a["trunk"] == b["trunk"] and (a["trunk"] is None) == (mode == "state")
+    assert a["trunk"] == b["trunk"] and (a["trunk"] is None) == (not frozen)
     for net in ("actor", "critic"):
         for name, tensor in a["agent"][net].items():
             assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"

@@ -54,9 +54,10 @@ def frozen_settings(tmp_path) -> tuple[str, ...]:
             f"encoder.video.weights={trunk_weights(tmp_path)}")
 
 
-@pytest.mark.parametrize("kind", ["simple2dcnn", "frozen", "state"])
+@pytest.mark.parametrize("kind", ["simple2dcnn", "frozen", "frozen_critic_state", "state"])
 def test_step_frame_by_frame_gives_exactly_the_trainer_s_actions_on_the_same_episode(tmp_path, kind):
     config, settings = {"simple2dcnn": ("default.yaml", ()), "frozen": ("default.yaml", frozen_settings(tmp_path)),
+                        "frozen_critic_state": ("default.yaml", (*frozen_settings(tmp_path), "sac.critic_input=state")),
                         "state": ("dishwashing_feasible.yaml", ())}[kind]
     run, path = saved_trainer(tmp_path, config, "env.max_episode_steps=12", *settings)
     unit, bounded = Policy.load(path, unit_actions=True), Policy.load(path)

@@ -66,6 +66,10 @@ def _check_cross_keys(cfg: Config) -> None:
     if video.frozen_features != "projection" and not (pixels and video.freeze):
         raise UserError(f"encoder.video.frozen_features={video.frozen_features} is what a frozen trunk stores, and "
                         "this run trains its encoder; set encoder.video.freeze=true, or frozen_features=projection")
+    if sac.critic_input == "state" and not (pixels and video.freeze and env.backend == "mujoco"):
+        raise UserError("sac.critic_input=state needs a frozen video encoder (encoder.video.freeze=true: an encoder "
+                        "the critic trains would learn nothing from it) and env.backend=mujoco; set "
+                        "sac.critic_input=features")
     if sac.log_std_min >= sac.log_std_max:
         raise UserError(f"sac.log_std_min must be below sac.log_std_max, got {sac.log_std_min} and {sac.log_std_max}")
     scenes = env.randomize.enabled or env.randomize.heldout

@@ -23,10 +23,11 @@ class Demos:
     """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from."""
 
     def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None,
-                 trunk: FrozenTrunk | None = None):
+                 trunk: FrozenTrunk | None = None, *, states: int = 0):
+        """`states` > 0: each step's features end in the recorded simulator state, that long (trainer's `stored`)."""
         self.path = cfg.demos.path
         data = demo_files.read(self.path)
-        key = check_fits(cfg, data, obs_space, action_dim)
+        key = check_fits(cfg, data, obs_space, action_dim, states=states)
         self.fingerprint, self.episodes, self.steps = data.fingerprint, len(data.episodes), data.steps
         # said, not refused: fixed-scene demonstrations in a randomised run (or the reverse) are a user's choice
         recorded = data.recording.get("randomized")
@@ -50,6 +51,9 @@ class Demos:
         if trunk:  # a store of frames builds the stacks; a feature vector holds its stack
             start = time.perf_counter()
             features = encode(trunk, store(observations, frame_stack, None), batch_size=sac.batch_size)
+            if states:
+                recorded = np.concatenate([e.observations[demo_files.STATE] for e in data.episodes])
+                features = np.concatenate([features, recorded.astype(features.dtype)], axis=1)
             observations = np.split(features, np.cumsum([len(obs) for obs in observations])[:-1])
             self.encode_s, frame_stack = time.perf_counter() - start, None
         self.store: ReplayBuffer = store(observations, frame_stack, frames_on)
@@ -85,7 +89,8 @@ def encode(trunk: FrozenTrunk, frames: ReplayBuffer, *, batch_size: int) -> np.n
     return np.concatenate([trunk(frames.stacks(ends, np.zeros_like(ends)).numpy()) for ends in batches])
 
 
-def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int) -> str:
+def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int, *,
+               states: int = 0) -> str:
     """The observation key this run reads, or a one-line UserError naming the dataset's side and the config's."""
     pixels = cfg.encoder.type == "video"
     key = demo_files.PIXELS if pixels else demo_files.STATE
@@ -117,6 +122,10 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
             f"{np.dtype(obs_space.dtype)} {tuple(ours)}",
             "env.image_size" if pixels else "env.id",
         )
+    recorded_states = data.observation_space.spaces.get(demo_files.STATE)
+    if states and (recorded_states is None or recorded_states.shape != (states,)):
+        theirs = "none" if recorded_states is None else f"states of {recorded_states.shape[0]}"
+        raise fail("the critic's simulator state:", theirs, f"{states} numbers", "sac.critic_input")
     if data.action_space.shape != (action_dim,):
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
     # frames another renderer made look different (docs/warp.md): a dataset that does not say is an OpenGL one

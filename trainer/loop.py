@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from encoders.frozen import FEATURE_DTYPE
-from envs.make import make_batched_env, make_env, make_vector_env
+from encoders.state import StateEncoder
+from envs.make import make_batched_env, make_env, make_vector_env, state_size
 from envs.pixels import Camera
 from envs.workers import InProcessEnv
 from errors import UserError
@@ -143,18 +144,22 @@ class Trainer:
         cfg = self.cfg
         self.compiled = cfg.training.compile and can_compile(self.device)
         encoder, self.trunk = build_encoders(cfg, self.env.single_observation_space.shape, self.device)
+        # the critic's simulator state, stored after the trunk's features (config checks: a frozen trunk's run)
+        self.privileged = state_size(cfg.env.id) if cfg.sac.critic_input == "state" else 0
+        if self.privileged:
+            encoder = StateEncoder((encoder.repr_dim + self.privileged,))
         if found:  # stored features that another trunk computed would silently mean something else
             saved_config.check_trunk(saved=found[1].get("trunk"),
                                      current=self.trunk.fingerprint if self.trunk else None, path=found[0])
         self.agent = SAC(encoder, self.action_dim, cfg.sac, device=self.device, pixels=cfg.pixels,
                          encoder_lr=cfg.encoder.lr, compile=self.compiled, autocast=cfg.training.autocast,
-                         augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph)
+                         augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph, privileged=self.privileged)
 
     def build_replay(self) -> None:
         """The replay buffer, and the demonstrations mixed into its batches."""
         cfg, obs_space = self.cfg, self.env.single_observation_space
         if self.trunk:
-            frame_shape, frame_dtype = (self.trunk.repr_dim,), FEATURE_DTYPE
+            frame_shape, frame_dtype = (self.trunk.repr_dim + self.privileged,), FEATURE_DTYPE
         else:
             frame_shape, frame_dtype = obs_space.shape[1:] if cfg.pixels else obs_space.shape, obs_space.dtype
         replay_bytes = cfg.sac.buffer_size * frame_bytes(frame_shape, frame_dtype)
@@ -166,7 +171,8 @@ class Trainer:
             action_dim=self.action_dim, frame_stack=cfg.replay_stack, seed=cfg.training.seed, discount=cfg.sac.discount,
             num_envs=self.num_envs, frames_on=frames_on, nstep=cfg.sac.nstep,
         )
-        self.demos = Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk) if cfg.demos.path else None
+        self.demos = (Demos(cfg, obs_space, self.action_dim, frames_on, self.trunk, states=self.privileged)
+                      if cfg.demos.path else None)
 
     def open_logger(self) -> None:
         """The logger and GPU monitor, and the run's first lines: its resolved config and what it warns of."""
@@ -285,6 +291,13 @@ class Trainer:
             return self.trunk(obs)
         # a copy: a worker's frames live in shared memory that its next step overwrites
         return obs.copy() if isinstance(obs, np.ndarray) else obs.clone()
+
+    def stored(self, observed: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """What the replay stores of observations `observe` made: those, then the envs' simulator states when the
+        critic reads them (`sac.critic_input: state`)."""
+        if not self.privileged:
+            return observed
+        return np.concatenate([observed, self.env.states.astype(FEATURE_DTYPE)], axis=1)
 
     def seeding(self) -> bool:
         """Still in the seed phase: `training.seed_steps` agent steps of uniform actions and no updates."""
@@ -408,7 +421,7 @@ class Trainer:
             before = progress.env_step
             action, obs, reward, terminated, truncated = self.env.step(self.act, self.observe)
             action, reward, terminated, truncated = (to_host(x) for x in (action, reward, terminated, truncated))
-            self.replay.add_batch(obs, action, reward, terminated, self.first)
+            self.replay.add_batch(self.stored(obs), action, reward, terminated, self.first)
             stepped = ~self.first  # an env returning its reset frame ignored its action: no agent step
             progress.env_step += int(stepped.sum())
             self.returns += np.where(stepped, reward, 0.0)
@@ -435,7 +448,7 @@ class Trainer:
         obs = self.observe(self.env.reset(seed=self.cfg.training.seed + first))
         if n > 1:
             progress.next_seed = first + n
-        self.replay.add_resets(obs)
+        self.replay.add_resets(self.stored(obs))
         self.first = np.zeros(n, dtype=bool)  # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)

@@ -14,7 +14,7 @@ STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "
 PIXEL_KEYS = (
     "env.image_size", "env.frame_stack", "sac.feature_dim", *(f"encoder.video.{key}" for key in ARCH_KEYS),
     "sac.target_encoder", "encoder.video.freeze",  # whether the target critic holds encoder weights
-    "encoder.video.frozen_features",  # what the replay's stored features are
+    "encoder.video.frozen_features", "sac.critic_input",  # what the replay's stored features are
     "encoder.lr",  # null <-> a value changes the critic optimiser's parameter groups
 )
 
