@@ -188,9 +188,9 @@ def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are
     frames, states = episode.observations[demos.PIXELS], episode.observations[demos.STATE]
     steps, depth = len(episode.actions), cfg.env.frame_stack
     index = np.maximum(np.arange(steps)[:, None] + np.arange(1 - depth, 1), 0)  # a reset's stack repeats its frame
-    policys = policy.act(frames[index])
+    acted = policy.act(frames[index])
     solvers = np.array([scripted_action(state) for state in states[:-1]])
-    by_policy = np.isclose(episode.actions, policys, atol=1e-6).all(axis=1)
+    by_policy = np.isclose(episode.actions, acted, atol=1e-6).all(axis=1)
     handover = int(np.argmin(by_policy))
     assert 0 < handover < steps and by_policy[:handover].all()
     np.testing.assert_allclose(episode.actions[handover:], solvers[handover:], atol=1e-5)
