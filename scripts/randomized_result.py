@@ -4,6 +4,8 @@ on the held-out scenes (eval_heldout.csv), from bench/learn.py output folders (<
 
     python3 scripts/randomized_result.py --none runs/dish_frozen_heldout --randomized runs/dish_frozen_randomized \
         --seeds 1 2 --out docs/dishwashing_randomized.csv
+
+An arm left out keeps its rows from --out, so a new recipe for one arm does not retrain the other.
 """
 
 import argparse
@@ -38,14 +40,30 @@ def rows(arms: dict[str, Path], seeds: list[int]) -> list[tuple]:
     return result
 
 
+def kept(out: Path, arm: str) -> list[tuple]:
+    """The rows `out` already holds for an arm this call does not measure."""
+    table = []
+    if out.exists():
+        with open(out, newline="") as f:
+            table = [tuple(row.values()) for row in csv.DictReader(f) if row["trained_with"] == arm]
+    if not table:
+        sys.exit(f"error: {out} holds no '{arm}' rows to keep; pass --{arm} with that arm's bench/learn.py folder")
+    return table
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--none", type=Path, required=True, help="bench/learn.py --out of the fixed-scene arm")
-    parser.add_argument("--randomized", type=Path, required=True, help="the same of the randomised arm")
+    parser.add_argument("--none", type=Path, help="bench/learn.py --out of the fixed-scene arm")
+    parser.add_argument("--randomized", type=Path, help="the same of the randomised arm")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "dishwashing_randomized.csv")
     args = parser.parse_args(argv)
-    table = rows({"none": args.none, "randomized": args.randomized}, args.seeds)
+    arms = {"none": args.none, "randomized": args.randomized}
+    if not any(arms.values()):
+        sys.exit("error: nothing to measure; pass --none, --randomized or both")
+    table = []
+    for arm, folder in arms.items():
+        table += rows({arm: folder}, args.seeds) if folder else kept(args.out, arm)
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(("trained_with", "seed", "scene", "success", "evaluations", "env_step"))

@@ -344,6 +344,30 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
     assert {r["success"] for r in table if r["trained_with"] == "randomized"} == {"1.000"}
 
 
+def test_the_result_table_keeps_the_rows_of_an_arm_it_does_not_measure(tmp_path):
+    result = script("randomized_result")
+    header = "env_step,frames,episode,return,success,wall_s\n"
+    for seed in (1, 2):
+        folder = tmp_path / "random" / "runs" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        for name in ("eval.csv", "eval_heldout.csv"):
+            (folder / name).write_text(header + "".join(f"{i},{i},{i},-1,0.5,1\n" for i in range(5)))
+    out = tmp_path / "result.csv"
+    with pytest.raises(SystemExit, match="holds no 'none' rows to keep; pass --none"):
+        result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
+    assert not out.exists()
+    before = ("trained_with,seed,scene,success,evaluations,env_step\n"
+              "none,1,train,0.780,5,29664\nnone,1,heldout,0.000,5,29664\nrandomized,1,train,0.020,5,29768\n")
+    out.write_text(before)
+    result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
+    with open(out) as f:
+        table = [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in csv.DictReader(f)]
+    assert table == [("none", "1", "train", "0.780"), ("none", "1", "heldout", "0.000"),
+                     *[("randomized", str(seed), scene, "0.500") for seed in (1, 2) for scene in ("train", "heldout")]]
+    with pytest.raises(SystemExit, match="pass --none, --randomized or both"):
+        result.main(["--out", str(out)])
+
+
 def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_them(capsys):
     """Raw pixels as the encoder: with every range 0 the scenes render alike (variance across scenes exactly 0, across
     steps not); with colours they do not. A config that trains its encoder is one line."""
