@@ -5,6 +5,8 @@ true state for the same starts, and the estimate's errors: its root mean square 
 that stays the same through an episode (a scene's bias, which no closed loop can see). --trusted GROUP... reads
 those parts of the state from the simulator instead (e.g. "plate grasped", a flag a still frame barely shows).
 --policy CHECKPOINT lets a trained policy act instead of the solver: where it goes, and what the encoder reads there.
+Each run's episodes are also counted by how they end (placed, never grasped, let go outside the slot, still held),
+with where the plate was, from the slot, when a failed episode last let it go.
 
     python3 scripts/scripted_from_frames.py --config configs/dishwashing_video_frozen_randomized.yaml \\
         --weights pretrained/dishwashing_simple2dcnn_views.pt
@@ -30,6 +32,7 @@ from trainer.config import EVAL_SEED_OFFSET, load_config  # noqa: E402
 
 REPORTED = ("plate - gripper", "slot - plate", "gripper position")
 SCENES = ("fixed", "train", "heldout")
+OUTCOMES = ("placed", "never grasped", "let go", "still held")  # how an episode ends; "let go": outside the slot
 
 
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
@@ -57,26 +60,47 @@ def scene_env(cfg, scenes: str):
 
 def play(env, estimate, *, seeds: list[int], act) -> dict:
     """Success rate over episodes from `seeds`, `act(frame stack, estimate, state)` choosing the actions; per
-    reported group, the error of `estimate(frame stack)`: RMS over steps, and RMS of each episode's mean."""
-    from envs.dishwashing.env import OBS_GROUPS
+    reported group, the error of `estimate(frame stack)`: RMS over steps, and RMS of each episode's mean; how the
+    episodes ended (OUTCOMES), and for those let go outside the slot, slot - plate (m) at the last release."""
+    from envs.dishwashing.env import OBS_GROUPS, OBS_SLOT_FROM_PLATE
 
-    successes, errors = [], []
+    successes, errors, outcomes, releases = [], [], dict.fromkeys(OUTCOMES, 0), []
     for seed in seeds:
         obs, _ = env.reset(seed=seed)
-        steps, done, success = [], False, False
+        steps, done, success, held, grasped, release = [], False, False, False, False, None
         while not done:
             true, guess = env.unwrapped.observation(), estimate(obs)
             steps.append(guess - true)
-            obs, _, terminated, truncated, _ = env.step(act(obs, guess, true))
+            obs, _, terminated, truncated, info = env.step(act(obs, guess, true))
+            if held and not info["held"]:
+                release = env.unwrapped.observation()[OBS_SLOT_FROM_PLATE]
+            held, grasped = info["held"], grasped or info["held"]
             success, done = terminated, terminated or truncated
+        outcome = "placed" if success else "still held" if held else "let go" if grasped else "never grasped"
+        outcomes[outcome] += 1
+        if outcome == "let go":
+            releases.append(release)
         successes.append(success)
         errors.append(np.array(steps))
-    result = {"success": float(np.mean(successes))}
+    result = {"success": float(np.mean(successes)), "outcomes": outcomes, "releases": np.array(releases)}
     for name in REPORTED:
         part = OBS_GROUPS[name]
         result[name] = (float(np.sqrt(np.mean(np.concatenate([e[:, part] for e in errors]) ** 2))),
                         float(np.sqrt(np.mean([e[:, part].mean(0) ** 2 for e in errors]))))
     return result
+
+
+def describe_outcomes(result: dict) -> str:
+    """'placed 7, never grasped 6, let go 4 (the plate 2.9 cm across from the slot, 1.1 cm above it: medians), ...'."""
+    parts = []
+    for name, count in result["outcomes"].items():
+        parts.append(f"{name} {count}")
+        if name == "let go" and count:
+            offsets = result["releases"]
+            across, above = np.median(np.linalg.norm(offsets[:, :2], axis=1)), np.median(-offsets[:, 2])
+            parts[-1] += (f" (the plate {100 * across:.1f} cm across from the slot, {100 * above:.1f} cm above it: "
+                          "medians)")
+    return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 errors = ", ".join(f"{name} {100 * result[name][0]:.2f} / {100 * result[name][1]:.2f}"
                                    for name in REPORTED)
                 print(f"{scenes}, {run}: success {result['success']:.0%}; {errors}", flush=True)
+                print(f"    episodes: {describe_outcomes(result)}", flush=True)
 
     return run_command(measure, cut_short="the measurement was cut short")
 

@@ -417,6 +417,34 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_reports_a_c
     assert "--episodes must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_scripted_from_frames_counts_how_episodes_end_and_where_a_failed_one_let_go():
+    """The solver places; a hand that never closes never grasps; one that opens as soon as it holds lets go over the
+    basin, far across from the slot; one that stops and keeps the plate still holds it when time runs out."""
+    from envs.dishwashing.env import OBS_HELD
+
+    module = script("scripted_from_frames")
+    env = module.scene_env(load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *RANGES]), "train")
+    state = lambda stack: env.unwrapped.observation()  # noqa: E731
+    solver = lambda obs, guess, true: scripted_action(true)  # noqa: E731
+
+    def once_held(action):
+        return lambda obs, guess, true: np.array(action) if true[OBS_HELD] else solver(obs, guess, true)
+
+    hands = {"placed": solver, "never grasped": lambda obs, guess, true: np.array([0.0, 0.0, 0.0, -1.0]),
+             "let go": once_held([0.0, 0.0, 1.0, -1.0]), "still held": once_held([0.0, 0.0, 0.0, 1.0])}
+    try:
+        results = {name: module.play(env, state, seeds=[3], act=act) for name, act in hands.items()}
+    finally:
+        env.close()
+    for name, result in results.items():
+        assert result["outcomes"] == {outcome: int(outcome == name) for outcome in module.OUTCOMES}, name
+    offset = results["let go"]["releases"]
+    assert offset.shape == (1, 3) and np.linalg.norm(offset[0, :2]) > 0.1, "the basin is far from the rack"
+    text = module.describe_outcomes(results["let go"])
+    assert text.startswith("placed 0, never grasped 0, let go 1 (the plate ") and text.endswith("still held 0")
+    assert f"{100 * np.linalg.norm(offset[0, :2]):.1f} cm across from the slot" in text
+
+
 def test_scripted_from_frames_reads_the_estimates_units_from_the_weights_report(tmp_path):
     """The labels' mean and spread that trainer.pretrain writes beside the weights, without reading recordings; a
     report that has neither them nor the recordings' names is one line."""
