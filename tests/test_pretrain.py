@@ -470,6 +470,50 @@ def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(
     resumed.close()
 
 
+def test_init_goes_on_from_an_earlier_files_encoder_head_and_label_units(dataset, pretrained, tmp_path):
+    """With a vanishing learning rate, pretraining from --init writes back the earlier weights and scores its held-out
+    loss, in its label units and head width; a fresh start from the same seed writes other weights."""
+    init = pretrained[0]
+    earlier = json.loads(init.with_suffix(".json").read_text())
+    runs = {}
+    for name, args in (("init", ["--init", str(init)]), ("fresh", ["--head-hidden", str(HIDDEN)])):
+        out = tmp_path / f"{name}.pt"
+        done = pretrain_cli("--data", str(dataset), "--out", str(out), "--epochs", "0.1", "--batch-size", "8",
+                            "--lr", "1e-12", *args)
+        assert done.returncode == 0, done.stderr
+        runs[name] = torch.load(out, weights_only=True), json.loads(out.with_suffix(".json").read_text())
+    (weights, report), saved = runs["init"], torch.load(init, weights_only=True)
+    for part in ("state_dict", "projection", "readout"):
+        for key, value in saved[part].items():
+            torch.testing.assert_close(weights[part][key], value, rtol=0, atol=1e-6)
+    assert report["labels"] == earlier["labels"] and report["head_hidden"] == HIDDEN and report["init"] == str(init)
+    assert report["held_out_loss"] == pytest.approx(earlier["held_out_loss"], rel=1e-4)
+    fresh = runs["fresh"][0]["state_dict"]
+    assert max((fresh[key] - value).abs().max() for key, value in saved["state_dict"].items()) > 1e-3
+
+
+def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, pretrained, tmp_path, capsys):
+    from trainer.pretrain import main
+
+    bare = tmp_path / "bare.pt"
+    shutil.copy(pretrained[0], bare)  # without its report: no label units
+    other = tmp_path / "other.pt"
+    shutil.copy(pretrained[0], other)
+    other.with_suffix(".json").write_text('{"labels": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}')
+    base = ["--config", VIDEO, "--data", str(dataset), "--out", str(tmp_path / "out.pt"), "--epochs", "0.1",
+            *(arg for item in SETS for arg in ("--set", item))]
+    for args, message in (
+            (["--init", str(bare)], f"--init {bare} is not an encoder weights file with its readout and its report "
+                                    f"({tmp_path / 'bare.json'}) beside it; pass a file python3 -m trainer.pretrain"),
+            (["--init", str(other)], f"--init {other} learnt a state of 2 numbers and these recordings hold "
+                                     f"{OBS_SIZE}; pass recordings of the task it learnt"),
+            (["--init", str(pretrained[0]), "--head-hidden", "8"], "--head-hidden is the width of --init")):
+        assert main(base + args) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.strip().count("\n") == 0, err
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(dataset, pretrained, tmp_path):
     """Ctrl-C in trainer.pretrain was a KeyboardInterrupt traceback."""
     out = tmp_path / "encoder.pt"

@@ -7,7 +7,8 @@ Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regre
 stored beside every frame; the policy trained on the frozen encoder acts from frames alone. On recordings with views
 (trainer.record --views) every step is also seen in another scene, and --invariance weighs the squared difference of
 the two estimates. Held-out R^2 and RMSE are printed and written beside the weights (.json). An existing --out is
-refused unless --replace. See docs/encoders.md.
+refused unless --replace. --init goes on from an earlier file's encoder, head and label units (e.g. on recordings of
+states a trained policy reaches). See docs/encoders.md.
 
 Hand-written because no library trains this project's encoders on its replay's stacks: a plain supervised loop (Adam
 on a mean squared error) around the project's own builder, store and augmentation.
@@ -38,11 +39,12 @@ from trainer import lock
 from trainer.cli import run_command
 from trainer.config import Config, load_config
 from trainer.device import resolve_device
-from trainer.encoders import save_encoder_weights, untrained
+from trainer.encoders import HEAD_LAYERS, checkpoint_encoder, save_encoder_weights, untrained
 
 # the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
+DEFAULT_HIDDEN = 256  # the regression head's hidden layer: the frozen trunk's projection width
 CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed rack's slot) is not learnt
 
 
@@ -136,6 +138,26 @@ def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hi
     """A fresh, trainable encoder from the config (whatever its freeze and weights say) under a head."""
     return StateRegressor(build_encoder(untrained(cfg.encoder, freeze=False), obs_shape), outputs=outputs,
                           hidden=hidden)
+
+
+def regressor_from(cfg: Config, weights: str, obs_shape: tuple[int, ...], *, state_size: int):
+    """(the encoder and head an earlier pretraining wrote, its labels' Standardiser): to go on training them."""
+    report = Path(weights).with_suffix(".json")
+    loaded = checkpoint_encoder(weights, cfg.encoder.video, obs_shape, frames_of(cfg.env))
+    labels = json.loads(report.read_text()).get("labels") if report.is_file() else None
+    if loaded is None or set(loaded[1]) != set(HEAD_LAYERS) or labels is None:
+        raise UserError(f"--init {weights} is not an encoder weights file with its readout and its report ({report}) "
+                        "beside it; pass a file python3 -m trainer.pretrain wrote")
+    scaler = Standardiser.of(**labels)
+    if len(scaler.mean) != state_size:
+        raise UserError(f"--init {weights} learnt a state of {len(scaler.mean)} numbers and these recordings hold "
+                        f"{state_size}; pass recordings of the task it learnt")
+    state, head = loaded
+    model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=head["projection"]["weight"].shape[0])
+    model.encoder.load_state_dict(state)
+    model.head[0].load_state_dict(head["projection"])
+    model.head[2].load_state_dict(head["readout"])
+    return model, scaler
 
 
 @dataclasses.dataclass
@@ -237,8 +259,10 @@ def errors_by_group(predicted: np.ndarray, labels: np.ndarray, groups: dict[str,
 
 
 def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_size: int, lr: float,
-             holdout: float, hidden: int, invariance: float | None = None, progress: bool = True) -> dict:
-    """`invariance`: the weight of the scene pairs' squared difference, 1 if None; only for recordings with views."""
+             holdout: float, hidden: int | None = None, invariance: float | None = None, init: str | None = None,
+             progress: bool = True) -> dict:
+    """`invariance`: the weight of the scene pairs' squared difference, 1 if None; only for recordings with views.
+    `init`: an earlier weights file to go on from (its head's width, not `hidden`)."""
     started = time.monotonic()
     torch.manual_seed(cfg.training.seed)
     train_episodes, held_episodes, obs_shape, views = read_datasets(paths, cfg, holdout)
@@ -248,8 +272,12 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     invariance = 1.0 if invariance is None else invariance
     training, held = split_of(train_episodes, cfg, views=views), split_of(held_episodes, cfg, views=views)
     device = resolve_device(cfg.training.device)
-    scaler = Standardiser.fit(training.labels)
-    model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=hidden).to(device)
+    if init:
+        model, scaler = regressor_from(cfg, init, obs_shape, state_size=training.labels.shape[1])
+    else:
+        scaler = Standardiser.fit(training.labels)
+        model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=hidden or DEFAULT_HIDDEN)
+    model = model.to(device)
     losses = train(model, training, scaler, cfg, epochs=epochs, batch_size=batch_size, lr=lr, invariance=invariance,
                    device=device, progress=progress)
     estimate = functools.partial(predict, model, held, cfg, batch_size=batch_size, device=device, scaler=scaler)
@@ -258,11 +286,12 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     report = {
         "weights": str(out),
         "supervision": "privileged: the simulator state recorded beside each frame (the policy acts from frames)",
-        "data": [str(p) for p in paths],
+        "data": [str(p) for p in paths], "init": init,
         "encoder": dataclasses.asdict(cfg.encoder.video) | {"obs_shape": list(obs_shape)},
         "episodes": {"train": len(train_episodes), "held_out": len(held_episodes)},
         "stacks": {"train": len(training), "held_out": len(held)},
-        "epochs": epochs, "steps": len(losses), "batch_size": batch_size, "lr": lr, "head_hidden": hidden,
+        "epochs": epochs, "steps": len(losses), "batch_size": batch_size, "lr": lr,
+        "head_hidden": model.head[0].out_features,
         "views": views, "invariance": invariance if views else None,
         "augment_pad": cfg.sac.augment_pad, "autocast": cfg.training.autocast, "device": str(device),
         "train_loss": {"first_epoch": float(np.mean(losses[:per_epoch])),
@@ -342,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     parser.add_argument("--holdout", type=float, default=0.1,
                         help="share of each dataset's episodes held out (at least one, at most all but one)")
-    parser.add_argument("--head-hidden", type=int, default=256, help="units of the regression head's hidden layer")
+    parser.add_argument("--head-hidden", type=int, help=f"units of the regression head's hidden layer (default "
+                                                            f"{DEFAULT_HIDDEN}; with --init, that file's)")
+    parser.add_argument("--init", metavar="WEIGHTS",
+                        help="go on from this earlier weights file (its encoder, head and label units) instead of a "
+                             "fresh network")
     parser.add_argument("--invariance", type=float, default=None,
                         help="on recordings with views (trainer.record --views): weight of the squared difference "
                              "between the estimates of one step in two scenes (default 1)")
@@ -353,17 +386,19 @@ def main(argv: list[str] | None = None) -> int:
     def pretrain_and_report() -> None:
         configure()  # before the env layer loads mujoco
         if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
-                and 0 < args.holdout < 1 and args.head_hidden >= 1
+                and 0 < args.holdout < 1 and (args.head_hidden is None or args.head_hidden >= 1)
                 and (args.invariance is None or 0 <= args.invariance < math.inf)):
             raise UserError("--epochs and --lr must be finite and > 0, --batch-size and --head-hidden >= 1, "
                             f"--holdout in (0, 1), --invariance finite and >= 0; got {args.epochs}, {args.lr}, "
                             f"{args.batch_size}, {args.head_hidden}, {args.holdout}, {args.invariance}")
+        if args.init and args.head_hidden is not None:
+            raise UserError(f"--head-hidden is the width of --init {args.init}'s head; drop --head-hidden")
         check_writable(Path(args.out), replace=args.replace)
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         with lock.hold_output(args.out, what="weights file"):  # one pretraining into a file at a time
             report = pretrain(cfg, args.data, Path(args.out), epochs=args.epochs, batch_size=args.batch_size,
                               lr=args.lr, holdout=args.holdout, hidden=args.head_hidden,
-                              invariance=args.invariance)
+                              invariance=args.invariance, init=args.init)
         print(describe(report))
 
     return run_command(pretrain_and_report, cut_short=f"{args.out} was not written (an earlier file there is intact)")
