@@ -4,7 +4,9 @@ scenes, its held-out scenes) it prints the success rate over --episodes evaluati
 true state for the same starts, and the estimate's errors: its root mean square over all steps, and the part of it
 that stays the same through an episode (a scene's bias, which no closed loop can see). --trusted GROUP... reads
 those parts of the state from the simulator instead (e.g. "plate grasped", a flag a still frame barely shows).
---policy CHECKPOINT lets a trained policy act instead of the solver: where it goes, and what the encoder reads there.
+--policy CHECKPOINT lets a trained policy act instead of the solver: where it goes, and what the encoder reads there;
+with --policy-reads weights, its actor reads --weights' estimate instead of its own trunk's (a policy on a
+state_estimate trunk, and an encoder in the same label units: one trainer.pretrain --init went on from).
 Each run's episodes are also counted by how they end (placed, never grasped, let go outside the slot, still held),
 with where the plate was, from the slot, when a failed episode last let it go.
 
@@ -103,6 +105,17 @@ def describe_outcomes(result: dict) -> str:
     return ", ".join(parts)
 
 
+def check_same_units(policy_cfg, scaler, args) -> None:
+    """A policy's actor can read another encoder's estimate only if it learnt on a state estimate in the same units."""
+    if policy_cfg is None or policy_cfg.encoder.video.frozen_features != "state_estimate":
+        raise UserError("--policy-reads weights swaps the state estimate a policy's actor reads; pass --policy with a "
+                        "checkpoint trained with encoder.video.frozen_features=state_estimate")
+    own = state_scaler(policy_cfg, policy_cfg.encoder.video.weights, None, args.holdout)
+    if not (np.array_equal(own.mean, scaler.mean) and np.array_equal(own.std, scaler.std)):
+        raise UserError(f"{args.policy} learnt on estimates in other units than {args.weights}'s (their reports' "
+                        "labels differ); pass weights trainer.pretrain --init went on from its encoder")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "dishwashing_video_frozen_randomized.yaml"))
@@ -112,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--scenes", nargs="+", choices=SCENES, default=list(SCENES))
     parser.add_argument("--policy", help="a checkpoint whose policy acts instead of the solver")
+    parser.add_argument("--policy-reads", choices=("own", "weights"), default="own",
+                        help="the estimate the policy's actor reads: its own trunk's, or --weights'")
     parser.add_argument("--trusted", nargs="+", default=[], metavar="GROUP",
                         help="parts of the state read from the simulator, not the estimate")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
@@ -124,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         from envs.dishwashing.env import OBS_GROUPS
         from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of
-        from trainer.policy import Policy
+        from trainer.policy import load_checkpoint
 
         if args.episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {args.episodes}")
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         trusted = np.zeros(max(part.stop for part in OBS_GROUPS.values()), bool)
         for name in args.trusted:
             trusted[OBS_GROUPS[name]] = True
-        policy = Policy.load(args.policy, unit_actions=True) if args.policy else None  # before minutes of reading
+        policy, policy_cfg, _ = load_checkpoint(args.policy, unit_actions=True) if args.policy else (None,) * 3
 
         overrides = [*args.set, "encoder.video.frozen_features=state_estimate",
                      *([f"encoder.video.weights={args.weights}"] if args.weights else [])]
@@ -145,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                             "pass a dishwashing config")
         trunk, scaler = trunk_of(args.config, overrides), state_scaler(cfg, cfg.encoder.video.weights, args.data,
                                                                        args.holdout)
+        if args.policy_reads == "weights":
+            check_same_units(policy_cfg, scaler, args)
+            policy.net.encoder = trunk.encoder
         print(f"{cfg.encoder.video.weights}, {args.episodes} episodes per scene set"
               f"{', ' + ', '.join(args.trusted) + ' read from the simulator' if args.trusted else ''}; estimate "
               "errors in cm, RMS over steps / RMS of the episodes' means")

@@ -422,9 +422,9 @@ def test_a_weights_file_with_a_flipped_byte_fails_its_checksum(pretrained, tmp_p
     assert "\n" not in str(err.value)
 
 
-def frozen_run(weights, tmp_path, resume=None) -> Trainer:
+def frozen_run(weights, tmp_path, resume=None, *overrides: str) -> Trainer:
     """A few steps of configs/dishwashing_video_frozen.yaml on `weights`, saved to tmp_path/ckpt."""
-    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [
+    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [*overrides,
         *SETS, f"encoder.video.weights={weights}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
         "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
         "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
@@ -512,6 +512,49 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
         err = capsys.readouterr().err
         assert message in err and err.strip().count("\n") == 0, err
     assert not (tmp_path / "out.pt").exists()
+
+
+def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(dataset, pretrained, tmp_path, capsys):
+    """scripts/scripted_from_frames.py --policy-reads weights: the policy's own weights file changes nothing, another
+    file in the same label units changes the path it takes; a projection policy or other units are one line."""
+    from tests.test_randomize import script
+    from trainer import checkpoint_files
+
+    module = script("scripted_from_frames")
+    own = pretrained[0]
+    other = tmp_path / "other.pt"  # the same units, another estimate
+    payload = torch.load(own, weights_only=True)
+    payload["readout"]["bias"] += 0.5
+    del payload["checksum"]
+    torch.save(payload | {"checksum": checkpoint_files.digest(payload)}, other)
+    shutil.copy(own.with_suffix(".json"), other.with_suffix(".json"))
+    policies = {}
+    for features in ("state_estimate", "projection"):
+        run = frozen_run(own, tmp_path / features, None, f"encoder.video.frozen_features={features}")
+        run.run(8)
+        run.save(final_of_episode=False)
+        run.close()
+        [policies[features]] = (tmp_path / features / "ckpt").glob("*_latest.pt")
+
+    def main(weights, *args) -> int:
+        capsys.readouterr()
+        return module.main(["--config", str(ROOT / "configs" / "dishwashing_video_frozen.yaml"), "--weights",
+                            str(weights), "--scenes", "fixed", "--episodes", "1", *args,
+                            *(arg for item in SETS for arg in ("--set", item))])
+
+    def measured(weights, *args) -> str:
+        assert main(weights, *args) == 0
+        return capsys.readouterr().out.split("\n", 1)[1]  # after the line that names the weights
+
+    policy = ["--policy", str(policies["state_estimate"])]
+    assert measured(own, *policy, "--policy-reads", "weights") == measured(own, *policy)
+    assert measured(other, *policy, "--policy-reads", "weights") != measured(other, *policy)
+    assert main(other, "--policy", str(policies["projection"]), "--policy-reads", "weights") == 2
+    assert "pass --policy with a checkpoint trained with encoder.video.frozen_features=state_estimate" in \
+        capsys.readouterr().err
+    other.with_suffix(".json").write_text(json.dumps({"labels": {"mean": [0.0] * OBS_SIZE, "std": [1.0] * OBS_SIZE}}))
+    assert main(other, *policy, "--policy-reads", "weights") == 2
+    assert "learnt on estimates in other units than" in capsys.readouterr().err
 
 
 def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(dataset, pretrained, tmp_path):
