@@ -499,14 +499,21 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
     shutil.copy(pretrained[0], bare)  # without its report: no label units
     other = tmp_path / "other.pt"
     shutil.copy(pretrained[0], other)
-    other.with_suffix(".json").write_text('{"labels": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}')
+    varying = Standardiser.of(**json.loads(pretrained[0].with_suffix(".json").read_text())["labels"]).outputs
+    other.with_suffix(".json").write_text(json.dumps({"labels": {"mean": [0.0] * (varying + 1),
+                                                                 "std": [1.0] * varying + [0.0]}}))
+    mismatched = tmp_path / "mismatched.pt"
+    shutil.copy(pretrained[0], mismatched)
+    mismatched.with_suffix(".json").write_text('{"labels": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}')
     base = ["--config", VIDEO, "--data", str(dataset), "--out", str(tmp_path / "out.pt"), "--epochs", "0.1",
             *(arg for item in SETS for arg in ("--set", item))]
     for args, message in (
             (["--init", str(bare)], f"--init {bare} is not an encoder weights file with its readout and its report "
                                     f"({tmp_path / 'bare.json'}) beside it; pass a file python3 -m trainer.pretrain"),
-            (["--init", str(other)], f"--init {other} learnt a state of 2 numbers and these recordings hold "
-                                     f"{OBS_SIZE}; pass recordings of the task it learnt"),
+            (["--init", str(other)], f"--init {other} learnt a state of {varying + 1} numbers and these recordings "
+                                     f"hold {OBS_SIZE}; pass recordings of the task it learnt"),
+            (["--init", str(mismatched)], f"--init {mismatched} estimates {varying} numbers and its report's labels "
+                                          "vary in 2; put back the report it was written with"),
             (["--init", str(pretrained[0]), "--head-hidden", "8"], "--head-hidden is the width of --init")):
         assert main(base + args) == 2
         err = capsys.readouterr().err

@@ -140,19 +140,19 @@ def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hi
                           hidden=hidden)
 
 
-def regressor_from(cfg: Config, weights: str, obs_shape: tuple[int, ...], *, state_size: int):
+def regressor_from(cfg: Config, weights: str):
     """(the encoder and head an earlier pretraining wrote, its labels' Standardiser): to go on training them."""
     report = Path(weights).with_suffix(".json")
+    obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
     loaded = checkpoint_encoder(weights, cfg.encoder.video, obs_shape, frames_of(cfg.env))
     labels = json.loads(report.read_text()).get("labels") if report.is_file() else None
     if loaded is None or set(loaded[1]) != set(HEAD_LAYERS) or labels is None:
         raise UserError(f"--init {weights} is not an encoder weights file with its readout and its report ({report}) "
                         "beside it; pass a file python3 -m trainer.pretrain wrote")
-    scaler = Standardiser.of(**labels)
-    if len(scaler.mean) != state_size:
-        raise UserError(f"--init {weights} learnt a state of {len(scaler.mean)} numbers and these recordings hold "
-                        f"{state_size}; pass recordings of the task it learnt")
-    state, head = loaded
+    scaler, (state, head) = Standardiser.of(**labels), loaded
+    if head["readout"]["weight"].shape[0] != scaler.outputs:
+        raise UserError(f"--init {weights} estimates {head['readout']['weight'].shape[0]} numbers and its report's "
+                        f"labels vary in {scaler.outputs}; put back the report it was written with ({report})")
     model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=head["projection"]["weight"].shape[0])
     model.encoder.load_state_dict(state)
     model.head[0].load_state_dict(head["projection"])
@@ -265,6 +265,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     `init`: an earlier weights file to go on from (its head's width, not `hidden`)."""
     started = time.monotonic()
     torch.manual_seed(cfg.training.seed)
+    model, scaler = regressor_from(cfg, init) if init else (None, None)  # before minutes of reading
     train_episodes, held_episodes, obs_shape, views = read_datasets(paths, cfg, holdout)
     if invariance is not None and not views:
         raise UserError("--invariance weighs the same step seen in two scenes, and these datasets hold one scene "
@@ -272,9 +273,10 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     invariance = 1.0 if invariance is None else invariance
     training, held = split_of(train_episodes, cfg, views=views), split_of(held_episodes, cfg, views=views)
     device = resolve_device(cfg.training.device)
-    if init:
-        model, scaler = regressor_from(cfg, init, obs_shape, state_size=training.labels.shape[1])
-    else:
+    if init and len(scaler.mean) != training.labels.shape[1]:
+        raise UserError(f"--init {init} learnt a state of {len(scaler.mean)} numbers and these recordings hold "
+                        f"{training.labels.shape[1]}; pass recordings of the task it learnt")
+    if not init:
         scaler = Standardiser.fit(training.labels)
         model = build_regressor(cfg, obs_shape, outputs=scaler.outputs, hidden=hidden or DEFAULT_HIDDEN)
     model = model.to(device)
