@@ -160,3 +160,13 @@ def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tupl
     process.send_signal(sig)
     _, rest = process.communicate(timeout=120)
     return process.returncode, (seen + rest).decode()
+
+
+def script(name: str):
+    """scripts/<name>.py as a module: the scripts are run by path, not imported as a package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -22,7 +22,7 @@ from envs.dishwashing.env import OBS_GROUPS, OBS_SIZE
 from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
-from tests.conftest import ROOT, interrupt_when_started, pause, wait_for_lock
+from tests.conftest import ROOT, interrupt_when_started, pause, script, wait_for_lock
 from trainer.config import load_config
 from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
 from trainer.loop import Trainer
@@ -524,7 +524,6 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
 def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(dataset, pretrained, tmp_path, capsys):
     """scripts/scripted_from_frames.py --policy-reads weights: the policy's own weights file changes nothing, another
     file in the same label units changes the path it takes; a projection policy or other units are one line."""
-    from tests.test_randomize import script
     from trainer import checkpoint_files
 
     module = script("scripted_from_frames")

@@ -15,7 +15,7 @@ from envs.make import make_env
 from envs.randomize import HELDOUT, RandomScene, other_scenes, random_scene, render_scenes
 from envs.workers import InProcessEnv
 from errors import UserError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, script
 from trainer import checkpoint, evaluate
 from trainer.cli import explain
 from trainer.config import load_config
@@ -315,15 +315,6 @@ def test_cartpole_and_half_cheetah_scenes_differ_by_seed():
         frames = [env.reset(seed)[0, -1].astype(int) for seed in (0, 1, 0)]
         assert np.abs(frames[0] - frames[1]).mean() > 3 and np.array_equal(frames[0], frames[2]), config.name
         env.close()
-
-
-def script(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_path):
