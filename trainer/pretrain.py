@@ -140,12 +140,18 @@ def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hi
                           hidden=hidden)
 
 
+def read_report(weights: str) -> dict:
+    """The report this command wrote beside a weights file ({} where there is none)."""
+    report = Path(weights).with_suffix(".json")
+    return json.loads(report.read_text()) if report.is_file() else {}
+
+
 def regressor_from(cfg: Config, weights: str):
     """(the encoder and head an earlier pretraining wrote, its labels' Standardiser): to go on training them."""
     report = Path(weights).with_suffix(".json")
     obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
     loaded = checkpoint_encoder(weights, cfg.encoder.video, obs_shape, frames_of(cfg.env))
-    labels = json.loads(report.read_text()).get("labels") if report.is_file() else None
+    labels = read_report(weights).get("labels")
     if loaded is None or set(loaded[1]) != set(HEAD_LAYERS) or labels is None:
         raise UserError(f"--init {weights} is not an encoder weights file with its readout and its report ({report}) "
                         "beside it; pass a file python3 -m trainer.pretrain wrote")
