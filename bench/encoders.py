@@ -42,7 +42,7 @@ def measure(arch: str, settings: dict, batch: int, repeats: int) -> dict:
     for key, value in settings.items():
         setattr(cfg.video, key, value)
     env = EnvConfig()
-    obs_shape = (env.frame_stack, 3, env.image_size, env.image_size)
+    obs_shape = env.stack_shape
     torch.manual_seed(0)
     encoder = build_encoder(cfg, obs_shape)
     obs = torch.randint(0, 256, (batch, *obs_shape), dtype=torch.uint8)

@@ -48,7 +48,7 @@ ACTIONS, STATE = 4, 26  # the dishwashing task's
 def policy_net(name: str) -> tuple[PolicyNet, Spec]:
     config, overrides = ROWS[name]
     cfg = load_config(ROOT / "configs" / config, ["profile=cpu", "demos.path=null", *overrides])
-    obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size) if cfg.pixels else (STATE,)
+    obs_shape = cfg.env.stack_shape if cfg.pixels else (STATE,)
     encoder = build_encoder(cfg.encoder, obs_shape)
     frozen = cfg.pixels and cfg.encoder.video.freeze
     if frozen:

@@ -339,7 +339,7 @@ class SB3Trainer:
 
         cfg = config(args)
         self.env = channels_stacked(make_env(cfg.env, cfg.pixels))
-        stack_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
+        stack_shape = cfg.env.stack_shape
 
         class Simple2DCNNExtractor(BaseFeaturesExtractor):
             """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as an SB3 extractor.

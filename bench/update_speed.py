@@ -35,8 +35,7 @@ def build(cfg, device: torch.device, *, cuda_graph: bool, action_dim: int):
     from sac.agent import SAC
     from trainer.encoders import build_encoders
 
-    env = cfg.env
-    encoder, _ = build_encoders(cfg, (env.frame_stack, 3, env.image_size, env.image_size), device)
+    encoder, _ = build_encoders(cfg, cfg.env.stack_shape, device)
     return SAC(encoder, action_dim, cfg.sac, device=device, pixels=True, autocast=cfg.training.autocast,
                cuda_graph=cuda_graph)
 

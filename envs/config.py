@@ -50,3 +50,8 @@ class EnvConfig:
     warp_shadows: bool = False
     warp_skybox: bool = False
     randomize: RandomizeConfig = field(default_factory=RandomizeConfig)
+
+    @property
+    def stack_shape(self) -> tuple[int, int, int, int]:
+        """One observation as the pixel encoders take it: (frame_stack, 3, image_size, image_size)."""
+        return (self.frame_stack, 3, self.image_size, self.image_size)

@@ -69,8 +69,7 @@ def variances(trunk, stacks: list[np.ndarray]) -> tuple[float, float]:
 
 def trunk_of(config: str, overrides: list[str]):
     cfg = load_config(config, overrides)
-    shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
-    _, trunk = build_encoders(cfg, shape, torch.device("cpu"))
+    _, trunk = build_encoders(cfg, cfg.env.stack_shape, torch.device("cpu"))
     if trunk is None:
         raise UserError(f"{config} trains its encoder, and this measures a frozen one; pass a config with "
                         "encoder.video.freeze: true and its weights (e.g. configs/dishwashing_video_frozen.yaml)")

@@ -33,7 +33,7 @@ def test_every_arch_has_an_example_config():
 def test_every_arch_builds_from_its_yaml_and_trains_on_a_uint8_batch(arch):
     cfg = load_config(ROOT / EXAMPLES[arch], ["encoder.video.pretrained=false", "encoder.video.input_size=null"])
     assert cfg.encoder.video.arch == arch
-    encoder = build_encoder(cfg.encoder, (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size))
+    encoder = build_encoder(cfg.encoder, cfg.env.stack_shape)
     obs = torch.randint(0, 256, (2, 3, 3, 84, 84), dtype=torch.uint8)
     features = encoder(obs)
     assert encoder.repr_dim == REPR_DIMS[arch] and features.shape == (2, REPR_DIMS[arch])

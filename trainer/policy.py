@@ -200,7 +200,7 @@ def task_spec(cfg) -> Spec:
     state = (gym.spaces.flatdim(task.observation_space),)
     task.close()
     env = cfg.env
-    obs_shape = (env.frame_stack, 3, env.image_size, env.image_size) if cfg.pixels else state
+    obs_shape = env.stack_shape if cfg.pixels else state
     return Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=space.low.tolist(), action_high=space.high.tolist(),
                 task=env.id, encoder=cfg.encoder.video.arch if cfg.pixels else "state", action_repeat=env.action_repeat)
 

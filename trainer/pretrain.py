@@ -149,7 +149,7 @@ def read_report(weights: str) -> dict:
 def regressor_from(cfg: Config, weights: str):
     """(the encoder and head an earlier pretraining wrote, its labels' Standardiser): to go on training them."""
     report = Path(weights).with_suffix(".json")
-    obs_shape = (cfg.env.frame_stack, 3, cfg.env.image_size, cfg.env.image_size)
+    obs_shape = cfg.env.stack_shape
     loaded = checkpoint_encoder(weights, cfg.encoder.video, obs_shape, frames_of(cfg.env))
     labels = read_report(weights).get("labels")
     if loaded is None or set(loaded[1]) != set(HEAD_LAYERS) or labels is None:
