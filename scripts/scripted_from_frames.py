@@ -39,14 +39,14 @@ OUTCOMES = ("placed", "never grasped", "let go", "still held")  # how an episode
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
     """The pretraining's Standardiser: from its report, or fitted again on `data`'s training episodes (a report
     written before reports stored it names its recordings)."""
-    from trainer.pretrain import Standardiser, read_datasets, read_report
+    from trainer.pretrain import Standardiser, read_datasets, read_report, report_path
 
     saved = read_report(weights)
     if not data and "labels" in saved:
         return Standardiser.of(**saved["labels"])
     if not data and "data" not in saved:
-        raise UserError(f"the recordings {weights} was pretrained on are unknown ({Path(weights).with_suffix('.json')} "
-                        "names none); pass them with --data")
+        raise UserError(f"the recordings {weights} was pretrained on are unknown ({report_path(weights)} names none); "
+                        "pass them with --data")
     train, _, _, _ = read_datasets(data or saved["data"], cfg, holdout)
     return Standardiser.fit(np.concatenate([e.observations["state"] for e in train]).astype(np.float32))
 

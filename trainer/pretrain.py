@@ -140,15 +140,20 @@ def build_regressor(cfg: Config, obs_shape: tuple[int, ...], *, outputs: int, hi
                           hidden=hidden)
 
 
+def report_path(weights: str | Path) -> Path:
+    """Where this command writes the report of a weights file: beside it, as .json."""
+    return Path(weights).with_suffix(".json")
+
+
 def read_report(weights: str) -> dict:
     """The report this command wrote beside a weights file ({} where there is none)."""
-    report = Path(weights).with_suffix(".json")
+    report = report_path(weights)
     return json.loads(report.read_text()) if report.is_file() else {}
 
 
 def regressor_from(cfg: Config, weights: str):
     """(the encoder and head an earlier pretraining wrote, its labels' Standardiser): to go on training them."""
-    report = Path(weights).with_suffix(".json")
+    report = report_path(weights)
     obs_shape = cfg.env.stack_shape
     loaded = checkpoint_encoder(weights, cfg.encoder.video, obs_shape, frames_of(cfg.env))
     labels = read_report(weights).get("labels")
@@ -318,7 +323,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
         report["replaced"] = [str(path) for path in keep_aside(out)]
         save_encoder_weights(out, cfg.encoder, obs_shape, model.encoder, projection=model.head[0],
                              readout=model.head[2], frames=frames_of(cfg.env))
-        atomic_write(out.with_suffix(".json"), lambda f: f.write((json.dumps(report, indent=2) + "\n").encode()))
+        atomic_write(report_path(out), lambda f: f.write((json.dumps(report, indent=2) + "\n").encode()))
     except OSError as err:
         raise UserError(f"cannot write {err.filename or out} ({err.strerror or err}); free space or pass another "
                         "--out (an earlier file there is intact)") from None
@@ -329,7 +334,7 @@ def keep_aside(out: Path) -> list[Path]:
     """Hard links `<name>.replaced-<time>.pt` and `.json`: runs trained frozen on the old weights need that file."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = []
-    for path in (out, out.with_suffix(".json")):
+    for path in (out, report_path(out)):
         if path.is_file():
             kept.append(path.with_name(f"{path.stem}.replaced-{stamp}{path.suffix}"))
             os.link(path, kept[-1])

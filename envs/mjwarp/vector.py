@@ -174,8 +174,7 @@ def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def spaces(task, env_cfg: EnvConfig, *, pixels: bool) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     """(one world's observation space, its action space): frame stacks or state vectors; actions in [-1, 1]."""
     if pixels:
-        size = env_cfg.image_size
-        observation = gym.spaces.Box(0, 255, (env_cfg.frame_stack, 3, size, size), np.uint8)
+        observation = gym.spaces.Box(0, 255, env_cfg.stack_shape, np.uint8)
     else:
         observation = gym.spaces.Box(-np.inf, np.inf, (task.state_dim,), np.float32)
     return observation, gym.spaces.Box(-1.0, 1.0, (task.action_dim,), np.float32)
