@@ -1,6 +1,9 @@
 """The randomisation result as one CSV (docs/dishwashing_randomized.csv): for each arm (trained without or with
-visual randomisation) and seed, the mean success of its last five evaluations on its training scenes (eval.csv) and
-on the held-out scenes (eval_heldout.csv), from bench/learn.py output folders (<out>/runs/seed<N>/):
+visual randomisation) and seed, the mean success of its last five evaluations on the training scene (the task's own,
+scene.xml), on held-out scenes, and for the randomised arm also on its own randomised training scenes. Reads
+bench/learn.py output folders (<out>/runs/seed<N>/): eval.csv, eval_heldout.csv, and for the randomised arm
+fixed_scene/episodes.csv, trainer.evaluate's episodes of the run's last five checkpoints with randomisation off
+(docs/dishwashing.md gives the command):
 
     python3 scripts/randomized_result.py --none runs/dish_frozen_heldout --randomized runs/dish_frozen_randomized \
         --seeds 1 2 --out docs/dishwashing_randomized.csv
@@ -12,6 +15,7 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from statistics import mean
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -19,24 +23,44 @@ sys.path.insert(0, str(ROOT))
 from trainer.plot import read_rows  # noqa: E402
 
 LAST = 5  # evaluations averaged: success swings between evaluations (docs/dishwashing.md)
-SCENES = {"train": "eval.csv", "heldout": "eval_heldout.csv"}
+FIXED_SCENE = Path("fixed_scene") / "episodes.csv"
+# scene -> the file of each arm's seed folder its evaluations come from
+SCENES = {
+    "none": {"train": "eval.csv", "heldout": "eval_heldout.csv"},
+    "randomized": {"train": FIXED_SCENE, "heldout": "eval_heldout.csv", "train_randomized": "eval.csv"},
+}
 
 
-def rows(arms: dict[str, Path], seeds: list[int]) -> list[tuple]:
-    """(trained_with, seed, scene, success, evaluations averaged, last env_step) per arm, seed and scene."""
+def successes(path: Path) -> list[float]:
+    """Each evaluation's success rate in order: eval.csv's rows, or each checkpoint's episodes in episodes.csv."""
+    if path.name != "episodes.csv":
+        return [row["success"] for row in read_rows(path)]
+    by_checkpoint: dict[str, list[float]] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            by_checkpoint.setdefault(row["checkpoint"], []).append(float(row["success"]) if row["success"] else None)
+    return [None if None in rates else mean(rates) for rates in by_checkpoint.values()]
+
+
+def rows(arm: str, out: Path, seeds: list[int]) -> list[tuple]:
+    """(trained_with, seed, scene, success, evaluations averaged, the run's last env_step) per seed and scene."""
     result = []
-    for arm, out in arms.items():
-        for seed in seeds:
-            for scene, name in SCENES.items():
-                path = out / "runs" / f"seed{seed}" / name
-                if not path.exists():
-                    sys.exit(f"error: {path} not found; train that seed with bench/learn.py (a config whose "
-                             "env.randomize.heldout is true writes eval_heldout.csv)")
-                evals = read_rows(path)[-LAST:]
-                if not evals or evals[0]["success"] is None:
-                    sys.exit(f"error: {path} holds no success rates; it must be a dishwashing run's")
-                success = sum(r["success"] for r in evals) / len(evals)
-                result.append((arm, seed, scene, f"{success:.3f}", len(evals), evals[-1]["env_step"]))
+    for seed in seeds:
+        folder = out / "runs" / f"seed{seed}"
+        for scene, name in SCENES[arm].items():
+            path = folder / name
+            if not path.exists():
+                fix = (f"evaluate the run's last {LAST} checkpoints on the task's own scene: python3 -m "
+                       "trainer.evaluate CHECKPOINT ... --episodes 20 --set env.randomize.enabled=false --set "
+                       f"env.randomize.heldout=false --out {path.parent}" if name == FIXED_SCENE else
+                       "train that seed with bench/learn.py (a config whose env.randomize.heldout is true writes "
+                       "eval_heldout.csv)")
+                sys.exit(f"error: {path} not found; {fix}")
+            evals = successes(path)[-LAST:]
+            if not evals or None in evals:
+                sys.exit(f"error: {path} holds no success rates; it must be a dishwashing run's")
+            last_step = read_rows(folder / "eval.csv")[-1]["env_step"]
+            result.append((arm, seed, scene, f"{mean(evals):.3f}", len(evals), last_step))
     return result
 
 
@@ -63,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("error: nothing to measure; pass --none, --randomized or both")
     table = []
     for arm, folder in arms.items():
-        table += rows({arm: folder}, args.seeds) if folder else kept(args.out, arm)
+        table += rows(arm, folder, args.seeds) if folder else kept(args.out, arm)
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(("trained_with", "seed", "scene", "success", "evaluations", "env_step"))

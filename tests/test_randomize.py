@@ -317,32 +317,58 @@ def test_cartpole_and_half_cheetah_scenes_differ_by_seed():
         env.close()
 
 
+EVAL_HEADER = "env_step,frames,episode,return,success,wall_s\n"
+
+
+def seed_folder(root, arm: str, seed: int, *, train: list[float], heldout: list[float], fixed: list[list[bool]] = ()):
+    """bench/learn.py's folder of one seed: eval.csv, eval_heldout.csv and, when given, trainer.evaluate's episodes
+    of a checkpoint per entry of `fixed` (its episodes' successes), as those tools write them."""
+    folder = root / arm / "runs" / f"seed{seed}"
+    folder.mkdir(parents=True)
+    for name, values in (("eval.csv", train), ("eval_heldout.csv", heldout)):
+        (folder / name).write_text(EVAL_HEADER + "".join(f"{i},{i},{i},-1,{v},1\n" for i, v in enumerate(values)))
+    if fixed:
+        (folder / "fixed_scene").mkdir()
+        episodes = [evaluate.Episode(f"seed{seed}_ep{n}.pt", seed=i, ret=-1.0, length=5, success=won)
+                    for n, checkpoint_episodes in enumerate(fixed) for i, won in enumerate(checkpoint_episodes)]
+        evaluate.write_csv(episodes, folder / "fixed_scene" / "episodes.csv")
+
+
 def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_path):
+    """The training scene is the task's own for both arms: the fixed arm's eval.csv, the randomised arm's last five
+    checkpoints evaluated with randomisation off (the mean of their success); its own scenes get rows of their own."""
     result = script("randomized_result")
-    header = "env_step,frames,episode,return,success,wall_s\n"
-    for arm, train, heldout in (("none", [0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0.5, 0]), ("random", [1] * 6, [1] * 6)):
-        for seed in (1, 2):
-            folder = tmp_path / arm / "runs" / f"seed{seed}"
-            folder.mkdir(parents=True)
-            for name, values in (("eval.csv", train), ("eval_heldout.csv", heldout)):
-                (folder / name).write_text(header + "".join(f"{i},{i},{i},-1,{v},1\n" for i, v in enumerate(values)))
+    fixed = [[True, False], [True, True], [True, True], [False, False], [True, True], [True, True]]  # the last 5: 0.8
+    for seed in (1, 2):
+        seed_folder(tmp_path, "none", seed, train=[0, 1, 1, 1, 1, 1], heldout=[0, 0, 0, 0, 0.5, 0])
+        seed_folder(tmp_path, "random", seed, train=[1, 0.5, 0.5, 0.5, 0.5, 0.5], heldout=[1] * 6, fixed=fixed)
     result.main(["--none", str(tmp_path / "none"), "--randomized", str(tmp_path / "random"), "--out",
                  str(tmp_path / "result.csv")])
     with open(tmp_path / "result.csv") as f:
-        table = list(csv.DictReader(f))
-    assert [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in table[:2]] == [
-        ("none", "1", "train", "1.000"), ("none", "1", "heldout", "0.100")]
-    assert {r["success"] for r in table if r["trained_with"] == "randomized"} == {"1.000"}
+        table = [(r["trained_with"], r["seed"], r["scene"], r["success"], r["evaluations"]) for r in csv.DictReader(f)]
+    assert table[:2] == [("none", "1", "train", "1.000", "5"), ("none", "1", "heldout", "0.100", "5")]
+    assert table[4:7] == [("randomized", "1", "train", "0.800", "5"), ("randomized", "1", "heldout", "1.000", "5"),
+                          ("randomized", "1", "train_randomized", "0.500", "5")]
+    assert len(table) == 10
+
+
+def test_a_randomised_arm_without_its_fixed_scene_evaluation_is_one_line_naming_the_command(tmp_path):
+    result = script("randomized_result")
+    for seed in (1, 2):
+        seed_folder(tmp_path, "random", seed, train=[1] * 5, heldout=[1] * 5)
+    out = tmp_path / "result.csv"
+    out.write_text("trained_with,seed,scene,success,evaluations,env_step\nnone,1,train,0.780,5,29664\n")
+    with pytest.raises(SystemExit, match=r"fixed_scene/episodes.csv not found; evaluate the run's last 5 "
+                                         r"checkpoints .* trainer.evaluate .*env.randomize.enabled=false") as err:
+        result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
+    assert "\n" not in str(err.value)
+    assert out.read_text().count("\n") == 2  # untouched
 
 
 def test_the_result_table_keeps_the_rows_of_an_arm_it_does_not_measure(tmp_path):
     result = script("randomized_result")
-    header = "env_step,frames,episode,return,success,wall_s\n"
     for seed in (1, 2):
-        folder = tmp_path / "random" / "runs" / f"seed{seed}"
-        folder.mkdir(parents=True)
-        for name in ("eval.csv", "eval_heldout.csv"):
-            (folder / name).write_text(header + "".join(f"{i},{i},{i},-1,0.5,1\n" for i in range(5)))
+        seed_folder(tmp_path, "random", seed, train=[0.5] * 5, heldout=[0.5] * 5, fixed=[[True, False]] * 5)
     out = tmp_path / "result.csv"
     with pytest.raises(SystemExit, match="holds no 'none' rows to keep; pass --none"):
         result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
@@ -354,7 +380,8 @@ def test_the_result_table_keeps_the_rows_of_an_arm_it_does_not_measure(tmp_path)
     with open(out) as f:
         table = [(r["trained_with"], r["seed"], r["scene"], r["success"]) for r in csv.DictReader(f)]
     assert table == [("none", "1", "train", "0.780"), ("none", "1", "heldout", "0.000"),
-                     *[("randomized", str(seed), scene, "0.500") for seed in (1, 2) for scene in ("train", "heldout")]]
+                     *[("randomized", str(seed), scene, "0.500") for seed in (1, 2)
+                       for scene in ("train", "heldout", "train_randomized")]]
     with pytest.raises(SystemExit, match="pass --none, --randomized or both"):
         result.main(["--out", str(out)])
 
