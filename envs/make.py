@@ -47,11 +47,12 @@ def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
     return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
 
 
-def make_vector_env(cfg: EnvConfig, pixels: bool) -> EnvWorkers | InProcessEnv:
+def make_vector_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> EnvWorkers | InProcessEnv:
+    """`cfg.num_envs` worker processes, or one env in this process; `heldout` as in `make_env`."""
     if cfg.num_envs == 1:
-        return InProcessEnv(make_env(cfg, pixels))
+        return InProcessEnv(make_env(cfg, pixels, heldout=heldout))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
-    return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads), cfg.num_envs)
+    return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads, heldout=heldout), cfg.num_envs)
 
 
 def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
@@ -64,12 +65,12 @@ def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = Fa
     return make_warp_env(cfg, pixels, device, heldout)
 
 
-def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int) -> gym.Env:
+def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int, *, heldout: bool = False) -> gym.Env:
     """A vector worker's env. Mesa's software renderer starts a rasterizer thread per core in every process, so each
     worker gets its share of the cores; a share of one renders in the worker's own thread (docs/guide.md)."""
     if multiprocessing.parent_process() is not None:
         os.environ.setdefault("LP_NUM_THREADS", str(render_threads if render_threads > 1 else 0))
-    return make_env(cfg, pixels)
+    return make_env(cfg, pixels, heldout=heldout)
 
 
 def state_size(env_id: str) -> int:

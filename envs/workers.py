@@ -113,6 +113,9 @@ class EnvWorkers:
             self.close()
             raise
         self.num_envs = num_envs
+        base = self.workers[0]  # asked before any step is in flight: a call waits for none
+        self.terminates_on_success = bool(base.call("has_wrapper_attr", "terminates_on_success")[0]
+                                          and base.get_attr("terminates_on_success")[0])
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)

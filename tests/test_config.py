@@ -199,6 +199,10 @@ def test_dmc_pixel_configs_carry_drq_settings_on_a_gpu_and_the_measured_cpu_vari
          "never update; raise sac.buffer_size or lower sac.batch_size"),
         ("", ["env.warp_processes=0"],
          "config key 'env.warp_processes' must be in [1, 1024] or null (null = one per core"),
+        ("", ["training.eval_envs=0"], "config key 'training.eval_envs' must be in [1, 256], got 0"),
+        ("", ["encoder.type=state", "training.eval_envs=2"],
+         "training.eval_envs > 1 evaluates in worker processes, whose state-mode envs render no eval video; set "
+         "logging.eval_video=false or training.eval_envs=1"),
     ],
 )
 def test_bad_input_is_a_user_error_naming_the_key(tmp_path, text, overrides, expected):

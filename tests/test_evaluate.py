@@ -74,6 +74,24 @@ def test_a_pixel_checkpoint_prints_its_return_and_writes_episodes_csv_and_a_vide
     assert gif.size == (40, 40) and gif.n_frames == 15
 
 
+def test_episodes_spread_over_worker_processes_are_the_episodes_of_one_process(pixels, state, tmp_path, capsys):
+    """--envs K: the same seeds, lengths and successes, returns to within the rounding of a batch of K frames against
+    a batch of one; the video then shows the policy's own frames, which a state policy has none of."""
+    for run, extra in ((pixels, ["--video", "--video-size", "40"]), (state, [])):
+        for envs, out in ((1, tmp_path / "one"), (3, tmp_path / "three")):
+            assert evaluate.main([latest(run), "--episodes", "5", "--seed", "9", "--envs", str(envs), "--out",
+                                  str(out), "--no-progress", *extra]) == 0
+        one, three = episodes_csv(tmp_path / "one"), episodes_csv(tmp_path / "three")
+        assert [(r["seed"], r["length"], r["success"]) for r in one] == [
+            (r["seed"], r["length"], r["success"]) for r in three]
+        np.testing.assert_allclose([float(r["return"]) for r in one], [float(r["return"]) for r in three], rtol=1e-6)
+    assert Image.open(tmp_path / "three" / "sac_video_latest.gif").size == (40, 40)
+    capsys.readouterr()
+    assert evaluate.main([latest(state), "--envs", "2", "--video", "--out", str(tmp_path / "no")]) == 2
+    assert "--video with --envs > 1 films the frames the policy sees" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
 def test_the_evaluator_repeats_the_run_s_own_evaluation_of_a_checkpoint(pixels, capsys):
     """At the default seeds and the run's eval_episodes, a checkpoint saved with an evaluation gives its number."""
     logged = read_rows(pixels.logger.eval_csv)[-1]

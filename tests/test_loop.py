@@ -235,6 +235,42 @@ def test_success_rate_is_the_share_of_eval_episodes_that_end_in_success(tmp_path
     assert run.evaluate()[1] == 0.0
 
 
+def test_evaluation_spread_over_worker_processes_gives_the_in_process_episodes(tmp_path):
+    """training.eval_envs > 1 runs the same episodes (episode i from the same seed, the same deterministic policy)
+    in worker processes: the same returns and success rate, also on held-out scenes; the GIF shows env 0's frames."""
+    def scripted(obs, sample):  # a batch: the first step after a reset acts for every worker at once
+        return np.stack([scripted_action(state) for state in obs])
+
+    results = []
+    for envs in (1, 2):
+        run = trainer(tmp_path / f"state{envs}", "dishwashing_feasible.yaml", eval_episodes=3, eval_envs=envs)
+        run.agent.act = scripted
+        results.append(run.evaluate()[:2])
+        run.close()
+    assert results[0] == results[1] and results[0][1] == 1.0
+
+    pixels, clips = [], []
+    for envs in (1, 3):
+        cfg = load_config(ROOT / "configs" / "dishwashing_video.yaml", [
+            "profile=cpu", "demos.path=null", "env.image_size=64", "env.max_episode_steps=6", "sac.hidden_dim=32",
+            "sac.feature_dim=16", "env.randomize.heldout=true", f"training.eval_envs={envs}",
+            "training.eval_episodes=4", f"logging.tensorboard_dir={tmp_path / 'runs'}", "logging.progress=false",
+            f"checkpoint.dir={tmp_path / f'ckpt{envs}'}"])
+        run = Trainer(cfg)
+        mean_return, success, clip = run.evaluate()
+        pixels.append((mean_return, success, run.evaluate(run.heldout_env)[:2]))
+        clips.append(clip)
+        run.close()
+    # a worker's first action after a reset comes from a batch of all workers' frames, whose float sums may round
+    # otherwise than a batch of one: the same episodes to within that rounding
+    (one, one_success, one_heldout), (spread, spread_success, spread_heldout) = pixels
+    assert (one_success, one_heldout[1]) == (spread_success, spread_heldout[1])
+    np.testing.assert_allclose([one, one_heldout[0]], [spread, spread_heldout[0]], rtol=1e-8)
+    assert abs(one - one_heldout[0]) > 1e-5, "held-out scenes: other frames, other actions, other returns"
+    assert len(clips[1]) == 6 and clips[1][0].shape == (64, 64, 3) and clips[1][0].dtype == np.uint8
+    assert clips[0][0].shape == (128, 128, 3), "in this process the eval camera films at logging.video_size"
+
+
 def test_tasks_without_success_report_no_success_rate(tmp_path):
     run = trainer(tmp_path, "inverted_pendulum_state.yaml", eval_episodes=1)
     mean_return, success_rate, _ = run.evaluate()

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from encoders.config import EncoderConfig
-from envs.config import EnvConfig
+from envs.config import MAX_WORKERS, EnvConfig
 from errors import UserError
 from sac.config import SACConfig
 from settings import MILLION, check_settings, setting
@@ -52,6 +52,7 @@ class TrainingConfig:
     seed_steps: int = setting(1000, ge=0, le=10**9)
     eval_every_episodes: int = setting(10, ge=0, le=10 * MILLION, note="0 = no evaluation")
     eval_episodes: int = setting(5, ge=1, le=10_000)
+    eval_envs: int = setting(1, ge=1, le=MAX_WORKERS)  # processes an evaluation's episodes are spread over
     device: str = setting("auto", choices=DEVICES)
     auto_shutdown: str | None = setting(None, note="null = none")
     compile: bool = False

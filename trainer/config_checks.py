@@ -80,6 +80,9 @@ def _check_cross_keys(cfg: Config) -> None:
         raise UserError("env.randomize.ambient cannot vary with env.backend=mujoco_warp: MuJoCo Warp renders one "
                         "headlight for every world, see docs/warp.md#visual-domain-randomisation; set "
                         "env.randomize.ambient=0, or use env.backend=mujoco")
+    if cfg.training.eval_envs > 1 and cfg.logging.eval_video and not pixels:
+        raise UserError("training.eval_envs > 1 evaluates in worker processes, whose state-mode envs render no eval "
+                        "video; set logging.eval_video=false or training.eval_envs=1")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat
     if physics_steps > PHYSICS_STEPS_LIMIT:
         raise UserError(f"env.max_episode_steps * env.action_repeat is {physics_steps} simulator steps per episode, "

@@ -1,7 +1,7 @@
 """Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the trainer's evaluation env.
 
-    python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--out DIR] [--video]
-        [--heldout] [--set key=value ...]
+    python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--envs K] [--out DIR]
+        [--video] [--heldout] [--set key=value ...]
 
 Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also their IQM) and
 writes episodes.csv. Episode i starts from seed S + i, by default the run's own evaluation seeds, so
@@ -41,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
     parser.add_argument("--episodes", type=positive, default=10, help="episodes per checkpoint (default 10)")
     parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")
+    parser.add_argument("--envs", type=positive, default=1,
+                        help="worker processes the episodes are spread over (default 1: this process); a video then "
+                             "shows the frames the policy sees")
     parser.add_argument("--out", help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
     parser.add_argument("--video", action="store_true", help="write a GIF of the first episodes of each checkpoint")
     parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each GIF (default 1)")
@@ -60,17 +63,17 @@ def positive(text: str) -> int:
     return value
 
 
-def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False):
-    """(env, camera or None) as the trainer evaluates: MuJoCo Warp worlds for a pixel policy trained on them."""
-    from envs.make import make_batched_env, make_env
+def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False, envs: int = 1):
+    """(env, camera or None) as the trainer evaluates: MuJoCo Warp worlds for a pixel policy trained on them, else
+    `envs` worker processes (one: this process, filmed by a camera of its own)."""
+    from envs.make import make_batched_env, make_vector_env
     from envs.pixels import Camera
-    from envs.workers import InProcessEnv
 
     if cfg.env.backend == "mujoco_warp" and cfg.pixels:
         worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)
         return make_batched_env(worlds, True, device, heldout=heldout), None
-    env = InProcessEnv(make_env(cfg.env, cfg.pixels, heldout=heldout))
-    if video_size is None:
+    env = make_vector_env(dataclasses.replace(cfg.env, num_envs=min(envs, episodes)), cfg.pixels, heldout=heldout)
+    if video_size is None or env.num_envs > 1:
         return env, None
     return env, Camera(env.env, size=video_size, camera=cfg.env.camera, shadow_size=cfg.env.render_shadow_size,
                        offsamples=cfg.env.render_offsamples)
@@ -110,7 +113,7 @@ def frame(env, camera, i: int, size: int) -> np.ndarray:
 
     if camera is not None:
         return camera.render().copy()
-    latest = to_host(env.obs[i, -1].permute(1, 2, 0).contiguous())
+    latest = np.ascontiguousarray(to_host(env.obs[i, -1]).transpose(1, 2, 0))
     return np.asarray(Image.fromarray(latest).resize((size, size), Image.NEAREST))
 
 
@@ -210,11 +213,11 @@ def default_out(configs: list) -> Path:
 
 
 def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
-             progress, heldout: bool = False) -> tuple[list[Episode], list[np.ndarray]]:
+             progress, heldout: bool = False, envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
     """One checkpoint's episodes, and video frames when `video_size` is given."""
     from trainer.config import EVAL_SEED_OFFSET
 
-    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size, heldout=heldout)
+    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size, heldout=heldout, envs=envs)
     try:
         return run_episodes(policy, env, camera, name=name,
                             seed=cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed, episodes=episodes,
@@ -246,6 +249,9 @@ def run(args: argparse.Namespace) -> int:
         # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line error
         overrides = [*args.set, "env.randomize.heldout=true"] if args.heldout else args.set
         policy, cfg, _ = load_checkpoint(name, unit_actions=True, overrides=overrides)
+        if args.video and args.envs > 1 and not cfg.pixels:
+            raise UserError("--video with --envs > 1 films the frames the policy sees, and a state policy sees none; "
+                            "drop --envs or --video")
         loaded.append((name, policy.to(resolve_device(cfg.training.device)), cfg))
     out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
     check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
@@ -255,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
         for name, policy, cfg in loaded:
             size = (args.video_size or cfg.logging.video_size) if args.video else None
             episodes, clip = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed,
-                                      video_episodes=args.video_episodes, video_size=size, progress=bar)
+                                      video_episodes=args.video_episodes, video_size=size, progress=bar,
+                                      envs=args.envs)
             rows += episodes
             results.append(summary(episodes))
             bar.write(describe(name, results[-1]))
@@ -264,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
                 write_gif(clip, out / f"{Path(name).stem}.gif")
             if args.heldout:
                 episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed, video_episodes=0,
-                                       video_size=None, progress=bar, heldout=True)
+                                       video_size=None, progress=bar, heldout=True, envs=args.envs)
                 heldout_rows += episodes
                 heldout_results.append(summary(episodes))
                 bar.write(describe(f"{name}, held-out scenes", heldout_results[-1]))

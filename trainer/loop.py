@@ -16,9 +16,8 @@ import torch
 
 from encoders.frozen import FEATURE_DTYPE
 from encoders.state import StateEncoder
-from envs.make import make_batched_env, make_env, make_vector_env, state_size
+from envs.make import make_batched_env, make_vector_env, state_size
 from envs.pixels import Camera
-from envs.workers import InProcessEnv
 from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
@@ -209,8 +208,9 @@ class Trainer:
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
             return make_batched_env(worlds, True, self.device, heldout=heldout), None
-        eval_env = InProcessEnv(make_env(env, self.cfg.pixels, heldout=heldout))
-        if not logging.eval_video or heldout:
+        workers = dataclasses.replace(env, num_envs=min(self.cfg.training.eval_envs, self.cfg.training.eval_episodes))
+        eval_env = make_vector_env(workers, self.cfg.pixels, heldout=heldout)
+        if not logging.eval_video or heldout or workers.num_envs > 1:  # workers: the GIF shows the policy's frames
             return eval_env, None
         return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
                                 shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
@@ -366,7 +366,7 @@ class Trainer:
         """uint8 (H, W, 3): the eval camera's picture of env 0, or its newest observed frame without a camera."""
         if self.eval_camera:
             return self.eval_camera.render().copy()
-        return to_host(self.eval_env.obs[0, -1].permute(1, 2, 0).clone())  # obs changes in place
+        return np.ascontiguousarray(to_host(self.eval_env.obs[0, -1]).transpose(1, 2, 0))  # a copy: obs changes
 
     def train(self) -> int:
         """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
