@@ -179,11 +179,14 @@ class EnvWorkers:
             raise worker_died(i, self.workers[i].processes[0]) from None
 
     def _drain(self) -> None:
-        """Read and drop every step in flight (also after a worker's error, which ends only its own step)."""
+        """Read and drop every step in flight (also after a worker's error, which ends only its own step), and every
+        reset a stop signal cut short (gymnasium's close would finish it, with a warning on stderr)."""
         for i, worker in enumerate(self.workers):
             if self.in_flight[i]:
                 self.in_flight[i] = False
                 worker.step_wait()
+            if worker._state is AsyncState.WAITING_RESET:
+                worker.reset_wait()
 
     def close(self) -> None:
         try:

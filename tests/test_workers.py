@@ -179,3 +179,17 @@ def test_workers_ignore_the_stop_signals_their_trainer_handles():
     workers.step(policy)  # still answering
     workers.close()
     assert all(w.processes[0].exitcode == 0 for w in workers.workers)
+
+
+def test_a_reset_a_stop_signal_cut_short_closes_quietly_and_a_reset_then_starts_clean(recwarn):
+    """A stop signal between a reset's request and its answer (the trainer's start-up) leaves the answer pending:
+    close and the next reset read it first, so gymnasium's close warns of nothing on the way out."""
+    cfg = pendulum()
+    workers = make_vector_env(cfg.env, cfg.pixels)
+    workers.workers[1].reset_async(seed=SEED)  # requested, never read, as a signal leaves it
+    again = make_vector_env(cfg.env, cfg.pixels)
+    assert np.array_equal(workers.reset(seed=SEED), again.reset(seed=SEED))
+    workers.workers[0].reset_async(seed=SEED)
+    workers.close()
+    again.close()
+    assert not [w for w in recwarn if "pending call" in str(w.message)]
