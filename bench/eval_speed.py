@@ -5,7 +5,8 @@ as early in a run), the settings alternating in one process so that load from ot
     python3 -m bench.eval_speed --config configs/dishwashing_video.yaml --envs 1 2 --rounds 3
 
 One JSON line per setting: the median seconds per evaluation, its speed-up over the first setting, and the mean
-return, which must match the first setting's to float rounding (the same episodes).
+return, which matches the first setting's (the same episodes). A fresh agent's episodes all run to the step limit, so
+every worker is busy until the end of its round: a trained policy's episodes end at different steps, and gain less.
 """
 
 import argparse
@@ -42,10 +43,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure()
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {envs: build(args.config, profile=args.profile, eval_envs=envs, folder=Path(tmp) / str(envs),
-                            sets=args.set) for envs in args.envs}
-        seconds, returns = {envs: [] for envs in runs}, {}
+        runs, seconds, returns = {}, {envs: [] for envs in args.envs}, {}
         try:
+            for envs in args.envs:
+                runs[envs] = build(args.config, profile=args.profile, eval_envs=envs, folder=Path(tmp) / str(envs),
+                                   sets=args.set)
             for _ in range(args.rounds):
                 for envs, run in runs.items():
                     start = time.perf_counter()

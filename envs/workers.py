@@ -109,18 +109,18 @@ class EnvWorkers:
                     self.workers.append(gym.vector.AsyncVectorEnv(
                         [shielded], shared_memory=True, copy=False, context="spawn",
                         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
+            base = self.workers[0]  # asked before any step is in flight: a call waits for none
+            self.terminates_on_success = bool(base.call("has_wrapper_attr", "terminates_on_success")[0]
+                                              and base.get_attr("terminates_on_success")[0])
         except BaseException:  # one failed to start, or a stop signal came meanwhile: the caller gets none to close
             self.close()
             raise
         self.num_envs = num_envs
-        base = self.workers[0]  # asked before any step is in flight: a call waits for none
-        self.terminates_on_success = bool(base.call("has_wrapper_attr", "terminates_on_success")[0]
-                                          and base.get_attr("terminates_on_success")[0])
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
         self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
         self.states = None  # (N, S) float32: each env's newest info["state"] (pixel envs give one), else None
-        self.actions = None
+        self.actions = np.zeros((num_envs, *self.single_action_space.shape), np.float32)
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""
@@ -139,9 +139,9 @@ class EnvWorkers:
         """One step of every worker: (actions taken, obs, reward, terminated, truncated), (N, ...) each. `observe`
         maps observations to what `act` reads and the step returns (by default a copy out of shared memory); `act`
         maps those to actions. Autoreset is NEXT_STEP: after an episode ends the next result is the reset frame."""
-        if not any(self.in_flight):  # the reset observations, observed again: once per reset, not per step
-            self.actions = np.array(act(observe(self.obs)), dtype=np.float32)  # our own copy: written in place
-            for i in range(self.num_envs):
+        if not any(self.in_flight):  # after a reset, each env's first frame acted on alone, as every later one is:
+            for i in range(self.num_envs):  # a batch of all would round otherwise than one env in this process
+                self.actions[i] = act(observe(self.obs[i:i + 1]))[0]
                 self._send(i)
         taken = self.actions.copy()
         reward, terminated, truncated = (
@@ -179,14 +179,15 @@ class EnvWorkers:
             raise worker_died(i, self.workers[i].processes[0]) from None
 
     def _drain(self) -> None:
-        """Read and drop every step in flight (also after a worker's error, which ends only its own step), and every
-        reset a stop signal cut short (gymnasium's close would finish it, with a warning on stderr)."""
+        """Read and drop every step or reset a worker still owes, also one a stop signal cut short or a worker's error
+        ended (gymnasium's close would wait for it with a warning on stderr, a reset would refuse)."""
         for i, worker in enumerate(self.workers):
-            if self.in_flight[i]:
-                self.in_flight[i] = False
-                worker.step_wait()
-            if worker._state is AsyncState.WAITING_RESET:
-                worker.reset_wait()
+            self.in_flight[i] = False
+            with self._alive(i):
+                if worker._state is AsyncState.WAITING_STEP:
+                    worker.step_wait()
+                elif worker._state is AsyncState.WAITING_RESET:
+                    worker.reset_wait()
 
     def close(self) -> None:
         try:

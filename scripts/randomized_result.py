@@ -13,6 +13,8 @@ An arm left out keeps its rows from --out, so a new recipe for one arm does not 
 
 import argparse
 import csv
+import math
+import re
 import sys
 from pathlib import Path
 from statistics import mean
@@ -39,7 +41,14 @@ def successes(path: Path) -> list[float]:
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             by_checkpoint.setdefault(row["checkpoint"], []).append(float(row["success"]) if row["success"] else None)
-    return [None if None in rates else mean(rates) for rates in by_checkpoint.values()]
+    ordered = sorted(by_checkpoint, key=training_order)
+    return [None if None in by_checkpoint[name] else mean(by_checkpoint[name]) for name in ordered]
+
+
+def training_order(checkpoint: str) -> float:
+    """<run>_ep<N>.pt: N; <run>_latest.pt: after every _ep<N> (whatever order the command line named them in)."""
+    found = re.search(r"_ep(\d+)\.pt$", checkpoint)
+    return int(found.group(1)) if found else math.inf
 
 
 def rows(arm: str, out: Path, seeds: list[int]) -> list[tuple]:
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     for arm, folder in arms.items():
         table += rows(arm, folder, args.seeds) if folder else kept(args.out, arm)
     with open(args.out, "w", newline="") as f:
-        writer = csv.writer(f)
+        writer = csv.writer(f, lineterminator="\n")
         writer.writerow(("trained_with", "seed", "scene", "success", "evaluations", "env_step"))
         writer.writerows(table)
     print(f"wrote {args.out}")

@@ -322,15 +322,18 @@ EVAL_HEADER = "env_step,frames,episode,return,success,wall_s\n"
 
 def seed_folder(root, arm: str, seed: int, *, train: list[float], heldout: list[float], fixed: list[list[bool]] = ()):
     """bench/learn.py's folder of one seed: eval.csv, eval_heldout.csv and, when given, trainer.evaluate's episodes
-    of a checkpoint per entry of `fixed` (its episodes' successes), as those tools write them."""
+    of a checkpoint per entry of `fixed` (its episodes' successes, in training order), as those tools write them,
+    the checkpoints named newest first on the command line."""
     folder = root / arm / "runs" / f"seed{seed}"
     folder.mkdir(parents=True)
     for name, values in (("eval.csv", train), ("eval_heldout.csv", heldout)):
         (folder / name).write_text(EVAL_HEADER + "".join(f"{i},{i},{i},-1,{v},1\n" for i, v in enumerate(values)))
     if fixed:
         (folder / "fixed_scene").mkdir()
-        episodes = [evaluate.Episode(f"seed{seed}_ep{n}.pt", seed=i, ret=-1.0, length=5, success=won)
-                    for n, checkpoint_episodes in enumerate(fixed) for i, won in enumerate(checkpoint_episodes)]
+        names = [f"seed{seed}_ep{25 * n}.pt" for n in range(1, len(fixed))] + [f"seed{seed}_latest.pt"]
+        episodes = [evaluate.Episode(name, seed=i, ret=-1.0, length=5, success=won)
+                    for name, checkpoint_episodes in reversed(list(zip(names, fixed)))
+                    for i, won in enumerate(checkpoint_episodes)]
         evaluate.write_csv(episodes, folder / "fixed_scene" / "episodes.csv")
 
 
@@ -338,7 +341,7 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
     """The training scene is the task's own for both arms: the fixed arm's eval.csv, the randomised arm's last five
     checkpoints evaluated with randomisation off (the mean of their success); its own scenes get rows of their own."""
     result = script("randomized_result")
-    fixed = [[True, False], [True, True], [True, True], [False, False], [True, True], [True, True]]  # the last 5: 0.8
+    fixed = [[False, False], [True, True], [True, True], [False, False], [True, True], [True, False]]  # last 5: 0.7
     for seed in (1, 2):
         seed_folder(tmp_path, "none", seed, train=[0, 1, 1, 1, 1, 1], heldout=[0, 0, 0, 0, 0.5, 0])
         seed_folder(tmp_path, "random", seed, train=[1, 0.5, 0.5, 0.5, 0.5, 0.5], heldout=[1] * 6, fixed=fixed)
@@ -347,7 +350,7 @@ def test_the_result_table_averages_the_last_five_evaluations_of_each_scene(tmp_p
     with open(tmp_path / "result.csv") as f:
         table = [(r["trained_with"], r["seed"], r["scene"], r["success"], r["evaluations"]) for r in csv.DictReader(f)]
     assert table[:2] == [("none", "1", "train", "1.000", "5"), ("none", "1", "heldout", "0.100", "5")]
-    assert table[4:7] == [("randomized", "1", "train", "0.800", "5"), ("randomized", "1", "heldout", "1.000", "5"),
+    assert table[4:7] == [("randomized", "1", "train", "0.700", "5"), ("randomized", "1", "heldout", "1.000", "5"),
                           ("randomized", "1", "train_randomized", "0.500", "5")]
     assert len(table) == 10
 

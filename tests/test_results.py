@@ -55,6 +55,16 @@ def randomized(trained_with: str, scene: str) -> str:
     return ", ".join(f"{100 * float(row['success']):.0f}%" for row in rows)
 
 
+def randomized_target() -> str:
+    """'met by both seeds' where every randomised seed keeps >= 80% on the training scene and >= 70% held out."""
+    with open(ROOT / "docs" / "dishwashing_randomized.csv") as file:
+        success = {(row["seed"], row["scene"]): float(row["success"]) for row in csv.DictReader(file)
+                   if row["trained_with"] == "randomized"}
+    seeds = {seed for seed, _ in success}
+    met = [seed for seed in seeds if success[seed, "train"] >= 0.8 and success[seed, "heldout"] >= 0.7]
+    return "met by both seeds" if len(met) == len(seeds) == 2 else f"met by {len(met)} of {len(seeds)} seeds"
+
+
 def thousands(rows: list[dict], key: str = "env_step", scale: float = 1000) -> list[str]:
     return [f"{float(row[key]) / scale:.1f}k" for row in rows]
 
@@ -101,6 +111,7 @@ def claims():
         ("from 84x84 ray-traced frames",
          f"last five evaluations {last_five('dishwashing_video_frozen_warp_lit.csv')}, as OpenGL's route on the same "
          f"CPU and profile ({last_five('dishwashing_video_frozen_opengl_cpu.csv')})"),
+        ("under visual randomisation", f"{randomized_target()}**"),
         ("under visual randomisation",
          f"trained with randomisation {randomized('randomized', 'train')} on the training scene and "
          f"{randomized('randomized', 'heldout')} held out ({randomized('randomized', 'train_randomized')} on its own "

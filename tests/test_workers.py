@@ -98,8 +98,9 @@ def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_wha
     for step in range(12):
         _, observed, _, terminated, truncated = workers.step(policy, observe)
         ended += int((terminated | truncated).sum())
-        assert len(calls) == 1 + num_envs * (step + 1), "the reset batch once, then each env's result once"
-        assert len(calls[0]) == num_envs and np.array_equal(calls[0], first)
+        assert len(calls) == num_envs * (step + 2), "each env's reset frame once, then each env's result once"
+        assert all(len(call) == 1 for call in calls), "one env at a time: a batch of one, as in this process"
+        assert np.array_equal(np.concatenate(calls[:num_envs]), first)
         new = np.concatenate(calls[-num_envs:])
         assert new.shape == (num_envs, *workers.single_observation_space.shape)
         assert observed.dtype == np.float16 and np.array_equal(observed, features(new))

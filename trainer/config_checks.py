@@ -80,7 +80,8 @@ def _check_cross_keys(cfg: Config) -> None:
         raise UserError("env.randomize.ambient cannot vary with env.backend=mujoco_warp: MuJoCo Warp renders one "
                         "headlight for every world, see docs/warp.md#visual-domain-randomisation; set "
                         "env.randomize.ambient=0, or use env.backend=mujoco")
-    if cfg.training.eval_envs > 1 and cfg.logging.eval_video and not pixels:
+    evaluates = cfg.training.eval_every_episodes > 0
+    if evaluates and cfg.training.eval_envs > 1 and cfg.logging.eval_video and not pixels:
         raise UserError("training.eval_envs > 1 evaluates in worker processes, whose state-mode envs render no eval "
                         "video; set logging.eval_video=false or training.eval_envs=1")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat

@@ -43,7 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")
     parser.add_argument("--envs", type=positive, default=1,
                         help="worker processes the episodes are spread over (default 1: this process); a video then "
-                             "shows the frames the policy sees")
+                             "shows the frames the policy sees. MuJoCo Warp policies run every episode in a world of "
+                             "its own already")
     parser.add_argument("--out", help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
     parser.add_argument("--video", action="store_true", help="write a GIF of the first episodes of each checkpoint")
     parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each GIF (default 1)")
@@ -87,18 +88,22 @@ def run_episodes(policy, env, camera, *, name: str, seed: int, episodes: int, vi
     n, rows, clip = env.num_envs, [], []
     for first in range(0, episodes, n):
         env.reset(seed=seed + first)
+        count = min(n, episodes - first)
         total, length = np.zeros(n), np.zeros(n, int)
-        done, success = np.zeros(n, bool), np.zeros(n, bool)
-        filmed = [i for i in range(n) if first + i < min(video_episodes, episodes)]
+        done, success = np.arange(n) >= count, np.zeros(n, bool)  # envs past `count` run no episode of ours
+        filmed = {i: [] for i in range(n) if first + i < min(video_episodes, episodes)}  # whole episodes, in turn
         while not done.all():
-            clip += [frame(env, camera, i, video_size) for i in filmed if not done[i]]
+            for i, frames in filmed.items():
+                if not done[i]:
+                    frames.append(frame(env, camera, i, video_size))
             _, _, reward, terminated, truncated = env.step(policy.act, lambda obs: obs)
             reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
             total += np.where(done, 0.0, reward)
             length += ~done
             success |= ~done & terminated
             done |= terminated | truncated
-        for i in range(min(n, episodes - first)):
+        clip += [picture for frames in filmed.values() for picture in frames]
+        for i in range(count):
             rows.append(Episode(name, seed + first + i, float(total[i]), int(length[i]),
                                 bool(success[i]) if env.terminates_on_success else None))
             progress.update(1)

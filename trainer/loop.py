@@ -134,9 +134,6 @@ class Trainer:
         self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
         self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
-        for opened in (self.eval_env, self.eval_camera, self.heldout_env):
-            if opened is not None:
-                self.opened.callback(opened.close)
         self.action_dim = self.env.single_action_space.shape[0]
 
     def build_agent(self, found) -> None:
@@ -207,13 +204,17 @@ class Trainer:
             return None, None
         if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
             worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
-            return make_batched_env(worlds, True, self.device, heldout=heldout), None
-        workers = dataclasses.replace(env, num_envs=min(self.cfg.training.eval_envs, self.cfg.training.eval_episodes))
-        eval_env = make_vector_env(workers, self.cfg.pixels, heldout=heldout)
-        if not logging.eval_video or heldout or workers.num_envs > 1:  # workers: the GIF shows the policy's frames
+            eval_env = make_batched_env(worlds, True, self.device, heldout=heldout)
+        else:
+            workers = min(self.cfg.training.eval_envs, self.cfg.training.eval_episodes)
+            eval_env = make_vector_env(dataclasses.replace(env, num_envs=workers), self.cfg.pixels, heldout=heldout)
+        self.opened.callback(eval_env.close)  # at once: a failure building the next one closes this one too
+        if not logging.eval_video or heldout or self.eval_batched or eval_env.num_envs > 1:  # GIF: the policy's view
             return eval_env, None
-        return eval_env, Camera(eval_env.env, size=logging.video_size, camera=env.camera,
-                                shadow_size=env.render_shadow_size, offsamples=env.render_offsamples)
+        camera = Camera(eval_env.env, size=logging.video_size, camera=env.camera, shadow_size=env.render_shadow_size,
+                        offsamples=env.render_offsamples)
+        self.opened.callback(camera.close)
+        return eval_env, camera
 
     def save(self, final_of_episode: bool) -> Path:
         start = time.perf_counter()
@@ -345,7 +346,8 @@ class Trainer:
         returns, successes, clip = [], [], []
         for first in range(0, episodes, n):
             env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
-            total, done, success = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
+            count = min(n, episodes - first)
+            total, done, success = np.zeros(n), np.arange(n) >= count, np.zeros(n, bool)  # past count: not waited for
             while not done.all():
                 if self.stop.requested:
                     return None
@@ -357,7 +359,6 @@ class Trainer:
                 total += np.where(done, 0.0, reward)
                 success |= ~done & terminated
                 done |= terminated | truncated
-            count = min(n, episodes - first)
             returns.extend(total[:count])
             successes.extend(success[:count])
         return float(np.mean(returns)), float(np.mean(successes)) if env.terminates_on_success else None, clip
