@@ -2,6 +2,7 @@
 stacks (T, 3, H, W) or float32 state vectors; `make_vector_env` and `make_batched_env` give `cfg.num_envs` of them.
 The process chooses MuJoCo's GL backend before importing this module (trainer/headless.py)."""
 
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -13,7 +14,7 @@ from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, Tra
 from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
 from envs.action_repeat import ActionRepeat
 from envs.config import EnvConfig
-from envs.pixels import PixelObservation
+from envs.pixels import Camera, PixelObservation
 from envs.randomize import RandomScene
 from envs.workers import EnvWorkers, InProcessEnv
 from errors import UserError
@@ -63,6 +64,25 @@ def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = Fa
         raise UserError(f"the `backend` mujoco_warp needs MuJoCo Warp ({err}); install it with "
                         "'pip install -r requirements-warp.txt'") from None
     return make_warp_env(cfg, pixels, device, heldout)
+
+
+def make_eval_env(cfg: EnvConfig, pixels: bool, device, *, worlds: int, processes: int, video_size: int | None,
+                  heldout: bool = False):
+    """(env, camera or None) an evaluation runs in: a pixel policy trained on MuJoCo Warp frames in `worlds` worlds
+    (ray-traced frames differ from OpenGL's), else in `processes` env processes; one is this process, filmed at
+    `video_size` px by a camera of its own when that is given."""
+    if cfg.backend == "mujoco_warp" and pixels:
+        batched = dataclasses.replace(cfg, num_envs=worlds, warp_processes=1)  # one process: a short burst
+        return make_batched_env(batched, True, device, heldout=heldout), None
+    env = make_vector_env(dataclasses.replace(cfg, num_envs=processes), pixels, heldout=heldout)
+    if video_size is None or env.num_envs > 1:  # several: a video shows the frames the policy sees
+        return env, None
+    try:
+        return env, Camera(env.env, size=video_size, camera=cfg.camera, shadow_size=cfg.render_shadow_size,
+                           offsamples=cfg.render_offsamples)
+    except BaseException:
+        env.close()
+        raise
 
 
 def make_worker_env(cfg: EnvConfig, pixels: bool, render_threads: int, *, heldout: bool = False) -> gym.Env:

@@ -14,6 +14,7 @@ from PIL import Image
 from scipy import stats
 from tqdm import tqdm
 
+from envs.make import make_eval_env
 from tests.conftest import ROOT, interrupt_when_started
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
 from trainer import evaluate
@@ -89,7 +90,7 @@ def test_episodes_spread_over_worker_processes_are_the_episodes_of_one_process(p
     policy, cfg, _ = load_checkpoint(latest(pixels), unit_actions=True)
     clips = []
     for envs in (1, 3):
-        env, _ = evaluate.eval_env(cfg, policy.device, episodes=5, video_size=None, envs=envs)
+        env, _ = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=5, processes=envs, video_size=None)
         clips.append(evaluate.run_episodes(policy, env, None, name="x", seed=9, episodes=5, video_episodes=2,
                                            video_size=40, progress=tqdm(disable=True))[1])
         env.close()

@@ -64,22 +64,6 @@ def positive(text: str) -> int:
     return value
 
 
-def eval_env(cfg, device, *, episodes: int, video_size: int | None, heldout: bool = False, envs: int = 1):
-    """(env, camera or None) as the trainer evaluates: MuJoCo Warp worlds for a pixel policy trained on them, else
-    `envs` worker processes (one: this process, filmed by a camera of its own)."""
-    from envs.make import make_batched_env, make_vector_env
-    from envs.pixels import Camera
-
-    if cfg.env.backend == "mujoco_warp" and cfg.pixels:
-        worlds = dataclasses.replace(cfg.env, num_envs=min(episodes, cfg.training.eval_episodes), warp_processes=1)
-        return make_batched_env(worlds, True, device, heldout=heldout), None
-    env = make_vector_env(dataclasses.replace(cfg.env, num_envs=min(envs, episodes)), cfg.pixels, heldout=heldout)
-    if video_size is None or env.num_envs > 1:
-        return env, None
-    return env, Camera(env.env, size=video_size, camera=cfg.env.camera, shadow_size=cfg.env.render_shadow_size,
-                       offsamples=cfg.env.render_offsamples)
-
-
 def run_episodes(policy, env, camera, *, name: str, seed: int, episodes: int, video_episodes: int,
                  video_size: int, progress) -> tuple[list[Episode], list[np.ndarray]]:
     """The episodes, episode i from `seed + i`, `env.num_envs` at a time; and the first `video_episodes`' frames."""
@@ -220,9 +204,11 @@ def default_out(configs: list) -> Path:
 def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
              progress, heldout: bool = False, envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
     """One checkpoint's episodes, and video frames when `video_size` is given."""
+    from envs.make import make_eval_env
     from trainer.config import EVAL_SEED_OFFSET
 
-    env, camera = eval_env(cfg, policy.device, episodes=episodes, video_size=video_size, heldout=heldout, envs=envs)
+    env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=min(episodes, cfg.training.eval_episodes),
+                                processes=min(envs, episodes), video_size=video_size, heldout=heldout)
     try:
         return run_episodes(policy, env, camera, name=name,
                             seed=cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed, episodes=episodes,

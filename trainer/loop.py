@@ -5,7 +5,6 @@ or MuJoCo Warp worlds (docs/warp.md). Seeding, and what a resume reproduces: doc
 """
 
 import contextlib
-import dataclasses
 import math
 import subprocess
 import time
@@ -16,8 +15,7 @@ import torch
 
 from encoders.frozen import FEATURE_DTYPE
 from encoders.state import StateEncoder
-from envs.make import make_batched_env, make_vector_env, state_size
-from envs.pixels import Camera
+from envs.make import make_batched_env, make_eval_env, make_vector_env, state_size
 from errors import UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
@@ -130,8 +128,6 @@ class Trainer:
         else:
             self.env = make_vector_env(cfg.env, cfg.pixels)
         self.opened.callback(self.env.close)
-        # pixel policies are evaluated in the backend they see in training: ray-traced frames differ from OpenGL's
-        self.eval_batched = self.batched and cfg.pixels
         self.eval_env, self.eval_camera = self.make_eval_env()
         self.heldout_env = self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout else None
         self.action_dim = self.env.single_action_space.shape[0]
@@ -199,22 +195,17 @@ class Trainer:
 
     def make_eval_env(self, heldout: bool = False):
         """(eval env, camera for the GIF or None), or (None, None) without evaluation; `heldout`: no video."""
-        env, logging = self.cfg.env, self.cfg.logging
-        if self.cfg.training.eval_every_episodes == 0:
+        training, logging = self.cfg.training, self.cfg.logging
+        if training.eval_every_episodes == 0:
             return None, None
-        if self.eval_batched:  # in one process: an evaluation is a short burst, and more would idle all run
-            worlds = dataclasses.replace(env, num_envs=self.cfg.training.eval_episodes, warp_processes=1)
-            eval_env = make_batched_env(worlds, True, self.device, heldout=heldout)
-        else:
-            workers = min(self.cfg.training.eval_envs, self.cfg.training.eval_episodes)
-            eval_env = make_vector_env(dataclasses.replace(env, num_envs=workers), self.cfg.pixels, heldout=heldout)
-        self.opened.callback(eval_env.close)  # at once: a failure building the next one closes this one too
-        if not logging.eval_video or heldout or self.eval_batched or eval_env.num_envs > 1:  # GIF: the policy's view
-            return eval_env, None
-        camera = Camera(eval_env.env, size=logging.video_size, camera=env.camera, shadow_size=env.render_shadow_size,
-                        offsamples=env.render_offsamples)
-        self.opened.callback(camera.close)
-        return eval_env, camera
+        env, camera = make_eval_env(self.cfg.env, self.cfg.pixels, self.device, worlds=training.eval_episodes,
+                                    processes=min(training.eval_envs, training.eval_episodes),
+                                    video_size=logging.video_size if logging.eval_video and not heldout else None,
+                                    heldout=heldout)
+        self.opened.callback(env.close)  # at once: a failure building the next one closes this one too
+        if camera is not None:
+            self.opened.callback(camera.close)
+        return env, camera
 
     def save(self, final_of_episode: bool) -> Path:
         start = time.perf_counter()
