@@ -6,6 +6,8 @@ import signal
 import sys
 from contextlib import contextmanager
 
+from tqdm import tqdm
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -84,5 +86,15 @@ def interrupts():
 
 def interrupted(stop: Interrupted, outcome: str) -> int:
     """A command's way out on a stop signal: one line saying what it leaves (`outcome`), and the exit status."""
+    end_progress_bars()
     print(f"{stop}; {outcome}", file=sys.stderr)
     return 128 + stop.signum
+
+
+def end_progress_bars() -> None:
+    """Live progress bars end their line, so that a stop's message has one of its own."""
+    for bar in list(tqdm._instances):
+        if hasattr(bar, "start_t"):
+            bar.close()
+        elif getattr(bar, "sp", None) is not None:  # the signal came while the bar drew itself the first time
+            bar.fp.write("\n")
