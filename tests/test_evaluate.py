@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 from scipy import stats
-from tqdm import tqdm
 
 from envs.make import make_eval_env
 from tests.conftest import ROOT, interrupt_when_started
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
 from trainer import evaluate
 from trainer.config import load_config
+from trainer.episodes import run_episodes
 from trainer.loop import Trainer
 from trainer.plot import read_rows
 from trainer.policy import load_checkpoint
@@ -91,8 +91,7 @@ def test_episodes_spread_over_worker_processes_are_the_episodes_of_one_process(p
     clips = []
     for envs in (1, 3):
         env, _ = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=5, processes=envs, video_size=None)
-        clips.append(evaluate.run_episodes(policy, env, None, name="x", seed=9, episodes=5, video_episodes=2,
-                                           video_size=40, progress=tqdm(disable=True))[1])
+        clips.append(run_episodes(policy.act, env, seed=9, episodes=5, film=2, video_size=40)[1])
         env.close()
     assert len(clips[0]) == 30 and all(np.array_equal(a, b) for a, b in zip(*clips, strict=True))
     capsys.readouterr()

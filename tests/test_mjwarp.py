@@ -594,9 +594,9 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
         assert [int(row["episode"]) for row in csv.DictReader(f)] == [4, 8, 12]
     gifs = sorted((tmp_path / "runs" / name / "videos").glob("*.gif"))
     assert len(gifs) == 3
-    if config == "dmc/cartpole_swingup.yaml":  # the warp world's own frames, at the trained size
+    if config == "dmc/cartpole_swingup.yaml":  # the warp world's own 64 px frames, scaled to logging.video_size
         with Image.open(gifs[0]) as gif:
-            assert gif.size == (64, 64) and gif.n_frames == EPISODE
+            assert gif.size == (128, 128) and gif.n_frames == EPISODE
 
 
 def test_a_resume_fewer_episodes_after_the_start_than_worlds_repeats_no_world_s_start_states(tmp_path):

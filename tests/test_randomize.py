@@ -19,6 +19,7 @@ from tests.conftest import ROOT, script
 from trainer import checkpoint, evaluate
 from trainer.cli import explain
 from trainer.config import load_config
+from trainer.episodes import Episode
 from trainer.loop import Trainer
 
 DISHWASHING = ROOT / "configs" / "dishwashing_video.yaml"
@@ -331,7 +332,7 @@ def seed_folder(root, arm: str, seed: int, *, train: list[float], heldout: list[
     if fixed:
         (folder / "fixed_scene").mkdir()
         names = [f"seed{seed}_ep{25 * n}.pt" for n in range(1, len(fixed))] + [f"seed{seed}_latest.pt"]
-        episodes = [evaluate.Episode(name, seed=i, ret=-1.0, length=5, success=won)
+        episodes = [Episode(name, seed=i, ret=-1.0, length=5, success=won)
                     for name, checkpoint_episodes in reversed(list(zip(names, fixed)))
                     for i, won in enumerate(checkpoint_episodes)]
         evaluate.write_csv(episodes, folder / "fixed_scene" / "episodes.csv")

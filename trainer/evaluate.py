@@ -10,7 +10,6 @@ writes episodes.csv. Episode i starts from seed S + i, by default the run's own 
 
 import argparse
 import csv
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -19,19 +18,11 @@ import numpy as np
 from scipy import stats
 
 from errors import UserError, check_writable_folder
+from trainer.episodes import Episode, run_episodes
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
 GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/logger.py)
-
-
-@dataclasses.dataclass
-class Episode:
-    checkpoint: str
-    seed: int
-    ret: float
-    length: int
-    success: bool | None  # None where the task has no success
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,48 +53,6 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
-
-
-def run_episodes(policy, env, camera, *, name: str, seed: int, episodes: int, video_episodes: int,
-                 video_size: int, progress) -> tuple[list[Episode], list[np.ndarray]]:
-    """The episodes, episode i from `seed + i`, `env.num_envs` at a time; and the first `video_episodes`' frames."""
-    from sac.replay import to_host
-
-    n, rows, clip = env.num_envs, [], []
-    for first in range(0, episodes, n):
-        env.reset(seed=seed + first)
-        count = min(n, episodes - first)
-        total, length = np.zeros(n), np.zeros(n, int)
-        done, success = np.arange(n) >= count, np.zeros(n, bool)  # envs past `count` run no episode of ours
-        filmed = {i: [] for i in range(n) if first + i < min(video_episodes, episodes)}  # whole episodes, in turn
-        while not done.all():
-            for i, frames in filmed.items():
-                if not done[i]:
-                    frames.append(frame(env, camera, i, video_size))
-            _, _, reward, terminated, truncated = env.step(policy.act, lambda obs: obs)
-            reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
-            total += np.where(done, 0.0, reward)
-            length += ~done
-            success |= ~done & terminated
-            done |= terminated | truncated
-        clip += [picture for frames in filmed.values() for picture in frames]
-        for i in range(count):
-            rows.append(Episode(name, seed + first + i, float(total[i]), int(length[i]),
-                                bool(success[i]) if env.terminates_on_success else None))
-            progress.update(1)
-    return rows, clip
-
-
-def frame(env, camera, i: int, size: int) -> np.ndarray:
-    """uint8 (size, size, 3): the camera's picture of the env, or world i's newest observed frame scaled up."""
-    from PIL import Image
-
-    from sac.replay import to_host
-
-    if camera is not None:
-        return camera.render().copy()
-    latest = np.ascontiguousarray(to_host(env.obs[i, -1]).transpose(1, 2, 0))
-    return np.asarray(Image.fromarray(latest).resize((size, size), Image.NEAREST))
 
 
 def mean_interval(values: np.ndarray) -> tuple[float, float, float]:
@@ -209,11 +158,11 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
 
     env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=min(episodes, cfg.training.eval_episodes),
                                 processes=min(envs, episodes), video_size=video_size, heldout=heldout)
+    seed = cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed
     try:
-        return run_episodes(policy, env, camera, name=name,
-                            seed=cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed, episodes=episodes,
-                            video_episodes=video_episodes if video_size else 0,
-                            video_size=video_size or cfg.logging.video_size, progress=progress)
+        return run_episodes(policy.act, env, name=name, seed=seed, episodes=episodes, camera=camera,
+                            film=video_episodes if video_size else 0, video_size=video_size or cfg.logging.video_size,
+                            progress=progress)
     finally:
         if camera is not None:
             camera.close()

@@ -33,6 +33,7 @@ from trainer.device import (
     resolve_device,
 )
 from trainer.encoders import build_encoders
+from trainer.episodes import run_episodes
 from trainer.gpu_monitor import GpuMonitor
 from trainer.logger import Logger, LogWriteError
 from trainer.payload import Progress, build_payload
@@ -331,34 +332,18 @@ class Trainer:
         if self.eval_env is None:
             raise UserError("this run has no evaluation env (training.eval_every_episodes is 0); set it above 0 to "
                             "evaluate")
-        max_frames = self.cfg.logging.video_max_frames if self.cfg.logging.eval_video and env is None else 0
+        cfg = self.cfg
+        filmed = cfg.logging.eval_video and env is None
         env = self.eval_env if env is None else env
-        episodes, n = self.cfg.training.eval_episodes, env.num_envs
-        returns, successes, clip = [], [], []
-        for first in range(0, episodes, n):
-            env.reset(seed=self.cfg.training.seed + EVAL_SEED_OFFSET + first)
-            count = min(n, episodes - first)
-            total, done, success = np.zeros(n), np.arange(n) >= count, np.zeros(n, bool)  # past count: not waited for
-            while not done.all():
-                if self.stop.requested:
-                    return None
-                if first == 0 and not done[0] and len(clip) < max_frames:
-                    clip.append(self.eval_frame())
-                _, _, reward, terminated, truncated = env.step(lambda batch: self.agent.act(batch, sample=False),
-                                                               self.observe)
-                reward, terminated, truncated = to_host(reward), to_host(terminated), to_host(truncated)
-                total += np.where(done, 0.0, reward)
-                success |= ~done & terminated
-                done |= terminated | truncated
-            returns.extend(total[:count])
-            successes.extend(success[:count])
-        return float(np.mean(returns)), float(np.mean(successes)) if env.terminates_on_success else None, clip
-
-    def eval_frame(self) -> np.ndarray:
-        """uint8 (H, W, 3): the eval camera's picture of env 0, or its newest observed frame without a camera."""
-        if self.eval_camera:
-            return self.eval_camera.render().copy()
-        return np.ascontiguousarray(to_host(self.eval_env.obs[0, -1]).transpose(1, 2, 0))  # a copy: obs changes
+        ran = run_episodes(lambda batch: self.agent.act(batch, sample=False), env, observe=self.observe,
+                           seed=cfg.training.seed + EVAL_SEED_OFFSET, episodes=cfg.training.eval_episodes,
+                           camera=self.eval_camera, film=1 if filmed else 0, video_size=cfg.logging.video_size,
+                           max_frames=cfg.logging.video_max_frames, stopped=lambda: self.stop.requested)
+        if ran is None:
+            return None
+        episodes, clip = ran
+        success = float(np.mean([e.success for e in episodes])) if env.terminates_on_success else None
+        return float(np.mean([e.ret for e in episodes])), success, clip
 
     def train(self) -> int:
         """Train to the end, save, release everything; returns the process exit status: 0, or 128+signal when a
