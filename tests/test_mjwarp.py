@@ -627,7 +627,7 @@ def test_a_resume_fewer_episodes_after_the_start_than_worlds_repeats_no_world_s_
 def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task_terminates_on_it(tmp_path):
     """A pixel run's evaluation: eval_episodes warp worlds, one episode each. The scripted policy (fed each eval
     world's state) places the plate in all of them: success rate 1, returns as the single env's; carrying the plate
-    away succeeds in none. The clip is world 0's frames."""
+    away succeeds in none. The clip is world 0's frames, scaled to logging.video_size."""
     cfg = load_config(ROOT / "configs" / "dishwashing_feasible.yaml", [
         "env.backend=mujoco_warp", "env.num_envs=2", "env.warp_processes=1", "encoder.type=video",
         "env.image_size=32", "sac.hidden_dim=32", "sac.feature_dim=16", "training.eval_episodes=3",
@@ -639,7 +639,7 @@ def test_pixel_policies_are_evaluated_in_warp_worlds_with_success_where_the_task
     run.agent.act = lambda obs, sample: np.array([scripted_action(row) for row in states()], np.float32)
     mean_return, success_rate, clip = run.evaluate()
     assert eval_env.num_envs == 3 and success_rate == 1.0 and -20 < mean_return < 0
-    assert len(clip) > 1 and clip[0].shape == (32, 32, 3) and clip[0].dtype == np.uint8
+    assert len(clip) > 1 and clip[0].shape == (128, 128, 3) and clip[0].dtype == np.uint8
     run.agent.act = lambda obs, sample: np.tile(np.array([[-1, 0, 0, 1]], np.float32), (len(obs), 1))
     assert run.evaluate()[1] == 0.0
     run.close()
