@@ -94,6 +94,17 @@ def test_a_truncated_checkpoint_is_a_clear_error(tmp_path):
         checkpoint.load(latest)
 
 
+@pytest.mark.parametrize("start", [b"\x80\xec", b"\x80\x02", b"\0"])  # pickle protocols 236 and 2, zero bytes
+def test_bytes_that_are_no_checkpoint_are_a_clear_error_and_no_warning(tmp_path, start, recwarn):
+    """Random bytes that begin like a pickle made torch warn about the protocol before its error (two more lines)."""
+    latest = tmp_path / "run_latest.pt"
+    latest.write_bytes(start + bytes(range(256)) * 16)
+    said = r"run_latest.pt is unreadable \(truncated or corrupt: not a zip archive\); resume from"
+    with pytest.raises(CheckpointError, match=said):
+        checkpoint.load(latest)
+    assert not recwarn.list, [str(w.message) for w in recwarn.list]
+
+
 def test_a_folder_is_named_as_a_folder_not_as_missing(tmp_path):
     save(tmp_path, step=10, episode=1)
     with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path} is a folder, not a file; resume from"):

@@ -5,6 +5,7 @@ import errno
 import os
 import re
 import shutil
+import zipfile
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -114,6 +115,8 @@ def read(path: Path, kind: str):
         raise CheckpointError(f"{kind} {path} is a folder, not a file")  # "not found" would mislead
     if not path.is_file():
         raise CheckpointError(f"{kind} not found: {path}")
+    if not zipfile.is_zipfile(path):  # torch.save writes zip archives; torch unpickles anything else, with warnings
+        raise CheckpointError(f"{kind} {path} is unreadable (truncated or corrupt: not a zip archive)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for damaged files; all mean the same to the user
