@@ -17,7 +17,7 @@ import torch
 
 from encoders.config import EncoderConfig
 from sac.replay import ReplayBuffer
-from trainer.config import Config, to_dict
+from trainer.config import AUTO_PROFILE_VARIABLE, Config, to_dict
 from trainer.headless import configure
 from trainer.payload import Progress, build_payload
 from trainer.signals import STOP_SIGNALS
@@ -36,6 +36,9 @@ def stop_signals_as_found():
 
 
 configure()
+# every config's `profile: auto` is cpu here, in this process and the commands it starts: a test must not train
+# another profile (compiled, in bfloat16) on a CPU that has bfloat16 units; tests of auto itself unset it
+os.environ[AUTO_PROFILE_VARIABLE] = "cpu"
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")

@@ -14,7 +14,7 @@ from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
 from trainer import device
 from trainer.cli import explain
-from trainer.config import Config, load_config, main, to_dict
+from trainer.config import AUTO_PROFILE_VARIABLE, Config, load_config, main, to_dict
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -41,13 +41,15 @@ def test_profile_block_applies_and_set_still_wins(tmp_path):
     assert load_config(path, ["profile=cpu"]).sac.batch_size == 32
 
 
-def test_auto_profile_picks_cpu_without_cuda(tmp_path):
+def test_auto_profile_picks_cpu_without_cuda(tmp_path, monkeypatch):
+    monkeypatch.delenv(AUTO_PROFILE_VARIABLE)
     path = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n")
     cfg = load_config(path)
     assert cfg.profile == "cpu" and cfg.sac.batch_size == 32
 
 
 def test_auto_profile_picks_cpu_bf16_where_the_config_has_it_and_the_cpu_computes_bfloat16(tmp_path, monkeypatch):
+    monkeypatch.delenv(AUTO_PROFILE_VARIABLE)
     both = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n  cpu_bf16: {sac: {batch_size: 64}}\n")
     cpu = torch.device("cpu")
     suited = device.native_bfloat16(cpu) and device.can_compile(cpu)
@@ -66,6 +68,19 @@ def test_auto_profile_picks_cpu_bf16_where_the_config_has_it_and_the_cpu_compute
     assert load_config(both).profile == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert load_config(both).profile == "gpu"
+
+
+def test_the_machine_can_say_what_auto_means_and_an_explicit_profile_still_wins(tmp_path, monkeypatch):
+    """PIXEL_SAC_PROFILE is what `profile: auto` picks, whatever the hardware (the suite sets it to cpu)."""
+    both = write(tmp_path, "profiles:\n  cpu: {sac: {batch_size: 32}}\n  cpu_bf16: {sac: {batch_size: 64}}\n")
+    monkeypatch.setattr(device, "native_bfloat16", lambda _: True)
+    monkeypatch.setattr(device, "can_compile", lambda _: True)
+    monkeypatch.setenv(AUTO_PROFILE_VARIABLE, "cpu")
+    assert (load_config(both).profile, load_config(both).sac.batch_size) == ("cpu", 32)
+    assert load_config(both, ["profile=cpu_bf16"]).sac.batch_size == 64, "an explicit profile wins"
+    monkeypatch.setenv(AUTO_PROFILE_VARIABLE, "tpu")
+    with pytest.raises(UserError, match="PIXEL_SAC_PROFILE must be one of cpu, cpu_bf16, gpu; got 'tpu'"):
+        load_config(both)
 
 
 def test_int_is_accepted_for_float_and_null_for_optional(tmp_path):

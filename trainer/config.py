@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import types
 import typing
@@ -24,6 +25,8 @@ from trainer.config_checks import check_outside, validate
 from trainer.config_yaml import parse_set, read_config
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
+# what `profile: auto` means on this machine, for every config (a test suite that must not depend on the CPU)
+AUTO_PROFILE_VARIABLE = "PIXEL_SAC_PROFILE"
 # eval episode i starts from training.seed + EVAL_SEED_OFFSET + i: no training start reaches it within 2**30
 # episodes, and it stays below 2**32, the bound of dm_control's numpy RandomState
 SEED_LIMIT = 2**30
@@ -190,8 +193,13 @@ def _check_profiles(profiles) -> None:
 
 
 def _choose_profile(profile: str, profiles: dict) -> str:
-    """`auto`: gpu with CUDA; else cpu_bf16 where the config has one and the CPU has native bfloat16 and a
-    compiler; else cpu."""
+    """`auto`: $PIXEL_SAC_PROFILE where set; else gpu with CUDA; else cpu_bf16 where the config has one and the CPU
+    has native bfloat16 and a compiler; else cpu."""
+    if profile == "auto" and os.environ.get(AUTO_PROFILE_VARIABLE):
+        profile = os.environ[AUTO_PROFILE_VARIABLE]
+        if profile not in PROFILES:
+            raise UserError(f"{AUTO_PROFILE_VARIABLE} must be one of {', '.join(PROFILES)}; got '{profile}'")
+        return profile
     if profile == "auto":
         import torch
 
