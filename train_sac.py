@@ -21,8 +21,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="checkpoint to continue from; auto = the newest that loads "
                              "(a fresh start if the run has none)")
     parser.add_argument("--start-over", action="store_true",
-                        help="start a new run although checkpoints of this one exist: "
-                             "they are moved into <dir>/<run>.replaced-<time>/, never deleted")
+                        help="start a new run although checkpoints of this one exist (with --resume PATH: "
+                             "continue PATH into it): they are moved into <dir>/<run>.replaced-<time>/, "
+                             "never deleted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (repeatable)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
@@ -45,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.headless import configure
 
         cfg = load_config(args.config, args.set)
-        if args.resume and args.start_over:
-            raise UserError("--start-over begins a new run and --resume continues one; pass one of them")
+        if args.resume == "auto" and args.start_over:
+            raise UserError("--start-over begins a new run and --resume auto continues this one; pass one of them "
+                            "(--start-over --resume PATH continues PATH after moving this run's files aside)")
         configure()  # before trainer.loop imports the env layer, and with it mujoco
         from trainer.loop import Trainer
 

@@ -148,6 +148,8 @@ class SAC:
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999), **adam)
         self.updates = 0
         self.actor_metrics = {}
+        # False once a loss is NaN or inf: set on the device by every update, read by `diverged` (a host sync)
+        self.finite = torch.ones((), dtype=torch.bool, device=device)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -215,6 +217,7 @@ class SAC:
         target_q = target_q.repeat(copies, 1)
         loss = copies * (F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q))
         self.critic_opt.zero_grad(set_to_none=True)
+        self.finite.logical_and_(torch.isfinite(loss))
         loss.backward()
         self.critic_opt.step()
         return {"critic_loss": loss.detach(), "q_mean": q1.detach().mean(), "target_q": target_q.mean()}
@@ -230,6 +233,7 @@ class SAC:
         self.actor_opt.step()
 
         alpha_loss = (self.alpha * (-log_prob - self.target_entropy).detach()).mean()
+        self.finite.logical_and_(torch.isfinite(actor_loss) & torch.isfinite(alpha_loss))
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
@@ -244,6 +248,14 @@ class SAC:
     def update_target(self) -> None:
         targets, online = zip(*self.target_pairs)
         torch._foreach_lerp_(list(targets), list(online), self.cfg.critic_tau)
+
+    def diverged(self) -> bool:
+        """Whether a loss, a weight or an optimiser's state has become NaN or inf: one host sync."""
+        opt_states = [s for opt in (self.critic_opt, self.actor_opt, self.alpha_opt) for s in opt.state.values()]
+        tensors = [*self.critic.parameters(), *self.critic_target.parameters(), *self.actor.parameters(),
+                   self.log_alpha, *(t for state in opt_states for t in state.values() if t.is_floating_point())]
+        finite = torch.stack([torch.isfinite(t).all() for t in tensors]).all() & self.finite
+        return not bool(finite)
 
     def state_dict(self) -> dict:
         return {

@@ -48,6 +48,21 @@ def test_update_returns_finite_metrics_for_critic_actor_and_temperature():
     assert all(torch.isfinite(v) for v in metrics.values())
 
 
+def test_a_non_finite_loss_or_state_is_divergence():
+    """The flag the update sets on the device, and every weight and optimiser state, in one check."""
+    agent = make_agent()
+    agent.update(batch())
+    assert not agent.diverged()
+    blown = batch()
+    blown["reward"][0] = float("inf")
+    agent.update(blown)
+    assert agent.diverged(), "an inf reward makes the critic loss inf"
+    agent = make_agent()
+    agent.update(batch())
+    next(iter(agent.critic_opt.state.values()))["exp_avg_sq"].view(-1)[0] = float("inf")
+    assert agent.diverged(), "an optimiser state that overflowed while every loss stayed finite"
+
+
 def test_updates_without_an_actor_step_report_the_last_actor_metrics():
     """With the actor updated every 2nd update and losses logged every 100th, the logged update is never an actor
     update: its metrics must still carry the actor's and the temperature's."""

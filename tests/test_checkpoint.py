@@ -21,6 +21,7 @@ from tests.conftest import checkpoint_payload as payload
 from trainer import checkpoint, checkpoint_files, saved_config
 from trainer.checkpoint_files import CheckpointError
 from trainer.config import Config, to_dict
+from trainer.payload import descends, seal
 from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
 
 
@@ -263,13 +264,53 @@ def test_a_replay_sidecar_with_flipped_bytes_or_of_another_save_is_damage(tmp_pa
         checkpoint.load(latest)
 
 
-def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
-    diverged = payload(10)
+def diverged_payload(step: int) -> dict:
+    diverged = payload(step)
     diverged["agent"]["critic_opt"] = {"state": {0: {"exp_avg": torch.tensor([1.0, float("inf")])}}, "param_groups": []}
-    latest = checkpoint.save(tmp_path, "run", diverged, {}, env_step=10, episode=None, keep_replays=1,
-                             keep_last=0).latest
+    return diverged
+
+
+def test_non_finite_weights_are_rejected_even_with_a_valid_checksum(tmp_path):
+    """A file sealed by hand, since the trainer's own writer refuses such a state (next test)."""
+    latest = tmp_path / "run_latest.pt"
+    checkpoint_files.atomic_save(seal(diverged_payload(10), replay_file="run_step10.replay.pt",
+                                      replay_checksum="crc32:00000000"), latest)
     with pytest.raises(CheckpointError, match=r"holds NaN or inf in critic_opt.state.0.exp_avg"):
         checkpoint.load(latest)
+
+
+@pytest.mark.parametrize("part", ["agent", "replay"])
+def test_a_non_finite_state_is_never_written_and_prunes_nothing(tmp_path, part):
+    """keep_last 1 would delete the good `_ep1` to make room for a file that never loads."""
+    save(tmp_path, step=10, episode=1, keep_last=1)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    replay = replay_state(20)
+    replay["rewards"][3] = float("nan")
+    with pytest.raises(CheckpointError, match=r"refusing to save run 'run' at step 20: "
+                                              r"(critic_opt.state.0.exp_avg|rewards) holds NaN or inf"):
+        checkpoint.save(tmp_path, "run", diverged_payload(20) if part == "agent" else payload(20),
+                        replay if part == "replay" else replay_state(20), env_step=20, episode=2, keep_replays=1,
+                        keep_last=1)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def lineage(*processes) -> dict:
+    """A payload whose run went through `processes` ([id, first step] each) and was saved at the last one's
+    step, given as a last element."""
+    *processes, step = processes
+    return {"lineage": [list(p) for p in processes], "progress": {"env_step": step}}
+
+
+def test_a_checkpoint_descends_from_those_on_the_way_to_it_not_from_an_abandoned_future():
+    # process a trained from 0 and saved at 100 and 200; b resumed a's step-100 file and saved at 150 and 300
+    newest = lineage(("a", 0), ("b", 100), 300)
+    assert descends(newest, lineage(("a", 0), 100)) and descends(newest, lineage(("a", 0), 50))
+    assert descends(newest, lineage(("a", 0), ("b", 100), 150)) and descends(newest, newest)
+    assert descends(newest, lineage(("a", 0), 200)) is False, "a's future past the step b resumed"
+    assert descends(newest, lineage(("c", 0), 100)) is False, "another run, perhaps of the same name"
+    assert descends(newest, lineage(("a", 0), ("d", 100), 150)) is False, "a sibling branch"
+    assert descends(lineage(("a", 0), 100), newest) is False, "a descendant is no ancestor"
+    assert descends(newest, {"progress": {"env_step": 10}}) is None, "a checkpoint from before lineages"
 
 
 def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):

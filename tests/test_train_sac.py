@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -468,3 +469,94 @@ def test_a_stop_signal_while_starting_is_one_line_and_128_plus_the_signal(tmp_pa
     assert trainer.returncode == 128 + signum and out == "", err
     assert err == (f"stopped by signal {signum} while starting, before training began: nothing was saved; run the "
                    "same command again\n")
+
+
+STATE_CARTPOLE = str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml")
+PENDULUM = str(ROOT / "configs" / "inverted_pendulum_state.yaml")
+
+
+def test_a_diverged_run_stops_in_one_line_and_leaves_only_checkpoints_that_load(tmp_path):
+    """Absurd learning rates blow the critic's Adam state up within a few episodes. The run used to train on,
+    evaluate NaN actions ("return 0.0"), write inf into every `_ep<N>`, `_latest` and sidecar, let keep_last prune
+    the good ones for them, and exit 0: no file of it resumed, evaluated or exported."""
+    ckpt, name = tmp_path / "ckpt", "cartpole_swingup_state"
+    args = ["--config", STATE_CARTPOLE, *sets(
+        checkpoint__dir=ckpt, checkpoint__every_episodes=1, checkpoint__keep_last=2, env__max_episode_steps=20,
+        training__seed_steps=10, sac__batch_size=8, sac__buffer_size=1000, training__eval_every_episodes=1,
+        training__eval_episodes=1, logging__tensorboard_dir=tmp_path / "runs", logging__progress="false")]
+    good = run_cli(*args, *sets(training__episodes=3))
+    assert good.returncode == 0, good.stderr
+    diverged = run_cli(*args, "--resume", "auto", *sets(training__episodes=30, sac__lr=1, sac__alpha_lr=1,
+                                                        sac__updates_per_step=20, sac__discount=1))
+    assert diverged.returncode == 2, diverged.stderr
+    [line] = diverged.stderr.strip().splitlines()
+    latest = checkpoint.load(ckpt / f"{name}_latest.pt")[0]["progress"]
+    assert re.fullmatch(
+        rf"error: training diverged by step \d+: \S+ became NaN or inf, and nothing of it was saved; the last good "
+        rf"checkpoint is {re.escape(str(ckpt))}/{name}_latest.pt \(episode {latest['episode']}, step "
+        rf"{latest['env_step']}\): lower sac.lr \(now 1\) or sac.alpha_lr \(now 1\), e.g. --set sac.lr=0.1, and "
+        r"continue with --resume auto", line), line
+    assert 3 <= latest["episode"] < 30 and f"after episode {latest['episode'] + 1} " not in diverged.stdout, (
+        "no evaluation of the diverged policy")
+    assert checkpoint.load(ckpt / f"{name}_latest.pt")[1] is not None, "with its replay"
+    kept = [p for p in ckpt.glob(f"{name}_ep*.pt")]
+    assert len(kept) == 2 and all(checkpoint.load_weights(p) for p in kept), "keep_last's two, both good"
+    resumed = run_cli(*args, "--resume", "auto", *sets(training__episodes=latest["episode"] + 1))
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def two_runs(tmp_path, *names: str) -> tuple[list[str], Path]:
+    """Two-episode inverted-pendulum runs of each name, in one checkpoint folder; (command line less the run's
+    name, folder)."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--config", PENDULUM, *sets(checkpoint__dir=ckpt, checkpoint__every_episodes=1, training__seed_steps=20,
+                                        training__episodes=2, training__eval_every_episodes=0,
+                                        env__max_episode_steps=20,
+                                        logging__tensorboard_dir=tmp_path / "runs", logging__progress="false")]
+    for name in names:
+        done = run_cli(*args, *sets(checkpoint__name=name))
+        assert done.returncode == 0, done.stderr
+    return args, ckpt
+
+
+def test_resuming_another_runs_checkpoint_into_a_run_with_its_own_refuses_and_changes_nothing(tmp_path):
+    """`--set checkpoint.name=B --resume <A's _latest>` replaced B's only `_latest` and pruned its sidecar."""
+    args, ckpt = two_runs(tmp_path, "A", "B")
+    before, b_step = contents(ckpt), checkpoint.load(ckpt / "B_latest.pt")[0]["progress"]["env_step"]
+    more = sets(checkpoint__name="B", training__episodes=3)
+    refused = run_cli(*args, *more, "--resume", str(ckpt / "A_latest.pt"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"error: {ckpt}/A_latest.pt is a checkpoint of run 'A', and run 'B' already has checkpoints in {ckpt} "
+        f"(B_latest.pt: episode 2, step {b_step}) that its saves would overwrite; resume it as a separate run with "
+        "--set checkpoint.name=<new name>, or add --start-over to move run 'B''s files aside first (deletes nothing)")
+    assert contents(ckpt) == before
+
+    into_new = run_cli(*args, *sets(checkpoint__name="C", training__episodes=3), "--resume", str(ckpt / "A_latest.pt"))
+    assert into_new.returncode == 0, into_new.stderr  # a run without checkpoints may start from another's weights
+    over = run_cli(*args, *more, "--resume", str(ckpt / "A_latest.pt"), "--start-over")
+    assert over.returncode == 0, over.stderr
+    [aside] = [p for p in ckpt.iterdir() if p.is_dir() and p.name.startswith("B.replaced-")]
+    assert contents(aside) == {n: data for n, data in before.items() if n.startswith("B_")}, "moved whole"
+    assert checkpoint.load(ckpt / "B_latest.pt")[0]["progress"]["episode"] == 3
+
+
+def test_a_run_of_the_same_name_from_another_machine_or_an_abandoned_future_is_no_ancestor(tmp_path):
+    """Same run name, another history: its saves would overwrite this run's newest. A resume of the run's own older
+    file branches off it as before, and its abandoned future comes back only with --start-over."""
+    args, ckpt = two_runs(tmp_path, "A")
+    _, other = two_runs(tmp_path / "elsewhere", "A")  # the same run name trained on another machine
+    args += sets(checkpoint__name="A")
+    before = contents(ckpt)
+    refused = run_cli(*args, *sets(training__episodes=3), "--resume", str(other / "A_latest.pt"))
+    assert refused.returncode == 2 and "is not on the way to run 'A''s newest" in refused.stderr, refused.stderr
+    assert contents(ckpt) == before
+
+    branch = run_cli(*args, *sets(training__episodes=2), "--resume", str(ckpt / "A_ep1.pt"))
+    assert branch.returncode == 0, branch.stderr
+    [future] = [p for p in ckpt.iterdir() if p.is_dir() and p.name.startswith("A.abandoned-")]
+    back = run_cli(*args, *sets(training__episodes=3), "--resume", str(future / "A_ep2.pt"))
+    assert back.returncode == 2 and "is not on the way to run 'A''s newest" in back.stderr, back.stderr
+    back = run_cli(*args, *sets(training__episodes=3), "--resume", str(future / "A_ep2.pt"), "--start-over")
+    assert back.returncode == 0, back.stderr
+    assert checkpoint.load(ckpt / "A_latest.pt")[0]["progress"]["episode"] == 3

@@ -24,7 +24,7 @@ from trainer.checkpoint_files import (
     read,
     run_files,
 )
-from trainer.payload import FORMAT, damage, is_checkpoint, seal
+from trainer.payload import FORMAT, damage, descends, is_checkpoint, seal
 
 RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
 
@@ -42,6 +42,10 @@ def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_s
          keep_replays: int, keep_last: int) -> Saved:
     """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), then `<name>_latest.pt`,
     each with its checksum (a checkpoint also its sidecar's). A failed write leaves the previous files."""
+    bad = non_finite(payload["agent"]) or non_finite(replay_state)
+    if bad:  # such a file never loads, and its pruning would delete loadable ones
+        raise CheckpointError(f"refusing to save run '{name}' at step {env_step}: {bad} holds NaN or inf; "
+                              "continue from its last checkpoint with --resume auto")
     directory.mkdir(parents=True, exist_ok=True)
     replay_file = f"{name}_step{env_step}.replay.pt"
     replay_checksum = digest(replay_state)
@@ -136,19 +140,50 @@ def load_newest(directory: Path, name: str, names: Iterable[str] | None = None,
     if names is None:
         names = os.listdir(directory) if directory.is_dir() else []
     names = list(names)
+    found = newest_weights(directory, name, names, fetch)
+    if found is None:
+        return None
+    return *found, _newest_replay(directory, name, found[1], names, fetch)
+
+
+def newest_weights(directory: Path, name: str, names: list[str],
+                   fetch: Callable[[str], None] | None = None) -> tuple[Path, dict] | None:
+    """(path, payload) of the newest checkpoint of run `name` among `names` whose weights load, skipping damaged
+    files with a warning; None if the run has none; CheckpointError if none loads."""
     tried = candidates(names, name)
     for candidate in tried:
         try:
-            payload = load_weights(directory / candidate, fetch)
+            return directory / candidate, load_weights(directory / candidate, fetch)
         except CheckpointError as err:
             print(f"warning: {err}; trying an older checkpoint", file=sys.stderr)
-            continue
-        return directory / candidate, payload, _newest_replay(directory, name, payload, names, fetch)
     if tried:
         raise CheckpointError(
             f"none of the {len(tried)} checkpoints of run '{name}' in {directory} loads ({', '.join(tried)}); pass one "
             "with --resume PATH to see why, or start over with --start-over (moves them aside, deletes nothing)")
     return None
+
+
+def check_resume_into(directory: Path, name: str, remote=None, *, resumed: Path, payload: dict,
+                      trained_as: str) -> None:
+    """Refuse `--resume resumed` (a checkpoint of run `trained_as`) into run `name` when the run has checkpoints
+    that did not come from it (another run's, or another branch's): its saves would overwrite and prune them."""
+    names = remote.listdir() if remote else os.listdir(directory) if directory.is_dir() else []
+    newest = newest_weights(directory, name, names, remote.fetch if remote else None)
+    if newest is None:
+        return  # a new run that starts from another's weights
+    newest_path, newest_payload = newest
+    if newest_path.resolve() == resumed.resolve():
+        return
+    ancestor = descends(newest_payload, payload)
+    if ancestor or ancestor is None and trained_as == name:
+        return
+    progress, where = newest_payload["progress"], remote.url if remote else str(directory)
+    whose = f"a checkpoint of run '{trained_as}'" if trained_as != name else f"not on the way to run '{name}''s newest"
+    raise CheckpointError(
+        f"{resumed} is {whose}, and run '{name}' already has checkpoints in {where} ({newest_path.name}: episode "
+        f"{progress['episode']}, step {progress['env_step']}) that its saves would overwrite; resume it as a "
+        "separate run with --set checkpoint.name=<new name>, or add --start-over to move run "
+        f"'{name}''s files aside first (deletes nothing)")
 
 
 def _newest_replay(directory: Path, name: str, payload: dict, names: list[str],
@@ -225,5 +260,5 @@ def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, 
     where = (remote.url if remote else str(directory)).rstrip("/")
     return (f"{resumed.name} (episode {episode}, step {env_step}) is older than the newest checkpoints of run "
             f"'{name}': this run branches off it, and the {len(moved)} newer files ({', '.join(moved)}) are moved "
-            f"into {where}/{folder}/, where its saves cannot overwrite or prune them (--resume one of them there to "
-            "go back to that future)")
+            f"into {where}/{folder}/, where its saves cannot overwrite or prune them (--resume one of them there with "
+            "--start-over to go back to that future)")

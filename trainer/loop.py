@@ -6,6 +6,7 @@ or MuJoCo Warp worlds (docs/warp.md). Seeding, and what a resume reproduces: doc
 
 import contextlib
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -111,12 +112,16 @@ class Trainer:
     def find_start(self, resume: str | None, start_over: bool) -> tuple[Path, dict, dict | None] | None:
         """The checkpoint to resume (None for a fresh start, which never writes over an earlier run of this name),
         and the progress to start from."""
-        if not resume:
+        found = self.find_checkpoint(resume, start_over) if resume else None
+        if not resume or start_over:  # --start-over --resume PATH: the run's files go aside, PATH continues
             checkpoint.start_fresh(self.checkpoint_dir, self.cfg.run_name, self.remote, start_over=start_over)
-        found = self.find_checkpoint(resume) if resume else None
         self.progress = Progress(**found[1]["progress"]) if found else Progress()
+        # [id, first step] of each process that trained the run, this one last: which checkpoints are its ancestors
+        self.lineage = [*(found[1].get("lineage", []) if found else []), [os.urandom(6).hex(), self.progress.env_step]]
         self.saved_episode = self.progress.episode
         self.saved_step = self.progress.env_step
+        # (path, episode, step) of the newest checkpoint written or resumed, for a diverged run's message
+        self.last_saved = (found[0], self.saved_episode, self.saved_step) if found else None
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
         return found
 
@@ -209,11 +214,12 @@ class Trainer:
         return env, camera
 
     def save(self, final_of_episode: bool) -> Path:
+        self.check_finite()
         start = time.perf_counter()
         state = build_payload(
             config=to_dict(self.cfg), agent_state=self.agent.state_dict(), progress=self.progress,
             trunk=self.trunk.fingerprint if self.trunk else None, demos=self.demos.state_dict() if self.demos else None,
-            learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng)
+            learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng, lineage=self.lineage)
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
         self.saved_step = self.progress.env_step
@@ -222,6 +228,7 @@ class Trainer:
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, state, self.replay.state_dict(),
                                 env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
                                 keep_last=ckpt.keep_last)
+        self.last_saved = (saved.latest, self.progress.episode, self.progress.env_step)
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
@@ -231,12 +238,31 @@ class Trainer:
         )
         return saved.latest
 
+    def check_finite(self) -> None:
+        """A run whose losses, weights or optimiser states went NaN or inf stops before it saves or evaluates:
+        a checkpoint of it would never load, and pruning would make room for it by deleting good ones."""
+        if not self.agent.diverged():
+            return
+        sac, progress = self.cfg.sac, self.progress
+        what = checkpoint_files.non_finite(self.agent.state_dict()) or "a loss"
+        if self.last_saved:
+            path, episode, step = self.last_saved
+            kept = f"the last good checkpoint is {path} (episode {episode}, step {step})"
+            then = "continue with --resume auto"
+        else:
+            kept, then = "no checkpoint of the run was saved before", "start again"
+        raise UserError(
+            f"training diverged by step {progress.env_step}: {what} became NaN or inf, and nothing of it was saved; "
+            f"{kept}: lower sac.lr (now {sac.lr:g}) or sac.alpha_lr (now {sac.alpha_lr:g}), e.g. "
+            f"--set sac.lr={sac.lr / 10:g}, and {then}")
+
     def wall_seconds(self) -> float:
         start, carried = self.wall_start
         return carried + time.perf_counter() - start
 
-    def find_checkpoint(self, target: str) -> tuple[Path, dict, dict | None] | None:
-        """(path, payload, replay state) of `target`, a file or "auto", checked against this config; None: none."""
+    def find_checkpoint(self, target: str, start_over: bool) -> tuple[Path, dict, dict | None] | None:
+        """(path, payload, replay state) of `target`, a file or "auto", checked against this config and, unless
+        `start_over`, against the run's own checkpoints; None: none."""
         if target == "auto":
             names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
             found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
@@ -245,6 +271,9 @@ class Trainer:
         else:
             found = (Path(target), *checkpoint.load(Path(target)))
         saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
+        if target != "auto" and not start_over:
+            checkpoint.check_resume_into(self.checkpoint_dir, self.cfg.run_name, self.remote, resumed=found[0],
+                                         payload=found[1], trained_as=saved_config.run_name(found[1]["config"]))
         return found
 
     def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
@@ -447,6 +476,7 @@ class Trainer:
                 break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
         self.clock = (time.perf_counter(), progress.env_step, self.agent.updates)
+        self.check_finite()  # before an evaluation of NaN actions
         progress.evaluation_due |= crossed(cfg.training.eval_every_episodes, before, progress.episode)
         self.evaluate_if_due()
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):

@@ -29,9 +29,12 @@ class Progress:
 
 
 def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None, demos: dict | None,
-                  learning_steps: int, wall_s: float, rng: np.random.Generator) -> dict:
-    """The payload of a save, less what `seal` adds; `rng` is the run's numpy generator."""
+                  learning_steps: int, wall_s: float, rng: np.random.Generator,
+                  lineage: list[list] | None = None) -> dict:
+    """The payload of a save, less what `seal` adds; `rng` is the run's numpy generator; `lineage` the
+    [process id, first step] of every process the run has gone through (`descends`)."""
     return {
+        "lineage": lineage or [],
         "config": config,
         "agent": agent_state,
         "progress": dataclasses.asdict(progress),
@@ -104,11 +107,30 @@ def _payload_problem(payload: dict) -> str | None:
     wall = payload.get("wall_s", 0.0)
     if not isinstance(wall, (int, float)) or not 0 <= wall < float("inf"):
         return f"wall_s is {wall!r}, not seconds"
+    lineage = payload.get("lineage", [])
+    if not isinstance(lineage, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is int for p in lineage):
+        return "its lineage is not a list of [process id, step]"
     demos = payload.get("demos")
     if demos is not None and (not isinstance(demos, dict) or not {"rng", "fingerprint", "path"} <= set(demos)
                               or replay.numpy_state_problem(demos["rng"])):
         return "its demonstrations' sampling state is not the trainer's"
     return None
+
+
+def descends(newest: dict, resumed: dict) -> bool | None:
+    """Whether the run that wrote checkpoint `newest` went through checkpoint `resumed` (one of its ancestors or
+    itself); None when either was written before checkpoints kept a lineage. Every process that trains a run adds
+    [its id, its first step] to the lineage it resumed: `resumed` lies on the way to `newest` when both agree up to
+    the process that saved `resumed`, and the next process on the way started at or after its step."""
+    mine, theirs = resumed.get("lineage"), newest.get("lineage")
+    if not mine or not theirs:
+        return None
+    last = len(mine) - 1
+    if theirs[:last + 1] != mine:
+        return False
+    went_on_from = theirs[last + 1][1] if len(theirs) > last + 1 else newest["progress"]["env_step"]
+    return resumed["progress"]["env_step"] <= went_on_from
 
 
 def _rng_problem(rng: dict) -> bool:

@@ -45,6 +45,12 @@ def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
         )
 
 
+def run_name(saved: dict) -> str:
+    """The run a checkpoint's saved config trained (Config.run_name of it)."""
+    settings = _saved_settings(saved)
+    return settings["checkpoint.name"] or f"sac_{settings['encoder.type']}"
+
+
 def changed_settings(*, saved: dict, current: dict) -> list[str]:
     """The settings a resume changed, as "key old -> new" (the table of profiles left out)."""
     old, new = _saved_settings(saved), _flat(current)
