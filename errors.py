@@ -21,6 +21,11 @@ class UserError(Exception):
     The command line prints it as one line and exits with status 2."""
 
 
+class Diverged(UserError):
+    """Training whose losses, weights or optimiser states went NaN or inf: one line, exit status 3 (a sweep counts
+    the trial as pruned and goes on)."""
+
+
 def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
     """`folder` exists or can be made: the nearest of it and its parents that exists is a folder this process may
     write to. Else a UserError "cannot {what}: <that one> is not a folder this process may write to; {fix}"."""

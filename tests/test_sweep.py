@@ -178,6 +178,24 @@ sys.stdin.read()
 """
 
 
+def test_a_trial_that_diverges_is_pruned_and_the_sweep_goes_on(tmp_path):
+    """Absurd learning rates are part of a search: a trial whose training diverged (exit status 3) used to stop the
+    whole sweep with its one-line error."""
+    space = {"method": "random", "metric": {"name": "eval/return", "goal": "maximize"},
+             "parameters": {"sac.lr": {"value": 1.0}, "sac.alpha_lr": {"value": 1.0}}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    absurd = ["sac.updates_per_step=20", "sac.discount=1", "sac.batch_size=8", "training.seed_steps=10"]
+    sets = [arg for item in [*TINY_TRIAL, *absurd] for arg in ("--set", item)]
+    done = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--space",
+                           str(tmp_path / "space.yaml"), "--trials", "2", "--study", "tiny", "--out",
+                           str(tmp_path / "sweep"), *sets], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    for number in (0, 1):
+        assert f"trial {number} (tiny_t{number}) pruned: training diverged by step " in done.stdout, done.stdout
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'sweep' / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["PRUNED", "PRUNED"]
+
+
 def test_a_trial_whose_run_another_process_holds_stops_the_sweep_in_one_line(tmp_path):
     """A trial queued again while its old trainer still runs (a sweep frozen past Optuna's heartbeat, two sweeps on
     one study): its trainer refuses the run, and the sweep says so rather than training over it."""

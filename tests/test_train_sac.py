@@ -488,7 +488,7 @@ def test_a_diverged_run_stops_in_one_line_and_leaves_only_checkpoints_that_load(
     assert good.returncode == 0, good.stderr
     diverged = run_cli(*args, "--resume", "auto", *sets(training__episodes=30, sac__lr=1, sac__alpha_lr=1,
                                                         sac__updates_per_step=20, sac__discount=1))
-    assert diverged.returncode == 2, diverged.stderr
+    assert diverged.returncode == 3, diverged.stderr
     [line] = diverged.stderr.strip().splitlines()
     latest = checkpoint.load(ckpt / f"{name}_latest.pt")[0]["progress"]
     assert re.fullmatch(

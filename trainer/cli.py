@@ -5,7 +5,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from errors import UserError
+from errors import Diverged, UserError
 from trainer.signals import Interrupted, interrupted, interrupts
 
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
@@ -21,6 +21,7 @@ PARAMETER_KEYS = {
 }
 
 USER_ERROR_STATUS = 2  # argparse's status for a usage error: bad input from the command line or a file
+DIVERGED_STATUS = 3  # the run stopped before saving a NaN or inf state: its settings need a change
 
 
 def explain(err: UserError) -> str:
@@ -31,7 +32,7 @@ def explain(err: UserError) -> str:
 def error_exit(err: UserError) -> int:
     """Every command's way out on bad input: the explained message as one line on stderr, and the exit status."""
     print(f"error: {explain(err)}", file=sys.stderr)
-    return USER_ERROR_STATUS
+    return DIVERGED_STATUS if isinstance(err, Diverged) else USER_ERROR_STATUS
 
 
 def run_command(body: Callable[[], int | None], *, cut_short: str | Callable[[], str]) -> int:

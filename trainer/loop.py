@@ -17,7 +17,7 @@ import torch
 from encoders.frozen import FEATURE_DTYPE
 from encoders.state import StateEncoder
 from envs.make import make_batched_env, make_eval_env, make_vector_env, state_size
-from errors import UserError
+from errors import Diverged, UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
@@ -251,7 +251,7 @@ class Trainer:
             then = "continue with --resume auto"
         else:
             kept, then = "no checkpoint of the run was saved before", "start again"
-        raise UserError(
+        raise Diverged(
             f"training diverged by step {progress.env_step}: {what} became NaN or inf, and nothing of it was saved; "
             f"{kept}: lower sac.lr (now {sac.lr:g}) or sac.alpha_lr (now {sac.alpha_lr:g}), e.g. "
             f"--set sac.lr={sac.lr / 10:g}, and {then}")

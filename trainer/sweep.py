@@ -30,7 +30,7 @@ import sqlalchemy
 
 from errors import UserError
 from trainer.checkpoint_files import run_files
-from trainer.cli import run_command
+from trainer.cli import DIVERGED_STATUS, run_command
 from trainer.config import SEED_LIMIT, load_config
 from trainer.config_checks import RUN_NAME
 from trainer.config_yaml import read_yaml
@@ -242,6 +242,11 @@ class TrialRunner:
             process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                        start_new_session=True, preexec_fn=_die_with_parent)
             values = self._follow(trial, process, run_dir / "eval.csv")
+        if process.returncode == DIVERGED_STATUS:  # high learning rates are part of a search: the sweep goes on
+            lines = [line for line in log.read_text().splitlines() if line.startswith("error: training diverged")]
+            reason = lines[-1].removeprefix("error: ") if lines else f"training diverged, see {log}"
+            print(f"trial {trial.number} ({run}) pruned: {reason}", flush=True)
+            raise optuna.TrialPruned("training diverged")
         if process.returncode == 2:
             lines = [line for line in log.read_text().splitlines() if line.startswith("error:")]
             reason = lines[-1].removeprefix("error: ") if lines else f"bad input, see {log}"
