@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -145,15 +146,22 @@ def test_a_new_machine_resumes_from_the_remote_checkpoint(s3, tmp_path, kind):
 
 def test_a_remote_run_stages_in_a_folder_of_its_own_and_says_where(s3, tmp_path, monkeypatch):
     """Not the working directory's checkpoints/ (which may be another run's): a folder for this URL and run under
-    the user's cache, named at start."""
+    the user's cache, named at start: the URL made readable, beside a hash of it. Two URLs that read alike
+    (`/` and `_` both become `_`) stage apart: sharing one folder, the second run found the first's files."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     cwd_checkpoints = ROOT / "checkpoints"
     before = sorted(p.name for p in cwd_checkpoints.iterdir())
-    result = run_cli("--config", CONFIG, *tiny_run(tmp_path, f"{s3}/staged", 1, local_dir=None))
-    assert result.returncode == 0, result.stderr
-    staging = tmp_path / "cache" / "pixel-sac" / "staging" / "s3_ckpt_staged" / "sac_video"
-    assert f"checkpoints for {s3}/staged are staged in {staging}" in result.stdout
-    assert (staging / "sac_video_latest.pt").exists()
+    staged = []
+    for url in (f"{s3}/cartpole/seed_1", f"{s3}/cartpole_seed/1"):
+        result = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 1, local_dir=None))
+        assert result.returncode == 0, result.stderr
+        [staging] = [line.rsplit(" are staged in ", 1)[1] for line in result.stdout.splitlines()
+                     if line.startswith(f"checkpoints for {url} are staged in ")]
+        staged.append(Path(staging))
+    cache = tmp_path / "cache" / "pixel-sac" / "staging"
+    assert [folder.parent.parent for folder in staged] == [cache, cache] and staged[0] != staged[1]
+    assert all(folder.parent.name.startswith("s3_ckpt_cartpole_seed_1-") for folder in staged)
+    assert all((folder / "sac_video_latest.pt").exists() for folder in staged)
     assert sorted(p.name for p in cwd_checkpoints.iterdir()) == before
 
 

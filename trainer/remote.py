@@ -4,6 +4,7 @@ Files are written locally first (`staging_dir`), then uploaded by a background t
 `_latest` never names a missing sidecar. Each queued file is a hard link: a later save may replace the local one.
 """
 
+import hashlib
 import os
 import queue
 import re
@@ -24,11 +25,16 @@ def is_remote(directory: str) -> bool:
 
 
 def staging_dir(url: str, run_name: str, local_dir: str | None) -> Path:
-    """`local_dir`, else one per URL and run in the user's cache: never `checkpoints/`, which may be another run's."""
+    """`local_dir`, else one per URL and run in the user's cache: never `checkpoints/`, which may
+    be another run's. The URL, made readable, beside a hash of it: s3://a/b_c and s3://a/b/c read
+    alike."""
     if local_dir:
         return Path(local_dir)
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "pixel-sac" / "staging" / re.sub(r"[^A-Za-z0-9._-]+", "_", url).strip("_") / run_name
+    url = url.rstrip("/")  # s3://a/b/ is the same prefix
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", url).strip("_")[:80]
+    key = hashlib.sha256(url.encode()).hexdigest()[:12]
+    return cache / "pixel-sac" / "staging" / f"{readable}-{key}" / run_name
 
 
 class RemoteDir:
