@@ -1,7 +1,8 @@
 """Remote checkpoint folders: a real S3-compatible server (moto, on loopback) and a local fsspec URL. Files are
 uploaded in write order, failures are retried and reported, and `--resume auto` continues from the remote copy
 after the local disk is gone (a new spot instance). Files are staged in a folder of the run's own, and a fresh start
-never overwrites the remote run."""
+never overwrites the remote run. Two staging folders play two machines on one run: a staged copy is used only while
+it is the remote object, whatever its size."""
 
 import os
 import shutil
@@ -203,15 +204,17 @@ def test_a_staged_copy_is_used_only_while_it_is_the_remote_object(s3, tmp_path, 
     assert f"warning: keeping {a / 'run_latest.pt'}, a save that never reached {url}" in capsys.readouterr().err
 
 
-def test_a_checkpoint_url_is_the_object_there_now(s3, tmp_path, monkeypatch):
+def test_a_checkpoint_url_is_the_object_there_now(s3, tmp_path, monkeypatch, capsys):
     """What `Policy.load` and `trainer.evaluate` read of an s3:// URL: fetched again once the run has saved over
-    it (a cached copy made a second evaluation report the old checkpoint), not found once it is gone."""
+    it (a cached copy made a second evaluation report the old checkpoint), not found once it is gone, and with no
+    word of uploads, which a fetch has none of."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     run, url = tmp_path / "run", f"{s3}/evaluated/run_latest.pt"
     save_at(machine(f"{s3}/evaluated", run), run, 10)
     assert checkpoint.load_weights(policy.fetch(url))["progress"]["env_step"] == 10
     save_at(machine(f"{s3}/evaluated", run), run, 20)
     assert checkpoint.load_weights(policy.fetch(url))["progress"]["env_step"] == 20
+    assert capsys.readouterr().out == ""
     machine(f"{s3}/evaluated", tmp_path / "check").fs.rm_file("ckpt/evaluated/run_latest.pt")
     with pytest.raises(CheckpointError, match=f"checkpoint not found: {url}"):
         policy.fetch(url)

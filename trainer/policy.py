@@ -171,8 +171,6 @@ def fetch(url: str) -> Path:
         found = remote.fetch(name)
     except OSError as err:
         raise CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
-    finally:
-        remote.close(0)
     if not found:  # a copy fetched before is no longer what the URL names
         raise CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
     return remote.local_dir / name

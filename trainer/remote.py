@@ -81,8 +81,7 @@ class RemoteDir:
         self.failures = 0
         self._jobs = 0
         self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="checkpoint-upload", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None  # the first upload starts it
         self._synced_lock = threading.Lock()  # uploads and fetches both note what they synced
 
     def _remote(self, name: str) -> str:
@@ -156,6 +155,10 @@ class RemoteDir:
             staged.append((snapshot, path.name))
         self._jobs += 1
         self._queue.put((staged, deleted))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="checkpoint-upload",
+                                            daemon=True)
+            self._thread.start()
 
     def _work(self) -> None:
         while (job := self._queue.get()) is not None:
@@ -196,12 +199,13 @@ class RemoteDir:
 
     def close(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for pending uploads; True when all were uploaded."""
-        self._queue.put(None)
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            self.report(
-                f"warning: uploads to {self.url} still pending after {timeout_s:.0f} s; "
-                f"local copies are in {self.local_dir}"
-            )
-            return False
+        if self._thread:
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self.report(
+                    f"warning: uploads to {self.url} still pending after {timeout_s:.0f} s; "
+                    f"local copies are in {self.local_dir}"
+                )
+                return False
         return self.failures == 0
