@@ -222,8 +222,8 @@ def test_a_checkpoint_url_is_the_object_there_now(s3, tmp_path, monkeypatch, cap
 
 def test_a_machine_resuming_after_another_went_further_continues_from_the_bucket(s3, tmp_path):
     """Machine A trains, B resumes and goes further, A resumes: A continues from B's newest (its own staged copy
-    is older, and of the same size), moves none of B's files aside and writes over none of them. A staged file
-    named by hand stands for the bucket's too."""
+    is older, and often of the same size), moves none of B's files aside and writes over none of them. A staged
+    file named by hand (--resume) stands for the bucket's too."""
     url = f"{s3}/machines"
     first = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 2, local_dir="a"))
     assert first.returncode == 0, first.stderr
