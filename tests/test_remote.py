@@ -1,7 +1,8 @@
 """Remote checkpoint folders: a real S3-compatible server (moto, on loopback) and a local fsspec URL. Files are
 uploaded in write order, failures are retried and reported, and `--resume auto` continues from the remote copy
 after the local disk is gone (a new spot instance). Files are staged in a folder of the run's own, and a fresh start
-never overwrites the remote run."""
+never overwrites the remote run. Two staging folders play two machines on one run: a staged copy is used only while
+it is the remote object, whatever its size."""
 
 import os
 import shutil
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import boto3
 import pytest
@@ -17,7 +19,8 @@ from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, checkpoint_payload, pause, popen_cli, replay_state, run_cli, sets
-from trainer import checkpoint, checkpoint_files
+from trainer import checkpoint, checkpoint_files, policy
+from trainer.checkpoint_files import CheckpointError
 from trainer.remote import RemoteDir
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -145,16 +148,99 @@ def test_a_new_machine_resumes_from_the_remote_checkpoint(s3, tmp_path, kind):
 
 def test_a_remote_run_stages_in_a_folder_of_its_own_and_says_where(s3, tmp_path, monkeypatch):
     """Not the working directory's checkpoints/ (which may be another run's): a folder for this URL and run under
-    the user's cache, named at start."""
+    the user's cache, named at start: the URL made readable, beside a hash of it. Two URLs that read alike
+    (`/` and `_` both become `_`) stage apart: sharing one folder, the second run found the first's files."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     cwd_checkpoints = ROOT / "checkpoints"
     before = sorted(p.name for p in cwd_checkpoints.iterdir())
-    result = run_cli("--config", CONFIG, *tiny_run(tmp_path, f"{s3}/staged", 1, local_dir=None))
-    assert result.returncode == 0, result.stderr
-    staging = tmp_path / "cache" / "pixel-sac" / "staging" / "s3_ckpt_staged" / "sac_video"
-    assert f"checkpoints for {s3}/staged are staged in {staging}" in result.stdout
-    assert (staging / "sac_video_latest.pt").exists()
+    staged = []
+    for url in (f"{s3}/cartpole/seed_1", f"{s3}/cartpole_seed/1"):
+        result = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 1, local_dir=None))
+        assert result.returncode == 0, result.stderr
+        [staging] = [line.rsplit(" are staged in ", 1)[1] for line in result.stdout.splitlines()
+                     if line.startswith(f"checkpoints for {url} are staged in ")]
+        staged.append(Path(staging))
+    cache = tmp_path / "cache" / "pixel-sac" / "staging"
+    assert [folder.parent.parent for folder in staged] == [cache, cache] and staged[0] != staged[1]
+    assert all(folder.parent.name.startswith("s3_ckpt_cartpole_seed_1-") for folder in staged)
+    assert all((folder / "sac_video_latest.pt").exists() for folder in staged)
     assert sorted(p.name for p in cwd_checkpoints.iterdir()) == before
+
+
+def machine(url: str, folder: Path) -> RemoteDir:
+    """One machine's view of the remote run: its own staging `folder`."""
+    return RemoteDir(url, folder, retries=2, backoff_s=0.01, report=print)
+
+
+def save_at(remote: RemoteDir | None, folder: Path, step: int) -> None:
+    """A save of run 'run' at `step` into `folder`, uploaded through `remote` (None: never uploaded)."""
+    saved = checkpoint.save(folder, "run", checkpoint_payload(step), replay_state(step), env_step=step,
+                            episode=step // 10, keep_replays=1, keep_last=0)
+    if remote:
+        remote.upload(saved.written, saved.deleted)
+        assert remote.close(timeout_s=30)
+
+
+def test_a_staged_copy_is_used_only_while_it_is_the_remote_object(s3, tmp_path, capsys):
+    """Two staging folders play two machines on one remote run. Every checkpoint of a run has the same size, so a
+    staged `_latest` the size of the remote one may be any save: machine A must take the one B uploaded since.
+    A save of A's own that never reached the remote (killed before its upload) is further ahead: it stays."""
+    url, a, b = f"{s3}/two_machines", tmp_path / "a", tmp_path / "b"
+    save_at(machine(url, a), a, 10)
+    on_b = machine(url, b)
+    assert checkpoint.load_newest(b, "run", on_b.listdir(), on_b.fetch)[1]["progress"]["env_step"] == 10
+    save_at(on_b, b, 20)
+    assert (a / "run_latest.pt").stat().st_size == (b / "run_latest.pt").stat().st_size
+
+    on_a = machine(url, a)
+    path, data, replay = checkpoint.load_newest(a, "run", on_a.listdir(), on_a.fetch)
+    assert path == a / "run_latest.pt" and data["progress"]["env_step"] == 20 and replay["count"] == 20
+
+    save_at(None, a, 30)
+    capsys.readouterr()
+    on_a = machine(url, a)
+    path, data, replay = checkpoint.load_newest(a, "run", on_a.listdir(), on_a.fetch)
+    assert data["progress"]["env_step"] == 30 and replay["count"] == 30
+    assert f"warning: keeping {a / 'run_latest.pt'}, a save that never reached {url}" in capsys.readouterr().err
+
+
+def test_a_checkpoint_url_is_the_object_there_now(s3, tmp_path, monkeypatch, capsys):
+    """What `Policy.load` and `trainer.evaluate` read of an s3:// URL: fetched again once the run has saved over
+    it (a cached copy made a second evaluation report the old checkpoint), not found once it is gone, and with no
+    word of uploads, which a fetch has none of."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    run, url = tmp_path / "run", f"{s3}/evaluated/run_latest.pt"
+    save_at(machine(f"{s3}/evaluated", run), run, 10)
+    assert checkpoint.load_weights(policy.fetch(url))["progress"]["env_step"] == 10
+    save_at(machine(f"{s3}/evaluated", run), run, 20)
+    assert checkpoint.load_weights(policy.fetch(url))["progress"]["env_step"] == 20
+    assert capsys.readouterr().out == ""
+    machine(f"{s3}/evaluated", tmp_path / "check").fs.rm_file("ckpt/evaluated/run_latest.pt")
+    with pytest.raises(CheckpointError, match=f"checkpoint not found: {url}"):
+        policy.fetch(url)
+
+
+def test_a_machine_resuming_after_another_went_further_continues_from_the_bucket(s3, tmp_path):
+    """Machine A trains, B resumes and goes further, A resumes: A continues from B's newest (its own staged copy
+    is older, and often of the same size), moves none of B's files aside and writes over none of them. A staged
+    file named by hand (--resume) stands for the bucket's too."""
+    url = f"{s3}/machines"
+    first = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, 2, local_dir="a"))
+    assert first.returncode == 0, first.stderr
+    for folder, episodes, resume in [("b", 3, "auto"), ("a", 4, "auto"),
+                                     ("b", 5, str(tmp_path / "b" / "sac_video_latest.pt"))]:
+        resumed = run_cli("--config", CONFIG, *tiny_run(tmp_path, url, episodes, local_dir=folder),
+                          "--resume", resume)
+        assert resumed.returncode == 0, resumed.stderr
+        latest = tmp_path / folder / "sac_video_latest.pt"
+        assert f"resumed from {latest}: episode {episodes - 1}," in resumed.stdout
+        assert "abandoned" not in resumed.stdout
+    remote = machine(url, tmp_path / "check")
+    names = remote.listdir()
+    assert {f"sac_video_ep{n}.pt" for n in range(1, 6)} <= set(names)
+    assert not [n for n in names if ".abandoned-" in n]
+    remote.fetch("sac_video_latest.pt")
+    assert checkpoint.load_weights(tmp_path / "check" / "sac_video_latest.pt")["progress"]["episode"] == 5
 
 
 def test_a_fresh_start_over_a_remote_run_refuses_and_start_over_moves_the_remote_files_aside(s3, tmp_path):

@@ -268,8 +268,10 @@ class Trainer:
             found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
             if found is None:
                 return None
-        else:
-            found = (Path(target), *checkpoint.load(Path(target)))
+        else:  # a staged file stands for the remote one, which another machine may have advanced
+            staged = self.remote and Path(target).resolve().parent == self.checkpoint_dir.resolve()
+            fetch = self.remote.fetch if staged else None
+            found = (Path(target), *checkpoint.load(Path(target), fetch))
         saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
         if target != "auto" and not start_over:
             checkpoint.check_resume_into(self.checkpoint_dir, self.cfg.run_name, self.remote, resumed=found[0],

@@ -162,16 +162,16 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, uni
 
 
 def fetch(url: str) -> Path:
-    """A checkpoint at an fsspec URL, brought into a local cache folder as a run's --resume does."""
+    """A checkpoint at an fsspec URL, brought into a local cache folder as a run's --resume does:
+    the object the URL names now, downloaded again whenever it changed."""
     parent, _, name = url.rstrip("/").rpartition("/")
-    remote = RemoteDir(parent, staging_dir(parent, "policies", None), retries=1, backoff_s=0, report=print)
+    remote = RemoteDir(parent, staging_dir(parent, "policies", None), retries=1, backoff_s=0,
+                       report=print, holds_saves=False)
     try:
-        remote.fetch(name)
+        found = remote.fetch(name)
     except OSError as err:
         raise CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
-    finally:
-        remote.close(0)
-    if not (remote.local_dir / name).is_file():
+    if not found:  # a copy fetched before is no longer what the URL names
         raise CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
     return remote.local_dir / name
 
