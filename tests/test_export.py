@@ -16,7 +16,7 @@ import torch
 
 from envs.make import make_env
 from errors import UserError
-from tests.conftest import ROOT, interrupt_when_started
+from tests.conftest import ROOT, Unpickled, interrupt_when_started
 from trainer import export
 from trainer.config import load_config
 from trainer.encoders import save_encoder_weights
@@ -158,13 +158,20 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         "foreign": (None, "not a checkpoint of this trainer"),
     }
     torch.save({"policy": {"w": torch.zeros(2)}}, tmp_path / "foreign.pt")
+    trace = tmp_path / "unpickled"
+    torch.save({"agent": Unpickled(trace)}, tmp_path / "pickle.pt")  # a zip, as torch.save writes
+    cases["pickle"] = (None, "is not from this trainer: it names the Python object posix.system, "
+                             "which loading would call (a crafted file); it was not loaded")
     for name, (content, said) in cases.items():
         bad = tmp_path / f"{name}.pt"
         if content is not None:
             bad.write_bytes(content)
         out = tmp_path / f"out_{name}"
         assert export.main([str(bad), "--out", str(out), "--episodes", "0"]) == 2
-        assert said in one_line_error(capsys) and not out.exists()
+        err = one_line_error(capsys)
+        assert said in err and not out.exists()
+        assert "weights_only" not in err and "still be loaded" not in err, "no unsafe advice"
+    assert not trace.exists()
     sidecar = next((tmp_path / "ckpt").glob("*.replay.pt"))
     assert export.main([str(sidecar), "--out", str(tmp_path / "o"), "--episodes", "0"]) == 2
     assert "is a replay sidecar" in one_line_error(capsys)
