@@ -2,8 +2,9 @@
 same episode; every exportable encoder's TorchScript and ONNX files (through onnxruntime) give this repository's
 actions within 1e-5, in the task's bounds, and load back with `Policy.load` in a process without the repository on
 its path; and every bad input (damaged, foreign, truncated checkpoints, a replay sidecar, frames of the wrong shape or
-dtype, a folder of another format) is one line. Checkpoints here are the trainer's own saves of freshly built agents:
-the computation is what is checked, not what it learnt."""
+dtype, a folder of another format) is one line. An exported folder is data to `Policy.load`: a
+policy.pt that writes files is never run. Checkpoints here are the trainer's own saves of freshly built
+agents: the computation is what is checked, not what it learnt."""
 
 import json
 import signal
@@ -102,7 +103,7 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     out = tmp_path / "policy"
     assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.yaml", "policy.json", "policy.onnx",
-                                                     "policy.pt"]
+                                                     "policy.pt", "policy.safetensors"]
     policy = Policy.load(path)
     obs = export.example_batch(policy.spec, 100, seed=5)
     expected = policy.act(obs.numpy())
@@ -116,7 +117,8 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
         assert onnx.max() <= 1e-5
     assert np.all(expected >= policy.low) and np.all(expected <= policy.high)
     assert len(np.unique(expected.round(4), axis=0)) > 50, "100 random observations give different actions"
-    np.testing.assert_allclose(Policy.load(out).act(obs[:10].numpy()), expected[:10], atol=1e-5)
+    folder = Policy.load(out).act(obs[:10].numpy())
+    np.testing.assert_array_equal(folder, expected[:10])  # the same network, rebuilt
     assert json.loads((out / "policy.json").read_text())["format"] == POLICY_FORMAT
 
 
@@ -186,6 +188,49 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     (out / "policy.json").write_text(json.dumps(spec | {"format": "pixel-sac policy 0"}))
     with pytest.raises(UserError, match="exported in the format 'pixel-sac policy 0'.*export it again"):
         Policy.load(out)
+
+
+class FileWriter(torch.nn.Module):
+    """What a shared policy.pt can do once run: write bytes it chooses to a path it chooses."""
+
+    def __init__(self, target: str, actions: int):
+        super().__init__()
+        self.target, self.actions = target, actions
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        written = torch.from_file(self.target, shared=True, size=6, dtype=torch.uint8)
+        written.copy_(torch.tensor([111, 119, 110, 101, 100, 10], dtype=torch.uint8))  # b"owned\n"
+        # an output that depends on the write, or TorchScript's optimiser drops it
+        return torch.zeros(obs.shape[0], self.actions) + written[0].float() * 0
+
+
+def test_policy_load_never_runs_a_folder_s_policy_pt_and_reads_safetensors_weights(tmp_path):
+    run, path = saved_trainer(tmp_path, "default.yaml")
+    run.close()
+    out = tmp_path / "policy"
+    assert export.main([path, "--out", str(out), "--episodes", "0",
+                        "--formats", "torchscript"]) == 0
+    expected = Policy.load(path)
+    actions = len(expected.spec.action_low)
+    probe, target = tmp_path / "probe", tmp_path / "target"
+    torch.jit.script(FileWriter(str(probe), actions)).save(str(tmp_path / "probe.pt"))
+    stack = torch.zeros((1, *expected.spec.obs_shape), dtype=torch.uint8)
+    torch.jit.load(str(tmp_path / "probe.pt"))(stack)
+    assert probe.read_bytes() == b"owned\n", "the crafted TorchScript writes when it runs"
+    torch.jit.script(FileWriter(str(target), actions)).save(str(out / "policy.pt"))
+
+    policy = Policy.load(out)
+    frames = np.random.default_rng(0).integers(0, 256, (4, SIZE, SIZE, 3), dtype=np.uint8)
+    for frame in frames:
+        action = policy.step(frame)
+        assert not target.exists(), "policy.pt ran"
+        np.testing.assert_array_equal(action, expected.step(frame))
+    (out / "policy.safetensors").unlink()  # as an earlier version exported
+    said = (rf"^{out} has no policy.safetensors .*; export it again from its checkpoint "
+            r"\(python3 -m trainer.export CHECKPOINT --out DIR\)$")
+    with pytest.raises(UserError, match=said) as raised:
+        Policy.load(out)
+    assert "\n" not in str(raised.value) and not target.exists()
 
 
 def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_for(tmp_path):

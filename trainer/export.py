@@ -3,8 +3,9 @@
     python3 -m trainer.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
 
 DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
-bounds out), policy.json (that contract), config.yaml, a model card README.md with an evaluation of N episodes, and
-episode.gif. It is a Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
+bounds out), policy.json (that contract), policy.safetensors (the weights Policy.load reads),
+config.yaml, a model card README.md with an evaluation of N episodes, and episode.gif. It is a
+Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
 """
 
 import argparse
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from errors import UserError, check_writable_folder
 
@@ -163,7 +165,8 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
                          "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of 1 or more"],
                 "torchscript": ["import torch", "policy = torch.jit.load(\"policy.pt\")",
                                 "action = policy(torch.from_numpy(obs)).numpy()"]}
-    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load)",
+    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load runs its code: trust the "
+                            "source)",
              "onnx": f"- `policy.onnx`: ONNX, opset {ONNX_OPSET}, dynamic batch (ONNX Runtime)"}
     stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last {spec.obs_shape[0]} RGB "
              f"frames of camera `{env.camera}`, oldest first, channels first; at an episode start the first frame "
@@ -177,13 +180,14 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               "`policy.step(frame)` per uint8 (H, W, 3) frame.", "",
               "## Files", "", *[files[name] for name in formats],
               "- `policy.json`: inputs, outputs, action bounds, action repeat",
+              "- `policy.safetensors`: the weights `Policy.load(folder)` reads (tensors, no code)",
               "- `config.yaml`: the run's resolved training config", ""]
     return "\n".join(lines)
 
 
 def export(args: argparse.Namespace) -> Path:
     from trainer.config import to_yaml
-    from trainer.policy import SPEC_FILE, PolicyNet, load_checkpoint
+    from trainer.policy import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -199,7 +203,9 @@ def export(args: argparse.Namespace) -> Path:
         export_formats(bounded, policy.spec, tmp, args.formats)
         evaluation, command, video = evaluate(policy, cfg, args, tmp)
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
-        (tmp / "config.yaml").write_text(to_yaml(cfg))
+        weights = {key: value.contiguous() for key, value in bounded.state_dict().items()}
+        save_file(weights, tmp / WEIGHTS_FILE)
+        (tmp / CONFIG_FILE).write_text(to_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
                                                   formats=args.formats, evaluation=evaluation, command=command,
                                                   video=video))
@@ -258,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         configure()
         written.append(export(args))
         print(f"exported {args.checkpoint} to {args.out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
-              "config.yaml, README.md")
+              "policy.safetensors, config.yaml, README.md")
         if args.push:
             push(written[0], args.push)
             print(f"pushed {args.out} to https://huggingface.co/{args.push}")
