@@ -3,10 +3,12 @@ same episode; every exportable encoder's TorchScript and ONNX files (through onn
 actions within 1e-5, in the task's bounds, and load back with `Policy.load` in a process without the repository on
 its path; and every bad input (damaged, foreign, truncated checkpoints, a replay sidecar, frames of the wrong shape or
 dtype, a folder of another format) is one line. An exported folder is data to `Policy.load`: a
-policy.pt that writes files is never run. Checkpoints here are the trainer's own saves of freshly built
+policy.pt that writes files is never run, and a module a checkpoint's env id names is imported
+only when the caller passes that id. Checkpoints here are the trainer's own saves of freshly built
 agents: the computation is what is checked, not what it learnt."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import torch
 from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT, Unpickled, interrupt_when_started
-from trainer import export
+from trainer import checkpoint_files, evaluate, export
 from trainer.config import load_config
 from trainer.encoders import save_encoder_weights
 from trainer.loop import Trainer
@@ -231,6 +233,40 @@ def test_policy_load_never_runs_a_folder_s_policy_pt_and_reads_safetensors_weigh
     with pytest.raises(UserError, match=said) as raised:
         Policy.load(out)
     assert "\n" not in str(raised.value) and not target.exists()
+
+
+def test_a_module_an_env_id_names_is_imported_only_when_the_caller_passes_it(tmp_path, capsys,
+                                                                             monkeypatch):
+    """Gymnasium imports `module` for an id `module:Task-v0`; anyone can edit a checkpoint's config
+    and re-seal its CRC-32. Evaluating, exporting or loading one refuses in one line until the id
+    comes from the caller."""
+    module = "pixel_sac_trace_env"
+    imported = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    run, path = saved_trainer(tmp_path, "inverted_pendulum_state.yaml")
+    run.close()
+    payload = torch.load(path, weights_only=True)
+    payload.pop("checksum")
+    env_id = payload["config"]["env"]["id"] = f"{module}:InvertedPendulum-v5"
+    payload["checksum"] = checkpoint_files.digest(payload)
+    crafted = tmp_path / "crafted.pt"
+    torch.save(payload, crafted)
+
+    said = (f"names env.id {env_id}, for which Gymnasium would import the module {module} (any "
+            f"code); if you trust it, pass the id yourself: --set env.id={env_id}")
+    out = str(tmp_path / "eval")
+    assert evaluate.main([str(crafted), "--episodes", "1", "--out", out, "--no-progress"]) == 2
+    assert said in one_line_error(capsys)
+    assert export.main([str(crafted), "--out", str(tmp_path / "policy"), "--episodes", "0"]) == 2
+    assert said in one_line_error(capsys)
+    with pytest.raises(UserError, match=re.escape(f"overrides=['env.id={env_id}']))") + "$"):
+        Policy.load(crafted)
+    assert not imported.exists() and module not in sys.modules
+
+    policy = Policy.load(crafted, overrides=[f"env.id={env_id}"])  # the caller's own choice
+    assert imported.exists() and policy.spec.task == env_id
 
 
 def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_for(tmp_path):

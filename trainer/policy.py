@@ -27,7 +27,7 @@ from trainer import checkpoint
 from trainer.checkpoint_files import CheckpointError
 from trainer.config import config_from_dict, with_overrides
 from trainer.config_checks import check_inside
-from trainer.config_yaml import read_yaml
+from trainer.config_yaml import parse_set, read_yaml
 from trainer.encoders import build_encoders, linear_of, untrained
 from trainer.remote import RemoteDir, is_remote, staging_dir
 
@@ -188,7 +188,21 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
         if "not a checkpoint of this trainer" not in message:
             message += f"; {CHECKPOINT_FIX}"
         raise CheckpointError(message) from None
-    return with_overrides(config_from_dict(payload["config"]), overrides), payload
+    cfg = with_overrides(config_from_dict(payload["config"]), overrides)
+    check_env_module(cfg.env.id, overrides=overrides, path=path)
+    return cfg, payload
+
+
+def check_env_module(env_id: str, *, overrides: list[str], path: Path) -> None:
+    """Gymnasium imports the module an id names before a colon (`pkg.envs:Task-v0`); a checkpoint
+    someone else made could name any, so only an id the caller passed itself may."""
+    module, colon, _ = env_id.partition(":")
+    sets = [parse_set(item).get("env") for item in overrides]
+    if colon and env_id not in {node.get("id") for node in sets if isinstance(node, dict)}:
+        raise CheckpointError(
+            f"checkpoint {path} names env.id {env_id}, for which Gymnasium would import the module "
+            f"{module} (any code); if you trust it, pass the id yourself: --set env.id={env_id} "
+            f"(in Python, Policy.load(..., overrides=['env.id={env_id}']))")
 
 
 def task_spec(cfg) -> Spec:
