@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from envs.make import make_env
 from errors import UserError
@@ -267,6 +268,29 @@ def test_a_module_an_env_id_names_is_imported_only_when_the_caller_passes_it(tmp
 
     policy = Policy.load(crafted, overrides=[f"env.id={env_id}"])  # the caller's own choice
     assert imported.exists() and policy.spec.task == env_id
+
+
+def test_the_exported_config_leaves_out_the_training_machine_s_commands_and_places(tmp_path):
+    """A shell command (training.auto_shutdown) or a storage URL can carry credentials, and --push
+    publishes the folder: those keys are at their defaults in config.yaml; the rest is the run's
+    config, from which Policy.load builds the network."""
+    secret = "hf_SECRET_token_123"
+    shutdown = f"curl -X POST https://api.example.com/v1/stop?token={secret}"
+    run, path = saved_trainer(tmp_path, "inverted_pendulum_state.yaml",
+                              f"training.auto_shutdown={shutdown}",
+                              f"checkpoint.local_dir={tmp_path / 'staging'}")
+    run.close()
+    out = tmp_path / "policy"
+    assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
+    config = (out / "config.yaml").read_text()
+    assert secret not in config + (out / "README.md").read_text() and str(tmp_path) not in config
+    saved = yaml.safe_load(config)
+    assert saved["training"]["auto_shutdown"] is None and saved["checkpoint"]["local_dir"] is None
+    assert saved["checkpoint"]["dir"] == "checkpoints"
+    assert saved["logging"]["tensorboard_dir"] == "runs"
+    assert saved["sac"]["hidden_dim"] == 32 and saved["env"]["id"] == "InvertedPendulum-v5"
+    obs = np.zeros((2, *Policy.load(path).spec.obs_shape), np.float32)
+    np.testing.assert_array_equal(Policy.load(out).act(obs), Policy.load(path).act(obs))
 
 
 def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_for(tmp_path):

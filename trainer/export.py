@@ -10,6 +10,7 @@ Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). Se
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -29,6 +30,10 @@ ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_
 TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
 # a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
 FLOAT16_TOLERANCE = 1e-3
+# settings of the machine a run trained on, at their defaults in the export's config.yaml: a shell
+# command or a storage URL can carry credentials, and --push publishes the folder
+MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_dir",
+                "logging.tensorboard_dir")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -181,12 +186,23 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               "## Files", "", *[files[name] for name in formats],
               "- `policy.json`: inputs, outputs, action bounds, action repeat",
               "- `policy.safetensors`: the weights `Policy.load(folder)` reads (tensors, no code)",
-              "- `config.yaml`: the run's resolved training config", ""]
+              "- `config.yaml`: the run's resolved training config, less the training machine's "
+              f"settings ({', '.join(MACHINE_KEYS)} at their defaults)", ""]
     return "\n".join(lines)
 
 
+def shareable_yaml(cfg) -> str:
+    """The config as config.yaml, with MACHINE_KEYS at their defaults."""
+    from trainer.config import Config, to_yaml
+
+    shared, defaults = copy.deepcopy(cfg), Config()
+    for key in MACHINE_KEYS:
+        section, name = key.split(".")
+        setattr(getattr(shared, section), name, getattr(getattr(defaults, section), name))
+    return to_yaml(shared)
+
+
 def export(args: argparse.Namespace) -> Path:
-    from trainer.config import to_yaml
     from trainer.policy import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
 
     out = Path(args.out)
@@ -205,7 +221,7 @@ def export(args: argparse.Namespace) -> Path:
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
         weights = {key: value.contiguous() for key, value in bounded.state_dict().items()}
         save_file(weights, tmp / WEIGHTS_FILE)
-        (tmp / CONFIG_FILE).write_text(to_yaml(cfg))
+        (tmp / CONFIG_FILE).write_text(shareable_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
                                                   formats=args.formats, evaluation=evaluation, command=command,
                                                   video=video))
