@@ -59,7 +59,11 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
         if path.is_file():
             if name.endswith(".safetensors"):
                 return load_file(path)
-            return torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                return torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as err:  # damaged or not tensors; torch's text advises an unsafe load
+                raise UserError(f"cannot read {path} ({type(err).__name__}); download the full "
+                                f"checkpoint ({PUBLIC_CHECKPOINT}) again") from None
     raise UserError(
         f"{directory} holds no {' or '.join(WEIGHT_FILES)}; download the full checkpoint ({PUBLIC_CHECKPOINT})"
     )

@@ -2,10 +2,13 @@
 same episode; every exportable encoder's TorchScript and ONNX files (through onnxruntime) give this repository's
 actions within 1e-5, in the task's bounds, and load back with `Policy.load` in a process without the repository on
 its path; and every bad input (damaged, foreign, truncated checkpoints, a replay sidecar, frames of the wrong shape or
-dtype, a folder of another format) is one line. Checkpoints here are the trainer's own saves of freshly built agents:
-the computation is what is checked, not what it learnt."""
+dtype, a folder of another format) is one line. An exported folder is data to `Policy.load`: a
+policy.pt that writes files is never run, and a module a checkpoint's env id names is imported
+only when the caller passes that id. Checkpoints here are the trainer's own saves of freshly built
+agents: the computation is what is checked, not what it learnt."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -13,11 +16,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from envs.make import make_env
 from errors import UserError
-from tests.conftest import ROOT, interrupt_when_started
-from trainer import export
+from tests.conftest import ROOT, Unpickled, interrupt_when_started
+from trainer import checkpoint_files, evaluate, export
 from trainer.config import load_config
 from trainer.encoders import save_encoder_weights
 from trainer.loop import Trainer
@@ -102,7 +106,7 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     out = tmp_path / "policy"
     assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.yaml", "policy.json", "policy.onnx",
-                                                     "policy.pt"]
+                                                     "policy.pt", "policy.safetensors"]
     policy = Policy.load(path)
     obs = export.example_batch(policy.spec, 100, seed=5)
     expected = policy.act(obs.numpy())
@@ -116,7 +120,8 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
         assert onnx.max() <= 1e-5
     assert np.all(expected >= policy.low) and np.all(expected <= policy.high)
     assert len(np.unique(expected.round(4), axis=0)) > 50, "100 random observations give different actions"
-    np.testing.assert_allclose(Policy.load(out).act(obs[:10].numpy()), expected[:10], atol=1e-5)
+    folder = Policy.load(out).act(obs[:10].numpy())
+    np.testing.assert_array_equal(folder, expected[:10])  # the same network, rebuilt
     assert json.loads((out / "policy.json").read_text())["format"] == POLICY_FORMAT
 
 
@@ -158,13 +163,20 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         "foreign": (None, "not a checkpoint of this trainer"),
     }
     torch.save({"policy": {"w": torch.zeros(2)}}, tmp_path / "foreign.pt")
+    trace = tmp_path / "unpickled"
+    torch.save({"agent": Unpickled(trace)}, tmp_path / "pickle.pt")  # a zip, as torch.save writes
+    cases["pickle"] = (None, "is not from this trainer: it names the Python object posix.system, "
+                             "which loading would call (a crafted file); it was not loaded")
     for name, (content, said) in cases.items():
         bad = tmp_path / f"{name}.pt"
         if content is not None:
             bad.write_bytes(content)
         out = tmp_path / f"out_{name}"
         assert export.main([str(bad), "--out", str(out), "--episodes", "0"]) == 2
-        assert said in one_line_error(capsys) and not out.exists()
+        err = one_line_error(capsys)
+        assert said in err and not out.exists()
+        assert "weights_only" not in err and "still be loaded" not in err, "no unsafe advice"
+    assert not trace.exists()
     sidecar = next((tmp_path / "ckpt").glob("*.replay.pt"))
     assert export.main([str(sidecar), "--out", str(tmp_path / "o"), "--episodes", "0"]) == 2
     assert "is a replay sidecar" in one_line_error(capsys)
@@ -179,6 +191,106 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     (out / "policy.json").write_text(json.dumps(spec | {"format": "pixel-sac policy 0"}))
     with pytest.raises(UserError, match="exported in the format 'pixel-sac policy 0'.*export it again"):
         Policy.load(out)
+
+
+class FileWriter(torch.nn.Module):
+    """What a shared policy.pt can do once run: write bytes it chooses to a path it chooses."""
+
+    def __init__(self, target: str, actions: int):
+        super().__init__()
+        self.target, self.actions = target, actions
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        written = torch.from_file(self.target, shared=True, size=6, dtype=torch.uint8)
+        written.copy_(torch.tensor([111, 119, 110, 101, 100, 10], dtype=torch.uint8))  # b"owned\n"
+        # an output that depends on the write, or TorchScript's optimiser drops it
+        return torch.zeros(obs.shape[0], self.actions) + written[0].float() * 0
+
+
+def test_policy_load_never_runs_a_folder_s_policy_pt_and_reads_safetensors_weights(tmp_path):
+    run, path = saved_trainer(tmp_path, "default.yaml")
+    run.close()
+    out = tmp_path / "policy"
+    assert export.main([path, "--out", str(out), "--episodes", "0",
+                        "--formats", "torchscript"]) == 0
+    expected = Policy.load(path)
+    actions = len(expected.spec.action_low)
+    probe, target = tmp_path / "probe", tmp_path / "target"
+    torch.jit.script(FileWriter(str(probe), actions)).save(str(tmp_path / "probe.pt"))
+    stack = torch.zeros((1, *expected.spec.obs_shape), dtype=torch.uint8)
+    torch.jit.load(str(tmp_path / "probe.pt"))(stack)
+    assert probe.read_bytes() == b"owned\n", "the crafted TorchScript writes when it runs"
+    torch.jit.script(FileWriter(str(target), actions)).save(str(out / "policy.pt"))
+
+    policy = Policy.load(out)
+    frames = np.random.default_rng(0).integers(0, 256, (4, SIZE, SIZE, 3), dtype=np.uint8)
+    for frame in frames:
+        action = policy.step(frame)
+        assert not target.exists(), "policy.pt ran"
+        np.testing.assert_array_equal(action, expected.step(frame))
+    (out / "policy.safetensors").unlink()  # as an earlier version exported
+    said = (rf"^{out} has no policy.safetensors .*; export it again from its checkpoint "
+            r"\(python3 -m trainer.export CHECKPOINT --out DIR\)$")
+    with pytest.raises(UserError, match=said) as raised:
+        Policy.load(out)
+    assert "\n" not in str(raised.value) and not target.exists()
+
+
+def test_a_module_an_env_id_names_is_imported_only_when_the_caller_passes_it(tmp_path, capsys,
+                                                                             monkeypatch):
+    """Gymnasium imports `module` for an id `module:Task-v0`; anyone can edit a checkpoint's config
+    and re-seal its CRC-32. Evaluating, exporting or loading one refuses in one line until the id
+    comes from the caller."""
+    module = "pixel_sac_trace_env"
+    imported = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    run, path = saved_trainer(tmp_path, "inverted_pendulum_state.yaml")
+    run.close()
+    payload = torch.load(path, weights_only=True)
+    payload.pop("checksum")
+    env_id = payload["config"]["env"]["id"] = f"{module}:InvertedPendulum-v5"
+    payload["checksum"] = checkpoint_files.digest(payload)
+    crafted = tmp_path / "crafted.pt"
+    torch.save(payload, crafted)
+
+    said = (f"names env.id {env_id}, for which Gymnasium would import the module {module} (any "
+            f"code); if you trust it, pass the id yourself: --set env.id={env_id}")
+    out = str(tmp_path / "eval")
+    assert evaluate.main([str(crafted), "--episodes", "1", "--out", out, "--no-progress"]) == 2
+    assert said in one_line_error(capsys)
+    assert export.main([str(crafted), "--out", str(tmp_path / "policy"), "--episodes", "0"]) == 2
+    assert said in one_line_error(capsys)
+    with pytest.raises(UserError, match=re.escape(f"overrides=['env.id={env_id}']))") + "$"):
+        Policy.load(crafted)
+    assert not imported.exists() and module not in sys.modules
+
+    policy = Policy.load(crafted, overrides=[f"env.id={env_id}"])  # the caller's own choice
+    assert imported.exists() and policy.spec.task == env_id
+
+
+def test_the_exported_config_leaves_out_the_training_machine_s_commands_and_places(tmp_path):
+    """A shell command (training.auto_shutdown) or a storage URL can carry credentials, and --push
+    publishes the folder: those keys are at their defaults in config.yaml; the rest is the run's
+    config, from which Policy.load builds the network."""
+    secret = "hf_SECRET_token_123"
+    shutdown = f"curl -X POST https://api.example.com/v1/stop?token={secret}"
+    run, path = saved_trainer(tmp_path, "inverted_pendulum_state.yaml",
+                              f"training.auto_shutdown={shutdown}",
+                              f"checkpoint.local_dir={tmp_path / 'staging'}")
+    run.close()
+    out = tmp_path / "policy"
+    assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
+    config = (out / "config.yaml").read_text()
+    assert secret not in config + (out / "README.md").read_text() and str(tmp_path) not in config
+    saved = yaml.safe_load(config)
+    assert saved["training"]["auto_shutdown"] is None and saved["checkpoint"]["local_dir"] is None
+    assert saved["checkpoint"]["dir"] == "checkpoints"
+    assert saved["logging"]["tensorboard_dir"] == "runs"
+    assert saved["sac"]["hidden_dim"] == 32 and saved["env"]["id"] == "InvertedPendulum-v5"
+    obs = np.zeros((2, *Policy.load(path).spec.obs_shape), np.float32)
+    np.testing.assert_array_equal(Policy.load(out).act(obs), Policy.load(path).act(obs))
 
 
 def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_for(tmp_path):

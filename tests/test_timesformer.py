@@ -11,7 +11,7 @@ from transformers import TimesformerConfig, TimesformerForVideoClassification
 from encoders import build_encoder
 from encoders.timesformer import PUBLIC_CHECKPOINT
 from errors import UserError
-from tests.conftest import encoder_config
+from tests.conftest import Unpickled, encoder_config
 from trainer.cli import explain
 
 
@@ -63,6 +63,22 @@ def test_a_smaller_input_size_subsamples_the_position_grid(public_layout):
     position = saved["timesformer.embeddings.position_embeddings"]  # CLS + a 4 x 4 grid
     # CLS + rows/cols 0, 2
     assert torch.equal(encoder.net.embeddings.position_embeddings, position[:, [0, 1, 3, 9, 11]])
+
+
+def test_a_crafted_pickle_as_pytorch_model_bin_is_one_line_without_unsafe_advice(public_layout,
+                                                                                 tmp_path):
+    """The older of the two files Hugging Face publishes is a pickle: a crafted one is refused, and
+    the message does not suggest torch's weights_only=False, which would run it."""
+    directory, _ = public_layout
+    (directory / "model.safetensors").unlink()
+    trace = tmp_path / "unpickled"
+    torch.save({"timesformer.w": Unpickled(trace)}, directory / "pytorch_model.bin")
+    video = encoder_config("timesformer", preset="base", pretrained=True, weights=str(directory))
+    said = r"cannot read .*pytorch_model.bin \(UnpicklingError\)"
+    with pytest.raises(UserError, match=said) as raised:
+        build_encoder(video, (3, 3, 64, 64))
+    assert "\n" not in str(raised.value) and "weights_only" not in str(raised.value)
+    assert not trace.exists()
 
 
 def test_missing_public_checkpoint_offline_is_a_one_line_error_with_where_and_how(monkeypatch, tmp_path):

@@ -3,6 +3,7 @@ folder readied (lock, probe) before the first save."""
 
 import errno
 import os
+import pickle
 import re
 import shutil
 import zipfile
@@ -119,6 +120,14 @@ def read(path: Path, kind: str):
         raise CheckpointError(f"{kind} {path} is unreadable (truncated or corrupt: not a zip archive)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:  # torch advises weights_only=False: running the file
+        named = re.search(r"GLOBAL (\S+)", str(err))
+        if named:
+            raise CheckpointError(
+                f"{kind} {path} is not from this trainer: it names the Python object {named[1]}, "
+                "which loading would call (a crafted file); it was not loaded") from None
+        raise CheckpointError(f"{kind} {path} is unreadable (truncated or corrupt: its pickle "
+                              "holds more than tensors and plain values)") from None
     except Exception as err:  # torch raises many types for damaged files; all mean the same to the user
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{kind} {path} is unreadable (truncated or corrupt: {reason})") from None

@@ -19,6 +19,12 @@ if TYPE_CHECKING:  # trainer.config calls validate, so it cannot be imported her
 
 def validate(cfg: Config) -> None:
     """Every rule a config must meet (load_config applies it; configs built in code call it themselves)."""
+    check_inside(cfg)
+    check_outside(cfg)
+
+
+def check_inside(cfg: Config) -> None:
+    """The rules a config meets on its own, whichever machine reads it (an exported policy's)."""
     video = cfg.encoder.video
     if video.arch not in VIDEO_ARCHS:
         raise UserError(f"unknown encoder.video.arch '{video.arch}'; allowed: {', '.join(VIDEO_ARCHS)}")
@@ -31,7 +37,6 @@ def validate(cfg: Config) -> None:
         raise UserError(f"encoder.lr applies to video encoders only; got {cfg.encoder.lr} with encoder.type state")
     check_settings(cfg)
     _check_cross_keys(cfg)
-    check_outside(cfg)
 
 
 # a run name names files, a log folder and a tmux session: no separators, spaces, quotes, ':' or leading '.' or '-'

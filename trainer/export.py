@@ -3,12 +3,14 @@
     python3 -m trainer.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
 
 DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
-bounds out), policy.json (that contract), config.yaml, a model card README.md with an evaluation of N episodes, and
-episode.gif. It is a Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
+bounds out), policy.json (that contract), policy.safetensors (the weights Policy.load reads),
+config.yaml, a model card README.md with an evaluation of N episodes, and episode.gif. It is a
+Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
 """
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from errors import UserError, check_writable_folder
 
@@ -27,6 +30,10 @@ ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_
 TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
 # a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
 FLOAT16_TOLERANCE = 1e-3
+# settings of the machine a run trained on, at their defaults in the export's config.yaml: a shell
+# command or a storage URL can carry credentials, and --push publishes the folder
+MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_dir",
+                "logging.tensorboard_dir")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,7 +170,8 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
                          "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of 1 or more"],
                 "torchscript": ["import torch", "policy = torch.jit.load(\"policy.pt\")",
                                 "action = policy(torch.from_numpy(obs)).numpy()"]}
-    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load)",
+    files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load runs its code: trust the "
+                            "source)",
              "onnx": f"- `policy.onnx`: ONNX, opset {ONNX_OPSET}, dynamic batch (ONNX Runtime)"}
     stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last {spec.obs_shape[0]} RGB "
              f"frames of camera `{env.camera}`, oldest first, channels first; at an episode start the first frame "
@@ -177,13 +185,25 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               "`policy.step(frame)` per uint8 (H, W, 3) frame.", "",
               "## Files", "", *[files[name] for name in formats],
               "- `policy.json`: inputs, outputs, action bounds, action repeat",
-              "- `config.yaml`: the run's resolved training config", ""]
+              "- `policy.safetensors`: the weights `Policy.load(folder)` reads (tensors, no code)",
+              "- `config.yaml`: the run's resolved training config, less the training machine's "
+              f"settings ({', '.join(MACHINE_KEYS)} at their defaults)", ""]
     return "\n".join(lines)
 
 
+def shareable_yaml(cfg) -> str:
+    """The config as config.yaml, with MACHINE_KEYS at their defaults."""
+    from trainer.config import Config, to_yaml
+
+    shared, defaults = copy.deepcopy(cfg), Config()
+    for key in MACHINE_KEYS:
+        section, name = key.split(".")
+        setattr(getattr(shared, section), name, getattr(getattr(defaults, section), name))
+    return to_yaml(shared)
+
+
 def export(args: argparse.Namespace) -> Path:
-    from trainer.config import to_yaml
-    from trainer.policy import SPEC_FILE, PolicyNet, load_checkpoint
+    from trainer.policy import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -199,7 +219,9 @@ def export(args: argparse.Namespace) -> Path:
         export_formats(bounded, policy.spec, tmp, args.formats)
         evaluation, command, video = evaluate(policy, cfg, args, tmp)
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
-        (tmp / "config.yaml").write_text(to_yaml(cfg))
+        weights = {key: value.contiguous() for key, value in bounded.state_dict().items()}
+        save_file(weights, tmp / WEIGHTS_FILE)
+        (tmp / CONFIG_FILE).write_text(shareable_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
                                                   formats=args.formats, evaluation=evaluation, command=command,
                                                   video=video))
@@ -258,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         configure()
         written.append(export(args))
         print(f"exported {args.checkpoint} to {args.out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
-              "config.yaml, README.md")
+              "policy.safetensors, config.yaml, README.md")
         if args.push:
             push(written[0], args.push)
             print(f"pushed {args.out} to https://huggingface.co/{args.push}")

@@ -9,27 +9,34 @@ See docs/deploy.md.
 
 import dataclasses
 import json
-import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 from torch import nn
 
 from encoders import build_encoder
+from encoders.frozen import ProjectedEncoder
 from errors import UserError
 from sac.agent import ENCODER_PREFIX, Actor
 from trainer import checkpoint
 from trainer.checkpoint_files import CheckpointError
 from trainer.config import config_from_dict, with_overrides
-from trainer.encoders import build_encoders, untrained
+from trainer.config_checks import check_inside
+from trainer.config_yaml import parse_set, read_yaml
+from trainer.encoders import build_encoders, linear_of, untrained
 from trainer.remote import RemoteDir, is_remote, staging_dir
 
 POLICY_FORMAT = "pixel-sac policy 1"  # policy.json's "format": what this version reads and writes
-SPEC_FILE, SCRIPT_FILE = "policy.json", "policy.pt"
+# what Policy.load reads of an exported folder: data (policy.pt and policy.onnx: other runtimes)
+SPEC_FILE, WEIGHTS_FILE, CONFIG_FILE = "policy.json", "policy.safetensors", "config.yaml"
 CHECKPOINT_FIX = "pass another checkpoint of the run (an older <run>_ep<N>.pt)"
+EXPORT_AGAIN = ("export it again from its checkpoint "
+                "(python3 -m trainer.export CHECKPOINT --out DIR)")
 
 
 class PolicyNet(nn.Module):
@@ -70,11 +77,9 @@ class Spec:
 
 
 class Policy:
-    def __init__(self, net, spec: Spec, *, device: torch.device, unit_actions: bool, scaled: bool):
-        """`net` returns task-bounded actions when `scaled` (an exported one), else what `unit_actions` asks."""
+    def __init__(self, net: PolicyNet, spec: Spec, *, device: torch.device):
         self.net, self.spec, self.device = net, spec, device
         self.low, self.high = np.array(spec.action_low, np.float32), np.array(spec.action_high, np.float32)
-        self.unit_actions, self.scaled = unit_actions, scaled
         self.obs_dtype = np.uint8 if spec.pixels else np.float32
         self.stack = None
 
@@ -88,15 +93,13 @@ class Policy:
 
     @classmethod
     def from_folder(cls, folder: Path, device: torch.device, *, unit_actions: bool) -> "Policy":
+        """The network built by this repository's code from the folder's config.yaml and
+        policy.json, with the weights of policy.safetensors: nothing in the folder runs (policy.pt
+        could run anything)."""
         spec = read_spec(folder)
-        try:
-            with warnings.catch_warnings():  # TorchScript is deprecated in torch, not yet gone: docs/deploy.md
-                warnings.simplefilter("ignore", FutureWarning)
-                net = torch.jit.load(folder / SCRIPT_FILE, map_location=device)
-        except (RuntimeError, ValueError) as err:
-            raise UserError(f"{folder / SCRIPT_FILE} is unreadable ({str(err).strip().splitlines()[0]}); "
-                            "export the policy again (python3 -m trainer.export CHECKPOINT --out DIR)") from None
-        return cls(net, spec, device=device, unit_actions=unit_actions, scaled=True)
+        cfg = read_folder_config(folder)
+        net = folder_net(cfg, spec, folder / WEIGHTS_FILE, unit_actions=unit_actions)
+        return cls(net.to(device), spec, device=device)
 
     def to(self, device: str | torch.device) -> "Policy":
         self.device = torch.device(device)
@@ -145,10 +148,7 @@ class Policy:
             raise UserError(f"act() takes {wanted} observations, got {dtype.name} {shape}; pass a batch of stacked "
                             "observations as the env gives them, or one frame at a time to step()")
         with torch.inference_mode():
-            action = self.net(torch.as_tensor(obs, device=self.device)).cpu().numpy()
-        if self.scaled and self.unit_actions:  # an exported net scales to the task's bounds: back, to float rounding
-            return np.clip((action - self.low) / ((self.high - self.low) / 2) - 1, -1, 1)
-        return action
+            return self.net(torch.as_tensor(obs, device=self.device)).cpu().numpy()
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, unit_actions: bool = False,
@@ -158,7 +158,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, uni
     local = fetch(str(path)) if is_remote(str(path)) else Path(path)
     cfg, payload = read_checkpoint(local, overrides)
     net, spec = checkpoint_net(cfg, payload, local, unit_actions=unit_actions)
-    return Policy(net.to(device), spec, device=device, unit_actions=unit_actions, scaled=False), cfg, payload
+    return Policy(net.to(device), spec, device=device), cfg, payload
 
 
 def fetch(url: str) -> Path:
@@ -188,7 +188,21 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
         if "not a checkpoint of this trainer" not in message:
             message += f"; {CHECKPOINT_FIX}"
         raise CheckpointError(message) from None
-    return with_overrides(config_from_dict(payload["config"]), overrides), payload
+    cfg = with_overrides(config_from_dict(payload["config"]), overrides)
+    check_env_module(cfg.env.id, overrides=overrides, path=path)
+    return cfg, payload
+
+
+def check_env_module(env_id: str, *, overrides: list[str], path: Path) -> None:
+    """Gymnasium imports the module an id names before a colon (`pkg.envs:Task-v0`); a checkpoint
+    someone else made could name any, so only an id the caller passed itself may."""
+    module, colon, _ = env_id.partition(":")
+    sets = [parse_set(item).get("env") for item in overrides]
+    if colon and env_id not in {node.get("id") for node in sets if isinstance(node, dict)}:
+        raise CheckpointError(
+            f"checkpoint {path} names env.id {env_id}, for which Gymnasium would import the module "
+            f"{module} (any code); if you trust it, pass the id yourself: --set env.id={env_id} "
+            f"(in Python, Policy.load(..., overrides=['env.id={env_id}']))")
 
 
 def task_spec(cfg) -> Spec:
@@ -212,20 +226,73 @@ def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tup
     if frozen:
         encoder = frozen_trunk(cfg, spec.obs_shape, saved=payload.get("trunk"), path=path)
     else:
-        encoder = build_encoder(untrained(cfg.encoder) if cfg.pixels else cfg.encoder, spec.obs_shape)
-    actor = Actor(encoder.repr_dim, action_dim=len(spec.action_low), cfg=cfg.sac, pixels=cfg.pixels)
+        encoder = fresh_encoder(cfg, spec)
+    net = policy_net(cfg, encoder, spec, unit_actions=unit_actions)
     try:
         if not frozen:
             encoder.load_state_dict({key.removeprefix(ENCODER_PREFIX): value for key, value in agent["critic"].items()
                                      if key.startswith(ENCODER_PREFIX)})
-        actor.load_state_dict(agent["actor"])
+        net.actor.load_state_dict(agent["actor"])
     except RuntimeError as err:
         raise CheckpointError(
             f"checkpoint {path} does not fit the networks of its own config ({str(err).splitlines()[0]}); "
             f"remove the --set overrides that change networks, or {CHECKPOINT_FIX}") from None
-    net = PolicyNet(encoder, actor, low=np.array(spec.action_low), high=np.array(spec.action_high),
-                    float16_features=frozen, unit_actions=unit_actions)
     return net, spec
+
+
+def fresh_encoder(cfg, spec: Spec) -> nn.Module:
+    """The run's encoder, freshly built: its weights come from the file being read, never one the
+    config names."""
+    return build_encoder(untrained(cfg.encoder) if cfg.pixels else cfg.encoder, spec.obs_shape)
+
+
+def policy_net(cfg, encoder: nn.Module, spec: Spec, *, unit_actions: bool) -> PolicyNet:
+    actor = Actor(encoder.repr_dim, action_dim=len(spec.action_low), cfg=cfg.sac, pixels=cfg.pixels)
+    frozen = cfg.pixels and cfg.encoder.video.freeze
+    return PolicyNet(encoder, actor, low=np.array(spec.action_low), high=np.array(spec.action_high),
+                     float16_features=frozen, unit_actions=unit_actions)
+
+
+def folder_net(cfg, spec: Spec, path: Path, *, unit_actions: bool) -> PolicyNet:
+    """An exported folder's network with the weights of its safetensors file (tensors only)."""
+    if not path.is_file():
+        raise UserError(f"{path.parent} has no {WEIGHTS_FILE} (an earlier version's export, whose "
+                        f"weights this one does not read); {EXPORT_AGAIN}")
+    try:
+        weights = load_file(path)
+    except (OSError, SafetensorError) as err:
+        reason = str(err).strip().splitlines()[0]
+        raise UserError(f"{path} is unreadable ({reason}); {EXPORT_AGAIN}") from None
+    encoder = fresh_encoder(cfg, spec)
+    if cfg.pixels and cfg.encoder.video.freeze and "encoder.projection.weight" in weights:
+        # a frozen trunk under the layers of its pretraining head, shaped as the file says
+        layers = {name: linear_of(head_layer(weights, name)) for name in ("projection", "readout")
+                  if f"encoder.{name}.weight" in weights}
+        encoder = ProjectedEncoder(encoder, layers["projection"], readout=layers.get("readout"))
+    net = policy_net(cfg, encoder, spec, unit_actions=unit_actions)
+    try:
+        net.load_state_dict(weights)
+    except RuntimeError as err:
+        reason = str(err).splitlines()[0]
+        raise UserError(f"{path} does not fit the network of its {CONFIG_FILE} ({reason}); "
+                        f"{EXPORT_AGAIN}") from None
+    return net
+
+
+def head_layer(weights: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
+    prefix = f"encoder.{name}."
+    return {key.removeprefix(prefix): value for key, value in weights.items()
+            if key.startswith(prefix)}
+
+
+def read_folder_config(folder: Path):
+    """The run's config as the export wrote it, read as data (YAML's safe subset) and checked."""
+    file = folder / CONFIG_FILE
+    if not file.is_file():
+        raise UserError(f"{folder} has no {CONFIG_FILE}; {EXPORT_AGAIN}")
+    cfg = config_from_dict(read_yaml(file, what="config keys"))
+    check_inside(cfg)  # not what this machine has (wandb, folders): the policy only reads it
+    return cfg
 
 
 def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Path) -> nn.Module:
@@ -242,19 +309,18 @@ def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Pa
 
 def read_spec(folder: Path) -> Spec:
     file = folder / SPEC_FILE
-    export_again = "export it again with python3 -m trainer.export CHECKPOINT --out DIR"
     if not file.is_file():
         raise UserError(f"{folder} is not an exported policy (no {SPEC_FILE}); pass a checkpoint or a folder "
                         "written by python3 -m trainer.export")
     try:
         data = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"{file} is unreadable ({err}); {export_again}") from None
+        raise UserError(f"{file} is unreadable ({err}); {EXPORT_AGAIN}") from None
     found = data.get("format") if isinstance(data, dict) else None
     if found != POLICY_FORMAT:
         raise UserError(f"{folder} was exported in the format {found!r}, where this version reads {POLICY_FORMAT!r}; "
-                        f"{export_again}")
+                        f"{EXPORT_AGAIN}")
     fields = {f.name for f in dataclasses.fields(Spec)}
     if not fields <= data.keys():
-        raise UserError(f"{file} lacks {', '.join(sorted(fields - data.keys()))}; {export_again}")
+        raise UserError(f"{file} lacks {', '.join(sorted(fields - data.keys()))}; {EXPORT_AGAIN}")
     return Spec(**{key: tuple(data[key]) if key == "obs_shape" else data[key] for key in fields})
