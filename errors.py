@@ -34,12 +34,14 @@ def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
         raise UserError(f"cannot {what}: {existing.resolve()} is not a folder this process may write to; {fix}")
 
 
-NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit: all mean "make room"
+# a full disk, a quota, a file size limit: each means "make room, or write elsewhere"
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def no_room(err: BaseException | None) -> OSError | None:
-    """The OSError behind `err` (itself, or one it was raised from or during) that refused a write for want of room,
-    if any: writers such as PIL's raise their own error while handling the first."""
+    """The OSError behind `err` (itself, or one it was raised from or during) that refused a
+    write for want of room, if any: writers such as PIL's raise their own error while handling
+    the first."""
     while err is not None and not (isinstance(err, OSError) and err.errno in NO_ROOM):
         err = err.__cause__ or err.__context__
     return err

@@ -149,7 +149,8 @@ def fill(disk: Path) -> None:
 
 
 def start_until(command: list[str], started: bytes) -> tuple[subprocess.Popen, bytes]:
-    """Start a command and wait until its stderr shows `started` (its progress bar); (the process, stderr so far)."""
+    """Start a command and wait until its stderr shows `started` (its progress bar); (the process,
+    its stderr so far)."""
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen = b""
     while started not in seen:
@@ -160,8 +161,8 @@ def start_until(command: list[str], started: bytes) -> tuple[subprocess.Popen, b
 
 
 def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tuple[int, str]:
-    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress bar); (exit status,
-    stderr)."""
+    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress
+    bar); (exit status, stderr)."""
     process, seen = start_until(command, started)
     process.send_signal(sig)
     _, rest = process.communicate(timeout=120)

@@ -175,48 +175,55 @@ def evaluate_command(checkpoint: str, out, *args: str) -> list[str]:
     return [sys.executable, "-m", "trainer.evaluate", checkpoint, "--out", str(out), *args]
 
 
-def test_an_earlier_evaluation_s_files_are_moved_aside_and_a_concurrent_one_is_refused(state, tmp_path, capsys):
-    """A second evaluation into one --out replaced the first's episodes.csv and GIF without a word; one cut short
-    leaves them where they are."""
-    out = tmp_path / "evaluation"
+def seeds(folder) -> list[str]:
+    return [row["seed"] for row in episodes_csv(folder)]
+
+
+def test_an_earlier_evaluation_is_moved_aside_and_a_concurrent_one_refused(state, tmp_path, capsys):
+    """A second evaluation into one --out replaced the first's episodes.csv and GIF without a
+    word; one cut short leaves them where they are."""
+    out, gif = tmp_path / "evaluation", "sac_feasible_latest.gif"
     for seed in ("1", "2"):
-        assert evaluate.main([latest(state), "--episodes", "1", "--seed", seed, "--out", str(out), "--video",
-                              "--video-size", "32", "--no-progress"]) == 0
+        assert evaluate.main([latest(state), "--episodes", "1", "--seed", seed, "--out", str(out),
+                              "--video", "--video-size", "32", "--no-progress"]) == 0
     aside = next(out.glob("replaced-*"))
-    assert (f"moved the earlier evaluation's episodes.csv, sac_feasible_latest.gif to {aside}\n"
-            in capsys.readouterr().out)
-    assert [row["seed"] for row in episodes_csv(aside)] == ["1"] and [row["seed"] for row in episodes_csv(out)] == ["2"]
-    assert (aside / "sac_feasible_latest.gif").exists() and (out / "sac_feasible_latest.gif").exists()
-    running, _ = start_until(evaluate_command(latest(state), out, "--episodes", "100000"), started=b"/100000")
+    said = f"moved the earlier evaluation's episodes.csv, {gif} to {aside}\n"
+    assert said in capsys.readouterr().out
+    assert seeds(aside) == ["1"] and seeds(out) == ["2"]
+    assert (aside / gif).exists() and (out / gif).exists()
+    command = evaluate_command(latest(state), out, "--episodes", "100000")
+    running, _ = start_until(command, started=b"/100000")
     refused = evaluate.main([latest(state), "--episodes", "1", "--out", str(out), "--no-progress"])
     running.send_signal(signal.SIGINT)
     running.communicate(timeout=120)
     err = capsys.readouterr().err
-    assert refused == 2 and f"evaluation output {out / 'episodes.csv'} is in use by pid {running.pid} " in err, err
-    assert [row["seed"] for row in episodes_csv(out)] == ["2"] and list(out.glob("replaced-*")) == [aside]
+    in_use = f"evaluation output {out / 'episodes.csv'} is in use by pid {running.pid} "
+    assert refused == 2 and in_use in err, err
+    assert seeds(out) == ["2"] and list(out.glob("replaced-*")) == [aside]
 
 
-def test_a_full_disk_is_one_line_before_any_episode_and_one_filling_during_the_episodes_keeps_their_csv(state,
-                                                                                                        tmp_path):
-    """The CSV was written after every episode had run, and a full disk then lost it with a traceback."""
+def test_a_full_disk_is_one_line_at_once_and_one_filling_later_keeps_the_csv(state, tmp_path):
+    """The CSV was written after every episode had run, and a full disk then lost it with a
+    traceback."""
     with tmpfs(tmp_path / "disk", "4m") as disk:
         out = disk / "evaluation"
         fill(disk)
-        full = subprocess.run(evaluate_command(latest(state), out, "--episodes", "2"), cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        full = subprocess.run(evaluate_command(latest(state), out, "--episodes", "2"), cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
         assert full.returncode == 2 and "return" not in full.stdout, full.stdout
-        assert full.stderr == (f"error: cannot write the evaluation to {out} (No space left on device); free space "
-                               "on its disk or pass --out on another disk (no episode was run)\n"), full.stderr
+        assert full.stderr == (
+            f"error: cannot write the evaluation to {out} (No space left on device); free space "
+            "on its disk or pass --out on another disk (no episode was run)\n"), full.stderr
         (disk / "filler").unlink()
-        filling, _ = start_until(evaluate_command(latest(state), out, "--episodes", "3", "--seed", "5", "--video"),
-                                 started=b"/3")
+        command = evaluate_command(latest(state), out, "--episodes", "3", "--seed", "5", "--video")
+        filling, _ = start_until(command, started=b"/3")
         pause(filling)
         fill(disk)
         filling.send_signal(signal.SIGCONT)
         _, stderr = filling.communicate(timeout=120)
         assert filling.returncode == 2 and stderr.decode().strip().splitlines()[-1] == (
-            f"error: cannot write the videos from {latest(state)} on to {out} (No space left on device), so the "
-            "evaluation went on without them and its CSV files are written; free space on that disk, or pass --out "
-            "on another, to film them with --video"), stderr
-        assert [row["seed"] for row in episodes_csv(out)] == ["5", "6", "7"]
+            f"error: cannot write the videos from {latest(state)} on to {out} (No space left on "
+            "device), so the evaluation went on without them and its CSV files are written; free "
+            "space on that disk, or pass --out on another, to film them with --video"), stderr
+        assert seeds(out) == ["5", "6", "7"]
         assert sorted(os.listdir(out)) == [".episodes.csv.lock", "episodes.csv"]

@@ -29,7 +29,8 @@ from trainer.episodes import Episode, run_episodes
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
 GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/logger.py)
-CSV_LINE_BYTES = 64  # the most a CSV line takes beside twice its checkpoint's name: seed, return, length, separators
+# the most a CSV line takes beside twice its checkpoint's name: seed, return, length, separators
+CSV_LINE_BYTES = 64
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -136,15 +137,17 @@ def write_gif(frames: list[np.ndarray], path: Path) -> None:
     from PIL import Image
 
     images = [Image.fromarray(f) for f in frames]
-    atomic_write(path, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
+    atomic_write(path, lambda f: images[0].save(f, format="GIF", save_all=True,
+                                                append_images=images[1:],
                                                 duration=1000 // GIF_FRAMES_PER_S, loop=0))
 
 
 @contextlib.contextmanager
 def claim(out: Path, *, room: int) -> Iterator[Callable[[], None]]:
-    """`out` for this evaluation alone (a lock beside its episodes.csv), and `room` bytes of its disk held for the
-    CSV files until the call yielded (an unnamed file, gone however the process ends): a full disk is one line
-    before any episode, and a disk that fills meanwhile cannot cost the episodes' rows."""
+    """`out` for this evaluation alone (a lock beside its episodes.csv), and `room` bytes of its
+    disk held for the CSV files until the call yielded (an unnamed file, gone however the process
+    ends): a full disk is one line before any episode, and a disk that fills meanwhile cannot cost
+    the episodes' rows."""
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(lock.hold_output(out / "episodes.csv", what="evaluation output"))
@@ -153,14 +156,15 @@ def claim(out: Path, *, room: int) -> Iterator[Callable[[], None]]:
         except OSError as err:
             if not (full := no_room(err)):
                 raise
-            raise UserError(f"cannot write the evaluation to {out} ({full.strerror}); free space on its disk or pass "
-                            "--out on another disk (no episode was run)") from None
+            raise UserError(f"cannot write the evaluation to {out} ({full.strerror}); free space "
+                            "on its disk or pass --out on another disk (no episode was "
+                            "run)") from None
         yield held.close
 
 
 def move_earlier(out: Path, names: list[str]) -> str:
-    """The files `names` that an earlier evaluation left in `out`, moved into `out/replaced-<time>/`; what was moved,
-    in words ("" for nothing)."""
+    """The files `names` that an earlier evaluation left in `out`, moved into
+    `out/replaced-<time>/`; what was moved, in words ("" for nothing)."""
     earlier = [name for name in names if (out / name).exists()]
     if not earlier:
         return ""
@@ -226,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     room = len(csvs) * (CSV_LINE_BYTES + args.episodes * sum(2 * len(name.encode()) + CSV_LINE_BYTES
                                                               for name in args.checkpoints))
     with claim(out, room=room) as release:
-        # once, before this evaluation's first file: one cut short leaves the earlier one's files where they were
+        # once, before this evaluation's first file: one cut short leaves the earlier files be
         keep_earlier = functools.cache(lambda: move_earlier(out, csvs + gifs))
         rows, heldout_rows, lost = evaluate_all(args, loaded, out, keep_earlier)
         release()  # the space held is the CSV files' now
@@ -235,17 +239,19 @@ def run(args: argparse.Namespace) -> int:
         if args.heldout:  # a file of its own: episodes.csv keeps its columns and meaning
             write_csv(heldout_rows, out / "episodes_heldout.csv")
     held = f" and {out / 'episodes_heldout.csv'}" if args.heldout else ""
-    print(f"{moved}wrote {out / 'episodes.csv'}{held}" + (" and videos" if args.video and not lost else ""))
+    videos = " and videos" if args.video and not lost else ""
+    print(f"{moved}wrote {out / 'episodes.csv'}{held}{videos}")
     if lost:
-        raise UserError(f"{lost}, so the evaluation went on without them and its CSV files are written; free "
-                        "space on that disk, or pass --out on another, to film them with --video")
+        raise UserError(f"{lost}, so the evaluation went on without them and its CSV files are "
+                        "written; free space on that disk, or pass --out on another, to film them "
+                        "with --video")
     return 0
 
 
 def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
                  keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], str]:
-    """The checkpoints' rows and held-out rows, and "" or what says that the videos from one checkpoint on did not
-    fit on the disk (the episodes go on without them)."""
+    """The checkpoints' rows and held-out rows, and "" or what says that the videos from one
+    checkpoint on did not fit on the disk (the episodes go on without them)."""
     from tqdm import tqdm
 
     rows, results, heldout_rows, heldout_results, lost = [], [], [], [], ""

@@ -26,7 +26,7 @@ from errors import UserError, check_writable_folder, no_room
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_size needs
-STAGING = ".export.tmp"  # + pid: the hidden folder inside --out an export writes its files in
+STAGING = ".export.tmp"  # + pid: the hidden folder inside --out that an export writes in
 TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
 # a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
 FLOAT16_TOLERANCE = 1e-3
@@ -65,7 +65,7 @@ def example_batch(spec, batch: int, seed: int = 0) -> torch.Tensor:
 
 def write_torchscript(net, example: torch.Tensor, path: Path) -> None:
     traced = torch.jit.trace(net, example, check_trace=False)
-    with open(path, "wb") as f:  # through Python: torch's own file writer aborts the process on a full disk
+    with open(path, "wb") as f:  # torch's own file writer aborts the process on a full disk
         torch.jit.save(traced, f)
 
 
@@ -189,27 +189,32 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
 
 @contextlib.contextmanager
 def output_folder(out: Path) -> Iterator[Path]:
-    """A hidden folder inside `out` to write the export in, whose files move into `out` when the body ends: `out`
-    may be new, an empty folder, a mount point or a link to either, and is checked before any work. An flock on
-    `out` keeps a second export out; while it is held, a hidden folder there is a killed export's and is removed. On
-    a failure `out` is left as it was (removed if made here), and a full disk is one line."""
-    check_writable_folder(out, what=f"export to {out}", fix="pass --out in a folder this process may write to")
+    """A hidden folder inside `out` to write the export in, whose files move into `out` when the
+    body ends: `out` may be new, an empty folder, a mount point or a link to either, and is checked
+    before any work. An flock on `out` keeps a second export out; while it is held, a hidden folder
+    there is a killed export's and is removed. On a failure `out` is left as it was (removed if
+    made here), and a full disk is one line."""
+    check_writable_folder(out, what=f"export to {out}",
+                          fix="pass --out in a folder this process may write to")
     folder = out.resolve()  # where a link points
     made = not folder.exists()
     try:
-        folder.mkdir(parents=True, exist_ok=True)  # exist_ok: another export may have made it a moment ago
+        folder.mkdir(parents=True, exist_ok=True)  # exist_ok: another export may have made it
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as err:  # a full disk, or a file put there since the check
-        raise UserError(f"cannot make --out {out} a folder ({err.strerror}); pass another --out") from None
+        raise UserError(f"cannot make --out {out} a folder ({err.strerror}); pass another "
+                        "--out") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"another export is writing to {out}; wait for it to end, or pass another --out") from None
+            raise UserError(f"another export is writing to {out}; wait for it to end, or pass "
+                            "another --out") from None
         for stale in folder.glob(f"{STAGING}*"):
             shutil.rmtree(stale)
         if any(folder.iterdir()):
-            raise UserError(f"--out {out} exists and is not an empty folder; pass a new folder or move it aside")
+            raise UserError(f"--out {out} exists and is not an empty folder; pass a new folder or "
+                            "move it aside")
         staging, moved = folder / f"{STAGING}{os.getpid()}", []
         try:
             staging.mkdir()
@@ -224,8 +229,9 @@ def output_folder(out: Path) -> Iterator[Path]:
             if made:
                 folder.rmdir()
             if full := no_room(err):
-                raise UserError(f"cannot write the export to {out} ({full.strerror}); free space on its disk or pass "
-                                "--out on another disk, then export again (nothing was written)") from None
+                raise UserError(f"cannot write the export to {out} ({full.strerror}); free space "
+                                "on its disk or pass --out on another disk, then export again "
+                                "(nothing was written)") from None
             raise
         staging.rmdir()
     finally:
@@ -238,7 +244,8 @@ def export(args: argparse.Namespace) -> Path:
 
     out = Path(args.out)
     with output_folder(out) as tmp:
-        policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True, overrides=args.set)
+        policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True,
+                                               overrides=args.set)
         net = policy.net
         bounded = PolicyNet(net.encoder, net.actor, low=policy.low, high=policy.high,
                             float16_features=net.float16_features, unit_actions=False)
