@@ -8,6 +8,7 @@ backticks (`camera`), and the config layer (`trainer.cli.explain`) puts the conf
 a config key never means editing the replay buffer or an encoder.
 """
 
+import errno
 import itertools
 import os
 import time
@@ -36,6 +37,19 @@ def check_writable_folder(folder: str | Path, *, what: str, fix: str) -> None:
         raise UserError(f"cannot {what}: {err.filename} cannot be searched ({err.strerror}); {fix}") from None
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"cannot {what}: {existing.resolve()} is not a folder this process may write to; {fix}")
+
+
+# a full disk, a quota, a file size limit: each means "make room, or write elsewhere"
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_room(err: BaseException | None) -> OSError | None:
+    """The OSError behind `err` (itself, or one it was raised from or during) that refused a
+    write for want of room, if any: writers such as PIL's raise their own error while handling
+    the first."""
+    while err is not None and not (isinstance(err, OSError) and err.errno in NO_ROOM):
+        err = err.__cause__ or err.__context__
+    return err
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:

@@ -161,15 +161,22 @@ def fill(disk: Path) -> None:
         os.close(fd)
 
 
-def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tuple[int, str]:
-    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress bar); (exit status,
-    stderr)."""
+def start_until(command: list[str], started: bytes) -> tuple[subprocess.Popen, bytes]:
+    """Start a command and wait until its stderr shows `started` (its progress bar); (the process,
+    its stderr so far)."""
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen = b""
     while started not in seen:
         chunk = os.read(process.stderr.fileno(), 4096)
         assert chunk, seen.decode()
         seen += chunk
+    return process, seen
+
+
+def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tuple[int, str]:
+    """Run a command, send it `sig` (a real signal) once its stderr shows `started` (its progress
+    bar); (exit status, stderr)."""
+    process, seen = start_until(command, started)
     process.send_signal(sig)
     _, rest = process.communicate(timeout=120)
     return process.returncode, (seen + rest).decode()

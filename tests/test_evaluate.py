@@ -4,7 +4,9 @@ numbers twice; the run's own evaluation is repeated exactly; several checkpoints
 load; bad input is one line. The interval formulas are checked against values worked by hand."""
 
 import csv
+import os
 import signal
+import subprocess
 import sys
 
 import boto3
@@ -14,7 +16,7 @@ from PIL import Image
 from scipy import stats
 
 from envs.make import make_eval_env
-from tests.conftest import ROOT, interrupt_when_started
+from tests.conftest import ROOT, fill, interrupt_when_started, pause, start_until, tmpfs
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
 from trainer import evaluate
 from trainer.config import load_config
@@ -167,3 +169,61 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_no_csv(state, tmp_pa
     assert stderr.strip().splitlines()[-1] == (  # a line of its own: the bar has ended its line
         "stopped by signal 2; the evaluation was cut short: no episodes.csv was written")
     assert not (out / "episodes.csv").exists()
+
+
+def evaluate_command(checkpoint: str, out, *args: str) -> list[str]:
+    return [sys.executable, "-m", "trainer.evaluate", checkpoint, "--out", str(out), *args]
+
+
+def seeds(folder) -> list[str]:
+    return [row["seed"] for row in episodes_csv(folder)]
+
+
+def test_an_earlier_evaluation_is_moved_aside_and_a_concurrent_one_refused(state, tmp_path, capsys):
+    """A second evaluation into one --out replaced the first's episodes.csv and GIF without a
+    word; one cut short leaves them where they are."""
+    out, gif = tmp_path / "evaluation", "sac_feasible_latest.gif"
+    for seed in ("1", "2"):
+        assert evaluate.main([latest(state), "--episodes", "1", "--seed", seed, "--out", str(out),
+                              "--video", "--video-size", "32", "--no-progress"]) == 0
+    aside = next(out.glob("replaced-*"))
+    said = f"moved the earlier evaluation's episodes.csv, {gif} to {aside}\n"
+    assert said in capsys.readouterr().out
+    assert seeds(aside) == ["1"] and seeds(out) == ["2"]
+    assert (aside / gif).exists() and (out / gif).exists()
+    command = evaluate_command(latest(state), out, "--episodes", "100000")
+    running, _ = start_until(command, started=b"/100000")
+    refused = evaluate.main([latest(state), "--episodes", "1", "--out", str(out), "--no-progress"])
+    running.send_signal(signal.SIGINT)
+    running.communicate(timeout=120)
+    err = capsys.readouterr().err
+    in_use = f"evaluation output {out / 'episodes.csv'} is in use by pid {running.pid} "
+    assert refused == 2 and in_use in err, err
+    assert seeds(out) == ["2"] and list(out.glob("replaced-*")) == [aside]
+
+
+def test_a_full_disk_is_one_line_at_once_and_one_filling_later_keeps_the_csv(state, tmp_path):
+    """The CSV was written after every episode had run, and a full disk then lost it with a
+    traceback."""
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        out = disk / "evaluation"
+        fill(disk)
+        full = subprocess.run(evaluate_command(latest(state), out, "--episodes", "2"), cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert full.returncode == 2 and "return" not in full.stdout, full.stdout
+        assert full.stderr == (
+            f"error: cannot write the evaluation to {out} (No space left on device); free space "
+            "on its disk or pass --out on another disk (no episode was run)\n"), full.stderr
+        (disk / "filler").unlink()
+        command = evaluate_command(latest(state), out, "--episodes", "3", "--seed", "5", "--video")
+        filling, _ = start_until(command, started=b"/3")
+        pause(filling)
+        fill(disk)
+        filling.send_signal(signal.SIGCONT)
+        _, stderr = filling.communicate(timeout=120)
+        assert filling.returncode == 2 and stderr.decode().strip().splitlines()[-1] == (
+            f"error: cannot write the videos from {latest(state)} on to {out} (No space left on "
+            "device), so the evaluation went on without them and its CSV files are written; free "
+            "space on that disk, or pass --out on another, to film them with --video"), stderr
+        assert seeds(out) == ["5", "6", "7"]
+        assert sorted(os.listdir(out)) == [".episodes.csv.lock", "episodes.csv"]

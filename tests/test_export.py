@@ -8,6 +8,7 @@ only when the caller passes that id. Checkpoints here are the trainer's own save
 agents: the computation is what is checked, not what it learnt."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import yaml
 
 from envs.make import make_env
 from errors import UserError
-from tests.conftest import ROOT, Unpickled, interrupt_when_started
+from tests.conftest import ROOT, Unpickled, fill, interrupt_when_started, pause, start_until, tmpfs
 from trainer import checkpoint_files, evaluate, export
 from trainer.config import load_config
 from trainer.encoders import save_encoder_weights
@@ -346,3 +347,92 @@ def test_ctrl_c_during_an_export_is_one_line_and_leaves_no_folder(tmp_path):
     assert status == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == f"stopped by signal 2; {out} was not written"  # not after the bar
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"], "no folder, no temporary one"
+
+
+def export_command(path: str, out, *args: str) -> list[str]:
+    return [sys.executable, "-m", "trainer.export", path, "--out", str(out), *args]
+
+
+def test_a_second_export_into_the_same_out_is_one_line_at_once(tmp_path):
+    """Two exports into one new --out: the second ran whole and its rename met the first's folder
+    (ENOTEMPTY, a traceback); now the first holds --out and the second is refused before it
+    starts."""
+    _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml")
+    out = tmp_path / "exported"
+    first, _ = start_until(export_command(path, out, "--episodes", "100000"), started=b"/100000")
+    second = subprocess.run(export_command(path, out, "--episodes", "0"), cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=120)
+    assert second.returncode == 2 and second.stderr == (
+        f"error: another export is writing to {out}; wait for it to end, or pass another --out\n"
+    ), second.stderr
+    assert first.returncode == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"]
+
+
+def hidden(folder) -> list:
+    """Hidden files and folders under `folder`, but for the run's checkpoint lock."""
+    return [p for p in folder.rglob(".*") if "ckpt" not in p.parts]
+
+
+def test_a_killed_export_s_hidden_folder_is_removed_by_the_next(tmp_path):
+    """SIGKILL mid-way leaves the hidden folder it wrote in; the next export into that --out
+    removes it."""
+    _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml")
+    out = tmp_path / "exported"
+    killed, _ = start_until(export_command(path, out, "--episodes", "100000"), started=b"/100000")
+    killed.kill()
+    killed.communicate(timeout=120)
+    assert hidden(tmp_path), "the killed export left its folder"
+    assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
+    assert hidden(tmp_path) == [] and (out / "policy.json").exists()
+
+
+def test_out_may_be_a_link_or_an_empty_mount_point_and_a_link_to_a_file_is_one_line(tmp_path,
+                                                                                    capsys):
+    """A link to an empty folder failed after the whole export (NotADirectoryError), an empty
+    mount point on the final rename (EBUSY): the files now go where --out points."""
+    run, path = saved_trainer(tmp_path, "inverted_pendulum_state.yaml")
+    run.close()
+    (tmp_path / "empty").mkdir()
+    links = {"to_empty": tmp_path / "empty", "to_missing": tmp_path / "missing"}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+        assert export.main([path, "--out", str(tmp_path / name), "--episodes", "0"]) == 0
+        assert (tmp_path / name).is_symlink() and (target / "policy.json").exists()
+    with tmpfs(tmp_path / "mount", "16m") as mount:
+        assert export.main([path, "--out", str(mount), "--episodes", "0"]) == 0
+        assert os.path.ismount(mount)
+        assert sorted(os.listdir(mount)) == sorted(os.listdir(tmp_path / "empty"))
+    capsys.readouterr()
+    (tmp_path / "file").write_text("mine\n")
+    (tmp_path / "to_file").symlink_to(tmp_path / "file")
+    assert export.main([path, "--out", str(tmp_path / "to_file"), "--episodes", "0"]) == 2
+    said = f"{tmp_path / 'file'} is not a folder this process may write to"
+    assert said in one_line_error(capsys) and (tmp_path / "file").read_text() == "mine\n"
+
+
+def test_an_export_onto_a_full_disk_is_one_line_and_leaves_the_disk_as_it_was(tmp_path):
+    """A full disk at the first file (torch's TorchScript writer aborted the process) and one that
+    fills during the evaluation, after the formats are written (ENOSPC on episode.gif, a
+    traceback)."""
+    _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml", "env.max_episode_steps=20")
+    with tmpfs(tmp_path / "disk", "4m") as disk:
+        out = disk / "policy"
+        said = (f"error: cannot write the export to {out} (No space left on device); free space on "
+                "its disk or pass")
+        fill(disk)
+        full = subprocess.run(export_command(path, out, "--episodes", "2"), cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert full.returncode == 2 and full.stderr.startswith(said), full.stderr
+        assert full.stderr.count("\n") == 1 and os.listdir(disk) == ["filler"]
+        (disk / "filler").unlink()
+        filling, _ = start_until(export_command(path, out, "--episodes", "3"), started=b"/3")
+        pause(filling)
+        fill(disk)
+        filling.send_signal(signal.SIGCONT)
+        _, stderr = filling.communicate(timeout=120)
+        assert filling.returncode == 2, stderr
+        assert stderr.decode().strip().splitlines()[-1].startswith(said), stderr
+        assert os.listdir(disk) == ["filler"]

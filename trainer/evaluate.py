@@ -9,20 +9,28 @@ writes episodes.csv. Episode i starts from seed S + i, by default the run's own 
 """
 
 import argparse
+import contextlib
 import csv
+import functools
+import io
 import os
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-from errors import UserError, check_writable_folder
+from errors import UserError, atomic_write, check_writable_folder, new_aside_folder, no_room
+from trainer import lock
 from trainer.episodes import Episode, run_episodes
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
 GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/logger.py)
+# the most a CSV line takes beside twice its checkpoint's name: seed, return, length, separators
+CSV_LINE_BYTES = 64
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,30 +124,54 @@ def describe_aggregate(results: list[dict]) -> str:
 
 
 def write_csv(rows: list[Episode], path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(("checkpoint", "seed", "return", "length", "success"))
-            for row in rows:
-                success = "" if row.success is None else int(row.success)
-                writer.writerow((row.checkpoint, row.seed, f"{row.ret:.6g}", row.length, success))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(("checkpoint", "seed", "return", "length", "success"))
+    for row in rows:
+        success = "" if row.success is None else int(row.success)
+        writer.writerow((row.checkpoint, row.seed, f"{row.ret:.6g}", row.length, success))
+    atomic_write(path, lambda f: f.write(text.getvalue().encode()))
 
 
 def write_gif(frames: list[np.ndarray], path: Path) -> None:
     from PIL import Image
 
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     images = [Image.fromarray(f) for f in frames]
-    try:
-        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
-                       duration=1000 // GIF_FRAMES_PER_S, loop=0)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, lambda f: images[0].save(f, format="GIF", save_all=True,
+                                                append_images=images[1:],
+                                                duration=1000 // GIF_FRAMES_PER_S, loop=0))
+
+
+@contextlib.contextmanager
+def claim(out: Path, *, room: int) -> Iterator[Callable[[], None]]:
+    """`out` for this evaluation alone (a lock beside its episodes.csv), and `room` bytes of its
+    disk held for the CSV files until the call yielded (an unnamed file, gone however the process
+    ends): a full disk is one line before any episode, and a disk that fills meanwhile cannot cost
+    the episodes' rows."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lock.hold_output(out / "episodes.csv", what="evaluation output"))
+            held = stack.enter_context(tempfile.TemporaryFile(dir=out))
+            os.posix_fallocate(held.fileno(), 0, room)
+        except OSError as err:
+            if not (full := no_room(err)):
+                raise
+            raise UserError(f"cannot write the evaluation to {out} ({full.strerror}); free space "
+                            "on its disk or pass --out on another disk (no episode was "
+                            "run)") from None
+        yield held.close
+
+
+def move_earlier(out: Path, names: list[str]) -> str:
+    """The files `names` that an earlier evaluation left in `out`, moved into
+    `out/replaced-<time>/`; what was moved, in words ("" for nothing)."""
+    earlier = [name for name in names if (out / name).exists()]
+    if not earlier:
+        return ""
+    aside = new_aside_folder(out, "replaced")
+    for name in earlier:
+        (out / name).rename(aside / name)
+    return f"moved the earlier evaluation's {', '.join(earlier)} to {aside}\n"
 
 
 def default_out(configs: list) -> Path:
@@ -177,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from trainer.device import resolve_device
     from trainer.headless import configure
     from trainer.policy import load_checkpoint
@@ -195,7 +225,36 @@ def run(args: argparse.Namespace) -> int:
         loaded.append((name, policy.to(resolve_device(cfg.training.device)), cfg))
     out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
     check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
-    rows, results, heldout_rows, heldout_results = [], [], [], []
+    csvs = ["episodes.csv", *(["episodes_heldout.csv"] if args.heldout else [])]
+    gifs = [f"{Path(name).stem}.gif" for name in args.checkpoints] if args.video else []
+    room = len(csvs) * (CSV_LINE_BYTES + args.episodes * sum(2 * len(name.encode()) + CSV_LINE_BYTES
+                                                              for name in args.checkpoints))
+    with claim(out, room=room) as release:
+        # once, before this evaluation's first file: one cut short leaves the earlier files be
+        keep_earlier = functools.cache(lambda: move_earlier(out, csvs + gifs))
+        rows, heldout_rows, lost = evaluate_all(args, loaded, out, keep_earlier)
+        release()  # the space held is the CSV files' now
+        moved = keep_earlier()
+        write_csv(rows, out / "episodes.csv")
+        if args.heldout:  # a file of its own: episodes.csv keeps its columns and meaning
+            write_csv(heldout_rows, out / "episodes_heldout.csv")
+    held = f" and {out / 'episodes_heldout.csv'}" if args.heldout else ""
+    videos = " and videos" if args.video and not lost else ""
+    print(f"{moved}wrote {out / 'episodes.csv'}{held}{videos}")
+    if lost:
+        raise UserError(f"{lost}, so the evaluation went on without them and its CSV files are "
+                        "written; free space on that disk, or pass --out on another, to film them "
+                        "with --video")
+    return 0
+
+
+def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
+                 keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], str]:
+    """The checkpoints' rows and held-out rows, and "" or what says that the videos from one
+    checkpoint on did not fit on the disk (the episodes go on without them)."""
+    from tqdm import tqdm
+
+    rows, results, heldout_rows, heldout_results, lost = [], [], [], [], ""
     total = args.episodes * len(loaded) * (2 if args.heldout else 1)
     with tqdm(total=total, unit="ep", disable=not args.progress, dynamic_ncols=True) as bar:
         for name, policy, cfg in loaded:
@@ -206,9 +265,14 @@ def run(args: argparse.Namespace) -> int:
             rows += episodes
             results.append(summary(episodes))
             bar.write(describe(name, results[-1]))
-            if clip:
-                out.mkdir(parents=True, exist_ok=True)
-                write_gif(clip, out / f"{Path(name).stem}.gif")
+            if clip and not lost:
+                try:
+                    keep_earlier()
+                    write_gif(clip, out / f"{Path(name).stem}.gif")
+                except OSError as err:
+                    if not (full := no_room(err)):
+                        raise
+                    lost = f"cannot write the videos from {name} on to {out} ({full.strerror})"
             if args.heldout:
                 episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed, video_episodes=0,
                                        video_size=None, progress=bar, heldout=True, envs=args.envs)
@@ -219,13 +283,7 @@ def run(args: argparse.Namespace) -> int:
         print(describe_aggregate(results))
         if heldout_results:
             print(f"held-out scenes, {describe_aggregate(heldout_results)}")
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, out / "episodes.csv")
-    if args.heldout:  # a file of its own: episodes.csv keeps its columns and meaning
-        write_csv(heldout_rows, out / "episodes_heldout.csv")
-    held = f" and {out / 'episodes_heldout.csv'}" if args.heldout else ""
-    print(f"wrote {out / 'episodes.csv'}{held}" + (" and videos" if args.video else ""))
-    return 0
+    return rows, heldout_rows, lost
 
 
 if __name__ == "__main__":

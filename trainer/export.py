@@ -11,22 +11,25 @@ Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). Se
 import argparse
 import contextlib
 import copy
+import fcntl
 import json
 import os
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 
-from errors import UserError, check_writable_folder
+from errors import UserError, check_writable_folder, no_room
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_size needs
+STAGING = ".export.tmp"  # + pid: the hidden folder inside --out that an export writes in
 TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
 # a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
 FLOAT16_TOLERANCE = 1e-3
@@ -69,7 +72,8 @@ def example_batch(spec, batch: int, seed: int = 0) -> torch.Tensor:
 
 def write_torchscript(net, example: torch.Tensor, path: Path) -> None:
     traced = torch.jit.trace(net, example, check_trace=False)
-    traced.save(str(path))
+    with open(path, "wb") as f:  # torch's own file writer aborts the process on a full disk
+        torch.jit.save(traced, f)
 
 
 def write_onnx(net, example: torch.Tensor, path: Path) -> None:
@@ -134,6 +138,8 @@ def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
         try:
             write_format(name, net, spec, folder)
         except Exception as err:  # exporters raise many types; any failure means the format does not serve
+            if no_room(err):
+                raise  # the disk's fault, not the format's
             failed[name] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if not failed:
         return
@@ -202,34 +208,77 @@ def shareable_yaml(cfg) -> str:
     return to_yaml(shared)
 
 
+@contextlib.contextmanager
+def output_folder(out: Path) -> Iterator[Path]:
+    """A hidden folder inside `out` to write the export in, whose files move into `out` when the
+    body ends: `out` may be new, an empty folder, a mount point or a link to either, and is checked
+    before any work. An flock on `out` keeps a second export out; while it is held, a hidden folder
+    there is a killed export's and is removed. On a failure `out` is left as it was (removed if
+    made here), and a full disk is one line."""
+    check_writable_folder(out, what=f"export to {out}",
+                          fix="pass --out in a folder this process may write to")
+    folder = out.resolve()  # where a link points
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # exist_ok: another export may have made it
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as err:  # a full disk, or a file put there since the check
+        raise UserError(f"cannot make --out {out} a folder ({err.strerror}); pass another "
+                        "--out") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"another export is writing to {out}; wait for it to end, or pass "
+                            "another --out") from None
+        for stale in folder.glob(f"{STAGING}*"):
+            shutil.rmtree(stale)
+        if any(folder.iterdir()):
+            raise UserError(f"--out {out} exists and is not an empty folder; pass a new folder or "
+                            "move it aside")
+        staging, moved = folder / f"{STAGING}{os.getpid()}", []
+        try:
+            staging.mkdir()
+            yield staging
+            for path in staging.iterdir():
+                moved.append(folder / path.name)
+                path.rename(moved[-1])
+        except BaseException as err:
+            for path in moved:
+                path.unlink()
+            shutil.rmtree(staging, ignore_errors=True)
+            if made:
+                folder.rmdir()
+            if full := no_room(err):
+                raise UserError(f"cannot write the export to {out} ({full.strerror}); free space "
+                                "on its disk or pass --out on another disk, then export again "
+                                "(nothing was written)") from None
+            raise
+        staging.rmdir()
+    finally:
+        os.close(fd)
+
+
 def export(args: argparse.Namespace) -> Path:
     from trainer.policy import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
 
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"--out {out} exists and is not an empty folder; pass a new folder or move it aside")
-    check_writable_folder(out.parent, what=f"export to {out}", fix="pass --out in a folder this process may write to")
-    policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True, overrides=args.set)
-    net = policy.net
-    bounded = PolicyNet(net.encoder, net.actor, low=policy.low, high=policy.high,
-                        float16_features=net.float16_features, unit_actions=False)
-    tmp = out.parent / f".{out.name}.tmp{os.getpid()}"
-    tmp.mkdir(parents=True)
-    try:
+    with output_folder(out) as tmp:
+        policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True,
+                                               overrides=args.set)
+        net = policy.net
+        bounded = PolicyNet(net.encoder, net.actor, low=policy.low, high=policy.high,
+                            float16_features=net.float16_features, unit_actions=False)
         export_formats(bounded, policy.spec, tmp, args.formats)
         evaluation, command, video = evaluate(policy, cfg, args, tmp)
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
         weights = {key: value.contiguous() for key, value in bounded.state_dict().items()}
-        save_file(weights, tmp / WEIGHTS_FILE)
+        # bytes written by Python: safetensors' own writer fails on a full disk without an errno
+        (tmp / WEIGHTS_FILE).write_bytes(safetensors_bytes(weights))
         (tmp / CONFIG_FILE).write_text(shareable_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
                                                   formats=args.formats, evaluation=evaluation, command=command,
                                                   video=video))
-        if out.is_dir():
-            out.rmdir()  # empty, checked above
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
