@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, sets
+from tests.conftest import ROOT, fill, sets, tmpfs
 from trainer import checkpoint
 from trainer.signals import GracefulStop, Stopped, stop_at_once
 
@@ -161,6 +161,26 @@ def test_a_pipe_whose_reader_exited_then_ctrl_c_saves_and_exits_130_without_a_tr
     assert "Traceback" not in err and "Error" not in err and "Exception ignored" not in err, err
     assert saved_progress(tmp_path)["episode"] >= 3
     assert_saved_at_the_last_finished_episode(tmp_path)
+
+
+def test_a_redirect_onto_a_disk_that_fills_loses_only_its_lines(tmp_path):
+    """`train_sac.py ... > train.log 2>&1` on a disk that fills mid-run (a real tmpfs): the
+    run's flush of its next line raised ENOSPC; it trains to its budget, its checkpoints being on
+    another disk."""
+    with tmpfs(tmp_path / "disk", "1M") as disk, open(disk / "train.log", "w") as log:
+        trainer = subprocess.Popen(tiny_run(tmp_path, episodes=4), cwd=ROOT,
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   start_new_session=True)
+        try:
+            wait_until(lambda: evaluations(tmp_path) or trainer.poll() is not None,
+                       "an evaluation")
+            fill(disk)
+            assert trainer.wait(timeout=GUARD_S) == 0, (disk / "train.log").read_text()
+        finally:
+            trainer.kill()
+        assert "Traceback" not in (disk / "train.log").read_text()
+    assert evaluations(tmp_path) == [1, 2, 3, 4]
+    assert saved_progress(tmp_path)["episode"] == 4
 
 
 def test_an_evaluation_whose_stdout_pipe_closed_still_writes_its_episodes(tmp_path):
