@@ -75,7 +75,8 @@ def kill_trainer(out: Path) -> None:
 def tmux(tmp_path):
     """A private tmux server (TMUX_TMPDIR, never a user's): `tmux(*args)` runs a command on it."""
     env = {key: value for key, value in os.environ.items() if key not in ("TMUX", "TMUX_PANE")}
-    env.update(TMUX_TMPDIR=str(tmp_path / "tmux"), OMP_NUM_THREADS="1")
+    env.update(TMUX_TMPDIR=str(tmp_path / "tmux"), OMP_NUM_THREADS="1",
+               HISTFILE=str(tmp_path / "history"))  # an interactive shell's, never the user's
     (tmp_path / "tmux").mkdir()
 
     def tmux(*args: str) -> subprocess.CompletedProcess:
