@@ -33,6 +33,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainer.cli import guard_console
+
+    guard_console()  # a terminal, pipe or disk that cannot take a line stops nothing
     args = parse_args(argv)
 
     from errors import UserError

@@ -1,6 +1,9 @@
 """Every command's way out: its exit status, bad input as one line and 2, a stop signal as one line and
-128+signal."""
+128+signal; and a console that may go away under it."""
 
+import contextlib
+import io
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -35,9 +38,61 @@ def error_exit(err: UserError) -> int:
     return DIVERGED_STATUS if isinstance(err, Diverged) else USER_ERROR_STATUS
 
 
+class Console(io.TextIOBase):
+    """sys.stdout or sys.stderr of a command: every write goes straight to the file descriptor,
+    and one that fails is dropped. A terminal that went away (EIO), a pipe whose reader exited
+    (EPIPE) or a redirect onto a full disk would otherwise stop a run at its next line, and
+    Python's exit would report what it could not flush."""
+
+    def __init__(self, stream: io.TextIOBase):
+        self.stream = stream  # its file descriptor, encoding and terminal
+
+    def write(self, text: str) -> int:
+        data = text.encode(self.stream.encoding, self.stream.errors)
+        with contextlib.suppress(OSError):
+            while data:
+                data = data[os.write(self.stream.fileno(), data):]
+        return len(text)
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding
+
+    @property
+    def errors(self) -> str:
+        return self.stream.errors
+
+
+def guard_console() -> None:
+    """sys.stdout and sys.stderr as Consoles where they are files (not a test's capture): the
+    first thing a command does, so that every print, progress bar and library writes through
+    them."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, Console):
+            continue
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):  # none, or not a file (UnsupportedOperation)
+            continue
+        with contextlib.suppress(OSError, ValueError):  # already broken: what it holds is dropped
+            stream.flush()
+        setattr(sys, name, Console(stream))
+
+
 def run_command(body: Callable[[], int | None], *, cut_short: str | Callable[[], str]) -> int:
     """`body()`'s exit status (None is 0); a UserError is one `error:` line and 2; a stop signal is one line saying
     what the command left (`cut_short`, or what it returns then) and 128+signal."""
+    guard_console()
     try:
         with interrupts():
             return body() or 0

@@ -1,5 +1,8 @@
 """Stop signals (SIGTERM, SIGINT, SIGHUP): GracefulStop makes them a flag the training loop checks so it can save
 `_latest` (a second signal stops at once); elsewhere they unwind to one line and exit status 128+signal.
+Once a stop is under way SIGHUP is ignored: a closed terminal sends several (its shell passes one
+on, the kernel another as the shell exits), and a hangup never means "at once". A SIGHUP ignored
+from the start (nohup) stays ignored.
 """
 
 import signal
@@ -19,14 +22,34 @@ class Stopped(BaseException):
         self.signum = signum
 
 
+def _take_over(handler) -> dict:
+    """`handler` for the stop signals; the handlers they had. An ignored SIGHUP stays so."""
+    return {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if not _hangups_ignored(sig)}
+
+
+def _put_back(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        if not _hangups_ignored(sig):
+            signal.signal(sig, handler)
+
+
+def _hangups_ignored(sig: int) -> bool:
+    return sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN
+
+
+def _under_way() -> None:
+    """A stop is under way: the hangups after it only repeat that the terminal is gone."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def _raise_stopped(signum, frame) -> None:
+    _under_way()
     raise Stopped(signum)
 
 
 def stop_at_once() -> None:
     """From now on, outside GracefulStop: a stop signal raises Stopped wherever the main thread is."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise_stopped)
+    _take_over(_raise_stopped)
 
 
 @contextmanager
@@ -48,7 +71,7 @@ class GracefulStop:
         return self.signum is not None
 
     def __enter__(self) -> "GracefulStop":
-        self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        self._previous = _take_over(self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -57,10 +80,10 @@ class GracefulStop:
     def _handle(self, signum, frame) -> None:
         self.signum = signum
         self._restore()
+        _under_way()
 
     def _restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        _put_back(self._previous)
         self._previous = {}
 
 
@@ -74,14 +97,14 @@ class Interrupted(Exception):
 def interrupts():
     """While inside, a stop signal raises Interrupted (Ctrl-C too: KeyboardInterrupt would end in a traceback)."""
     def handle(signum, frame):
+        _under_way()
         raise Interrupted(signum)
 
-    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    previous = _take_over(handle)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _put_back(previous)
 
 
 def interrupted(stop: Interrupted, outcome: str) -> int:
