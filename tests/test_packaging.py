@@ -108,3 +108,14 @@ def test_a_sweep_from_the_installed_package_runs_its_trial_and_writes_under_the_
     trial = elsewhere / "runs" / "sweeps" / "packaged"
     assert (trial / "study.db").is_file() and (trial / "runs" / "packaged_t0" / "eval.csv").is_file()
     assert (trial / "checkpoints" / "packaged_t0_latest.pt").is_file()
+
+
+def test_what_the_commands_write_by_default_is_ignored_by_git_and_checkpoints_stays_a_folder():
+    """The default folders of runs, checkpoints, recordings and exports (README.md's commands) stay
+    out of `git status`; checkpoints/ keeps its tracked placeholder, so a clone has the folder."""
+    written = ["runs/sac_video/eval.csv", "checkpoints/sac_video.abandoned-1/notes.txt",
+               "datasets/dishwashing_scripted/episodes.hdf5", "policy/README.md", "policy/config.yaml"]
+    for path in [*written, "checkpoints/.gitkeep"]:  # --no-index: the rules, whatever git tracks
+        checked = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT,
+                                 timeout=GUARD_S)
+        assert checked.returncode == (0 if path in written else 1), f"{path}: {checked.returncode}"
