@@ -22,6 +22,7 @@ from trainer import checkpoint, checkpoint_files, saved_config
 from trainer.checkpoint_files import CheckpointError
 from trainer.config import Config, to_dict
 from trainer.payload import descends, seal
+from trainer.policy import Policy
 from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
 
 
@@ -110,6 +111,30 @@ def test_a_folder_is_named_as_a_folder_not_as_missing(tmp_path):
     save(tmp_path, step=10, episode=1)
     with pytest.raises(CheckpointError, match=rf"^checkpoint {tmp_path} is a folder, not a file; resume from"):
         checkpoint.load(tmp_path)
+
+
+def test_a_checkpoint_in_a_folder_that_does_not_exist_is_named_a_typo_not_a_lost_save(tmp_path):
+    """A missing file in an existing folder may be a pruned or damaged save, where an older one
+    helps; a path whose folder is not there is a typo, in training, evaluation, export and Python."""
+    with pytest.raises(CheckpointError, match=r"not found: .*/run_latest.pt; resume from an older"):
+        checkpoint.load(tmp_path / "run_latest.pt")
+    missing = tmp_path / "no" / "such" / "x.pt"
+    said = f"checkpoint not found: {missing}: there is no folder {missing.parent}; check the path"
+    with pytest.raises(CheckpointError) as raised:
+        checkpoint.load(missing)
+    assert str(raised.value) == f"{said} for a typo"
+    with pytest.raises(UserError) as raised:
+        Policy.load(missing)
+    assert str(raised.value) == f"{said} for a typo"
+    config = str(ROOT / "configs" / "inverted_pendulum_state.yaml")
+    for command in (["train_sac.py", "--config", config, "--resume", str(missing)],
+                    ["-m", "trainer.evaluate", str(missing)],
+                    ["-m", "trainer.export", str(missing), "--out", str(tmp_path / "out")]):
+        result = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 2 and result.stderr.strip() == f"error: {said} for a typo", (
+            command, result.stderr)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_foreign_file_is_rejected(tmp_path):

@@ -14,6 +14,7 @@ from sac import replay
 from trainer import signals
 from trainer.checkpoint_files import (
     CheckpointError,
+    NoSuchFolder,
     ReplayDamaged,
     atomic_save,
     candidates,
@@ -84,6 +85,8 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
         fetch(path.name)
     try:
         payload = read(path, "checkpoint")
+    except NoSuchFolder:
+        raise
     except CheckpointError as err:
         raise CheckpointError(f"{err}; {RESUME_FIX}") from None
     if not is_checkpoint(payload):

@@ -24,6 +24,11 @@ class CheckpointError(UserError):
     """A checkpoint file that cannot be read (missing, truncated, corrupt, or from another program)."""
 
 
+class NoSuchFolder(CheckpointError):
+    """A checkpoint named in a folder that does not exist: a mistyped path, which another checkpoint
+    of the run would not mend (its message says so, and takes no other advice)."""
+
+
 class ReplayDamaged(CheckpointError):
     """A replay sidecar that cannot be read or fails its checksum; it costs the replay, never the weights."""
 
@@ -114,6 +119,9 @@ def _os_error(err: BaseException | None) -> OSError | None:
 def read(path: Path, kind: str):
     if path.is_dir():
         raise CheckpointError(f"{kind} {path} is a folder, not a file")  # "not found" would mislead
+    if not path.parent.is_dir():
+        raise NoSuchFolder(f"{kind} not found: {path}: there is no folder {path.parent}; check the "
+                           "path for a typo")
     if not path.is_file():
         raise CheckpointError(f"{kind} not found: {path}")
     if not zipfile.is_zipfile(path):  # torch.save writes zip archives; torch unpickles anything else, with warnings

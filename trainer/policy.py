@@ -24,7 +24,7 @@ from encoders.frozen import ProjectedEncoder
 from errors import UserError
 from sac.agent import ENCODER_PREFIX, Actor
 from trainer import checkpoint
-from trainer.checkpoint_files import CheckpointError
+from trainer.checkpoint_files import CheckpointError, NoSuchFolder
 from trainer.config import config_from_dict, with_overrides
 from trainer.config_checks import check_inside
 from trainer.config_yaml import parse_set, read_yaml
@@ -183,6 +183,8 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
                               "<run>_latest.pt or <run>_ep<N>.pt beside it")
     try:
         payload = checkpoint.load_weights(path)
+    except NoSuchFolder:
+        raise
     except CheckpointError as err:
         message = str(err).removesuffix(f"; {checkpoint.RESUME_FIX}")
         if "not a checkpoint of this trainer" not in message:
