@@ -71,7 +71,7 @@ def test_a_pixel_checkpoint_prints_its_return_and_writes_episodes_csv_and_a_vide
     assert [(row["checkpoint"], row["seed"], row["length"], row["success"]) for row in rows] == [
         (latest(pixels), str(seed), "15", "") for seed in (5, 6, 7)]
     returns = np.array([float(row["return"]) for row in rows])
-    mean, low, high = evaluate.mean_interval(returns)
+    mean, (low, high) = evaluate.mean_interval(returns)
     assert f"return {mean:.1f} (95% CI {low:.1f} to {high:.1f}), 3 episodes" in outputs[0]
     assert "success" not in outputs[0], "cartpole has no success"
     assert len(set(returns)) == 3, "three starts, three returns"
@@ -154,11 +154,20 @@ def test_bad_input_is_one_line_and_writes_nothing(state, pixels, tmp_path, capsy
 def test_intervals_match_values_worked_by_hand():
     assert evaluate.wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert evaluate.wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
-    mean, low, high = evaluate.mean_interval(np.array([1.0, 2.0, 3.0]))
+    mean, (low, high) = evaluate.mean_interval(np.array([1.0, 2.0, 3.0]))
     assert (mean, high - mean) == pytest.approx((2.0, 4.303 / np.sqrt(3)), abs=1e-3)  # t(0.975, 2) = 4.303
     iqm, low, high = evaluate.iqm_interval(np.arange(1.0, 9.0))
     assert iqm == 4.5 and 2.5 <= low < iqm < high <= 6.5
     assert evaluate.iqm_interval(np.array([3.0, 3.0, 3.0])) == (3.0, 3.0, 3.0)
+
+
+def test_one_episode_is_said_to_have_no_interval_not_a_zero_width_one(state, tmp_path, capsys):
+    assert evaluate.main([latest(state), "--episodes", "1", "--out", str(tmp_path), "--no-progress"]) == 0
+    ret = float(episodes_csv(tmp_path)[0]["return"])
+    printed = capsys.readouterr().out
+    assert f": return {ret:.1f} (n=1, no interval), 1 episode of length" in printed and "95% CI" not in printed
+    assert "(95% Wilson CI" in printed, "a success rate has an interval even from one episode"
+    assert evaluate.mean_interval(np.array([ret])) == (ret, None)
 
 
 def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_no_csv(state, tmp_path):

@@ -63,13 +63,14 @@ def positive(text: str) -> int:
     return value
 
 
-def mean_interval(values: np.ndarray) -> tuple[float, float, float]:
-    """(mean, low, high): the mean and its Student's t confidence interval (the mean itself for one value)."""
+def mean_interval(values: np.ndarray) -> tuple[float, tuple[float, float] | None]:
+    """(mean, (low, high)): the mean and its Student's t confidence interval; None for one value,
+    whose spread is unknown (not a zero-width interval)."""
     mean = float(np.mean(values))
     if len(values) < 2:
-        return mean, mean, mean
+        return mean, None
     half = stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
-    return mean, mean - half, mean + half
+    return mean, (mean - half, mean + half)
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
@@ -91,8 +92,8 @@ def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
 
 def summary(rows: list[Episode]) -> dict:
     returns = np.array([row.ret for row in rows])
-    mean, low, high = mean_interval(returns)
-    result = {"episodes": len(rows), "return": mean, "return_ci": (low, high),
+    mean, interval = mean_interval(returns)
+    result = {"episodes": len(rows), "return": mean, "return_ci": interval,
               "length": float(np.mean([row.length for row in rows])), "success": None}
     if rows[0].success is not None:
         wins = sum(row.success for row in rows)
@@ -101,9 +102,12 @@ def summary(rows: list[Episode]) -> dict:
 
 
 def describe(name: str, result: dict) -> str:
-    low, high = result["return_ci"]
-    text = (f"{name}: return {result['return']:.1f} (95% CI {low:.1f} to {high:.1f}), {result['episodes']} episodes "
-            f"of mean length {result['length']:.1f}")
+    if result["return_ci"]:
+        low, high = result["return_ci"]
+        spread = f"(95% CI {low:.1f} to {high:.1f}), {result['episodes']} episodes of mean length"
+    else:  # one episode
+        spread = "(n=1, no interval), 1 episode of length"
+    text = f"{name}: return {result['return']:.1f} {spread} {result['length']:.1f}"
     if result["success"] is not None:
         low, high = result["success_ci"]
         text += (f", success {result['successes']}/{result['episodes']} = {result['success']:.0%} "
