@@ -15,7 +15,10 @@ import sys
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from trainer.cli import prog
+
+    parser = argparse.ArgumentParser(prog=prog("train_sac"), description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="YAML config file, e.g. configs/dmc/cartpole_swingup.yaml")
     parser.add_argument("--resume", metavar="PATH|auto",
                         help="checkpoint to continue from; auto = the newest that loads "

@@ -85,11 +85,20 @@ def test_every_module_imports_from_the_installed_package_and_not_from_the_clone(
 
 
 @pytest.mark.parametrize("script", COMMANDS)
-def test_every_command_answers_help_as_a_console_script_and_as_a_module(installed, script):
+def test_every_command_answers_help_under_the_name_it_was_started_by(installed, script):
+    """The usage line names the command as the user typed it: the console script's name, or
+    `python3 -m <module>`, never the one form for the other."""
     venv, _, elsewhere, env = installed
-    for command in ([str(venv / "bin" / script)], [str(venv / "bin" / "python"), "-m", COMMANDS[script]]):
+    for command, typed in (([str(venv / "bin" / script)], script),
+                           ([str(venv / "bin" / "python"), "-m", COMMANDS[script]],
+                            f"python3 -m {COMMANDS[script]}")):
         result = run(*command, "--help", cwd=elsewhere, env=env)
-        assert result.stdout.startswith("usage:"), result.stdout[:500]
+        assert result.stdout.startswith(f"usage: {typed} "), result.stdout[:500]
+
+
+def test_the_clone_s_training_script_answers_help_as_typed():
+    result = run(sys.executable, "train_sac.py", "--help", cwd=ROOT)
+    assert result.stdout.startswith("usage: python3 train_sac.py "), result.stdout[:500]
 
 
 def test_a_sweep_from_the_installed_package_runs_its_trial_and_writes_under_the_callers_folder(installed):

@@ -27,6 +27,18 @@ USER_ERROR_STATUS = 2  # argparse's status for a usage error: bad input from the
 DIVERGED_STATUS = 3  # the run stopped before saving a NaN or inf state: its settings need a change
 
 
+def prog(module: str) -> str:
+    """A command's name in its usage line, as it was started (sys.argv[0]): `python3 -m <module>`,
+    a clone's script as typed (`python3 train_sac.py`), or an installed console script's name
+    (`pixel-sac-evaluate`)."""
+    typed = sys.argv[0] if sys.argv else ""
+    name = os.path.basename(typed)
+    ran_as_module = getattr(sys.modules.get("__main__"), "__spec__", None) is not None
+    if ran_as_module or not name or name.startswith("-"):  # -m; -c or a REPL: no script's name
+        return f"python3 -m {module}"
+    return f"python3 {typed}" if name.endswith(".py") else name
+
+
 def explain(err: UserError) -> str:
     """The error's message with config keys in place of the parameters low layers name in backticks."""
     return re.sub(r"`(\w+)`", lambda m: PARAMETER_KEYS.get(m.group(1), m.group(0)), str(err))

@@ -20,7 +20,7 @@ from envs.config import MAX_WORKERS, EnvConfig
 from errors import UserError
 from sac.config import SACConfig
 from settings import MILLION, check_settings, setting
-from trainer.cli import error_exit
+from trainer.cli import error_exit, prog
 from trainer.config_checks import check_outside, validate
 from trainer.config_yaml import parse_set, read_config
 
@@ -254,7 +254,7 @@ def _coerce(path: str, value, hint):
 
 def main(argv: list[str] | None = None) -> int:
     """Print resolved config values, one per line; a bad config or key is the trainer's one-line error, exit 2."""
-    parser = argparse.ArgumentParser(prog="python3 -m trainer.config", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog=prog("trainer.config"), description=main.__doc__)
     parser.add_argument("config", help="YAML config file")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"

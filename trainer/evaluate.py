@@ -24,6 +24,7 @@ from scipy import stats
 
 from errors import UserError, atomic_write, check_writable_folder, new_aside_folder, no_room
 from trainer import lock
+from trainer.cli import prog
 from trainer.episodes import Episode, run_episodes
 
 CONFIDENCE = 0.95
@@ -34,7 +35,7 @@ CSV_LINE_BYTES = 64
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m trainer.evaluate", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.evaluate"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                         help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")

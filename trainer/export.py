@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 
 from errors import UserError, check_writable_folder, no_room
+from trainer.cli import prog
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
@@ -40,7 +41,7 @@ MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_di
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m trainer.export", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.export"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
     parser.add_argument("--out", required=True, help="the folder to write (new, or empty)")

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
 from errors import atomic_write  # noqa: E402
-from trainer.cli import run_command  # noqa: E402
+from trainer.cli import prog, run_command  # noqa: E402
 
 X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(argv: list[str] | None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=prog("trainer.plot"), description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "runs", nargs="+", type=Path, help="run folders (runs/<run>), their eval.csv, or bench/learn.py CSVs"
     )

@@ -36,7 +36,7 @@ from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer import lock
-from trainer.cli import run_command
+from trainer.cli import prog, run_command
 from trainer.config import Config, load_config
 from trainer.device import resolve_device
 from trainer.encoders import HEAD_LAYERS, checkpoint_encoder, save_encoder_weights, untrained
@@ -371,7 +371,7 @@ def describe(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m trainer.pretrain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog("trainer.pretrain"), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose encoder and frames are used")
     parser.add_argument("--data", nargs="+", required=True, metavar="DATASET", help="Minari datasets (trainer.record)")

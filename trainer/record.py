@@ -26,7 +26,7 @@ from tqdm import tqdm
 from envs.config import frames_of
 from errors import UserError
 from trainer import lock
-from trainer.cli import run_command
+from trainer.cli import prog, run_command
 from trainer.config import SEED_LIMIT, Config, load_config
 from trainer.device import resolve_device
 
@@ -207,7 +207,7 @@ def recording_settings(cfg: Config) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python3 -m trainer.record",
+        prog=prog("trainer.record"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

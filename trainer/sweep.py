@@ -30,7 +30,7 @@ import sqlalchemy
 
 from errors import UserError
 from trainer.checkpoint_files import run_files
-from trainer.cli import DIVERGED_STATUS, run_command
+from trainer.cli import DIVERGED_STATUS, prog, run_command
 from trainer.config import SEED_LIMIT, load_config
 from trainer.config_checks import RUN_NAME
 from trainer.config_yaml import read_yaml
@@ -57,7 +57,7 @@ def _no_traceback_for_our_exits(record: logging.LogRecord) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m trainer.sweep", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.sweep"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="training config every trial starts from")
     parser.add_argument("--space", default=DEFAULT_SPACE, help="W&B sweep file: method, metric, parameters")
