@@ -115,7 +115,7 @@ def test_a_folder_is_named_as_a_folder_not_as_missing(tmp_path):
 
 def test_a_checkpoint_in_a_folder_that_does_not_exist_is_named_a_typo_not_a_lost_save(tmp_path):
     """A missing file in an existing folder may be a pruned or damaged save, where an older one
-    helps; a path whose folder is not there is a typo, in training, evaluation, export and Python."""
+    helps; a path whose folder is not there is a typo: in training, evaluation, export, Python."""
     with pytest.raises(CheckpointError, match=r"not found: .*/run_latest.pt; resume from an older"):
         checkpoint.load(tmp_path / "run_latest.pt")
     missing = tmp_path / "no" / "such" / "x.pt"
@@ -130,8 +130,8 @@ def test_a_checkpoint_in_a_folder_that_does_not_exist_is_named_a_typo_not_a_lost
     for command in (["train_sac.py", "--config", config, "--resume", str(missing)],
                     ["-m", "trainer.evaluate", str(missing)],
                     ["-m", "trainer.export", str(missing), "--out", str(tmp_path / "out")]):
-        result = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True,
-                                timeout=300)
+        result = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
+                                text=True, timeout=300)
         assert result.returncode == 2 and result.stderr.strip() == f"error: {said} for a typo", (
             command, result.stderr)
     assert not (tmp_path / "out").exists()

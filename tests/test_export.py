@@ -7,6 +7,7 @@ policy.pt that writes files is never run, and a module a checkpoint's env id nam
 only when the caller passes that id. Checkpoints here are the trainer's own saves of freshly built
 agents: the computation is what is checked, not what it learnt."""
 
+import csv
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from huggingface_hub import ModelCard
 
 from envs.make import make_env
 from errors import UserError
@@ -124,6 +126,11 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     folder = Policy.load(out).act(obs[:10].numpy())
     np.testing.assert_array_equal(folder, expected[:10])  # the same network, rebuilt
     assert json.loads((out / "policy.json").read_text())["format"] == POLICY_FORMAT
+    card = ModelCard.load(out / "README.md")
+    assert card.data.pipeline_tag == "reinforcement-learning" and card.data.eval_results is None
+    if policy.spec.pixels:  # cartpole's configs leave env.camera at null: the task's default
+        assert "frames of the task's default camera" in card.text
+        assert "camera `None`" not in card.text
 
 
 def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_evaluation(tmp_path):
@@ -132,7 +139,8 @@ def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_
     out = tmp_path / "exported"
     assert export.main([path, "--out", str(out), "--episodes", "2", "--video-size", "48"]) == 0
     card = (out / "README.md").read_text()
-    assert "2 episodes" in card and "success" in card and f"python3 -m trainer.evaluate {path} --episodes 2" in card
+    assert "2 episodes" in card and "success" in card
+    assert "`pixel-sac-evaluate FOLDER --episodes 2 " in card
     assert (out / "episode.gif").stat().st_size > 0 and "![an evaluation episode](episode.gif)" in card
     spec = json.loads((out / "policy.json").read_text())
     code = ("import importlib.util, json, numpy as np, onnxruntime, torch\n"
@@ -152,6 +160,52 @@ def one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
     return err
+
+
+def test_the_card_s_metadata_holds_the_evaluation_that_its_folder_repeats(tmp_path, capsys):
+    """README.md's front matter is what the Hugging Face Hub reads (huggingface_hub parses it here):
+    rl-baselines3-zoo's model-index, with the numbers that evaluating the folder itself with the
+    card's own command gives again; the export's last line names every file it wrote."""
+    run, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml", "env.max_episode_steps=10")
+    run.close()
+    out = tmp_path / "exported"
+    assert export.main([path, "--out", str(out), "--episodes", "3", "--video-size", "32"]) == 0
+    written = sorted(file.name for file in out.iterdir())
+    assert "episode.gif" in written and "README.md" in written
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith(": " + ", ".join(written))
+    card = ModelCard.load(out / "README.md")
+    assert card.data.library_name == "pixel-sac"
+    assert card.data.pipeline_tag == "reinforcement-learning"
+    assert "DishwashingFeasible-v0" in card.data.tags and "state" in card.data.tags
+    assert path not in card.text, "the card names no path of the training machine"
+    results = {result.metric_type: result for result in card.data.eval_results}
+    assert sorted(results) == ["mean_reward", "mean_reward_ci95", "success_rate",
+                               "success_rate_ci95"]
+
+    command = re.search(r"`pixel-sac-evaluate FOLDER ([^`]+)`", card.text)[1].split()
+    again = tmp_path / "again"
+    assert evaluate.main([str(out), *command, "--out", str(again), "--no-progress"]) == 0
+    with open(again / "episodes.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    returns = np.array([float(row["return"]) for row in rows])
+    _, (low, high) = evaluate.mean_interval(returns)
+    wins = sum(int(row["success"]) for row in rows)
+    assert results["mean_reward"].metric_value == f"{returns.mean():.2f} +/- {returns.std():.2f}"
+    assert results["mean_reward_ci95"].metric_value == f"{low:.2f} to {high:.2f}"
+    assert results["success_rate"].metric_value == round(wins / 3, 4)
+    wilson = "{:.4f} to {:.4f}".format(*evaluate.wilson(wins, 3))
+    assert results["success_rate_ci95"].metric_value == wilson
+    for result in results.values():
+        assert result.task_type == "reinforcement-learning"
+        assert result.dataset_type == "DishwashingFeasible-v0"
+        assert result.dataset_args == {"episodes": 3, "seed": int(rows[0]["seed"])}
+
+    one = tmp_path / "one"
+    assert export.main([path, "--out", str(one), "--episodes", "1", "--formats",
+                        "torchscript"]) == 0
+    card = ModelCard.load(one / "README.md")
+    assert "(n=1, no interval)" in card.text and "95% CI" not in card.text
+    assert "mean_reward_ci95" not in {result.metric_type for result in card.data.eval_results}
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):

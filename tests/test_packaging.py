@@ -123,7 +123,8 @@ def test_what_the_commands_write_by_default_is_ignored_by_git_and_checkpoints_st
     """The default folders of runs, checkpoints, recordings and exports (README.md's commands) stay
     out of `git status`; checkpoints/ keeps its tracked placeholder, so a clone has the folder."""
     written = ["runs/sac_video/eval.csv", "checkpoints/sac_video.abandoned-1/notes.txt",
-               "datasets/dishwashing_scripted/episodes.hdf5", "policy/README.md", "policy/config.yaml"]
+               "datasets/dishwashing_scripted/episodes.hdf5", "policy/README.md",
+               "policy/config.yaml"]
     for path in [*written, "checkpoints/.gitkeep"]:  # --no-index: the rules, whatever git tracks
         checked = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT,
                                  timeout=GUARD_S)

@@ -3,6 +3,8 @@
     python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--envs K] [--out DIR]
         [--video] [--heldout] [--set key=value ...]
 
+A CHECKPOINT may also be a folder that trainer.export wrote (its config.yaml and weights).
+
 Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also their IQM) and
 writes episodes.csv. Episode i starts from seed S + i, by default the run's own evaluation seeds, so
 `--episodes <training.eval_episodes>` repeats the evaluation the trainer logged. See docs/deploy.md.
@@ -38,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog("trainer.evaluate"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
-                        help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
+                        help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...), "
+                             "or an exported folder")
     parser.add_argument("--episodes", type=positive, default=10, help="episodes per checkpoint (default 10)")
     parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")
     parser.add_argument("--envs", type=positive, default=1,
@@ -94,7 +97,9 @@ def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
 def summary(rows: list[Episode]) -> dict:
     returns = np.array([row.ret for row in rows])
     mean, interval = mean_interval(returns)
+    # return_std: the spread over episodes that rl-baselines3-zoo's model cards give (numpy's std)
     result = {"episodes": len(rows), "return": mean, "return_ci": interval,
+              "return_std": float(np.std(returns)),
               "length": float(np.mean([row.length for row in rows])), "success": None}
     if rows[0].success is not None:
         wins = sum(row.success for row in rows)
@@ -216,14 +221,14 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     from trainer.device import resolve_device
     from trainer.headless import configure
-    from trainer.policy import load_checkpoint
+    from trainer.policy import load_with_config
 
     configure()
     loaded = []
     for name in args.checkpoints:  # every checkpoint is read before the first episode: bad input fails at once
         # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line error
         overrides = [*args.set, "env.randomize.heldout=true"] if args.heldout else args.set
-        policy, cfg, _ = load_checkpoint(name, unit_actions=True, overrides=overrides)
+        policy, cfg = load_with_config(name, unit_actions=True, overrides=overrides)
         if args.video and args.envs > 1 and not cfg.pixels:
             raise UserError("--video with --envs > 1 films the frames the policy sees, and a state policy sees none; "
                             "drop --envs or --video")

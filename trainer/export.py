@@ -151,26 +151,70 @@ def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
     raise UserError(f"the {spec.encoder} policy does not export to {name} ({reason}); {fix}")
 
 
-def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str], evaluation: str | None,
-               command: str | None, video: bool) -> str:
+def card_data(spec, cfg, evaluation: dict | None):
+    """The card's metadata, as rl-baselines3-zoo's package_to_hub writes it: a model-index whose
+    `mean_reward` is "mean +/- std" over the episodes, here with the return's 95% interval, the
+    success rate and its Wilson interval where the task has one, and the episodes and first seed."""
+    from huggingface_hub import EvalResult, ModelCardData
+
+    task, results = cfg.env.id, []
+    if evaluation:
+        run = {"episodes": evaluation["episodes"], "seed": evaluation["seed"]}
+
+        def metric(kind: str, value, name: str) -> EvalResult:
+            return EvalResult(task_type="reinforcement-learning",
+                              task_name="reinforcement-learning", dataset_type=task,
+                              dataset_name=task, dataset_args=run,
+                              metric_type=kind, metric_name=name, metric_value=value,
+                              verified=False)
+
+        spread = f"{evaluation['return']:.2f} +/- {evaluation['return_std']:.2f}"
+        results.append(metric("mean_reward", spread, "mean_reward"))
+        if evaluation["return_ci"]:  # none for one episode
+            interval = "{:.2f} to {:.2f}".format(*evaluation["return_ci"])
+            results.append(metric("mean_reward_ci95", interval, "mean_reward 95% CI (Student's t)"))
+        if evaluation["success"] is not None:
+            interval = "{:.4f} to {:.4f}".format(*evaluation["success_ci"])
+            results += [metric("success_rate", round(evaluation["success"], 4), "success_rate"),
+                        metric("success_rate_ci95", interval, "success_rate 95% Wilson CI")]
+    tags = ["reinforcement-learning", "soft-actor-critic", "mujoco", task.replace("/", "-"),
+            "pixels" if spec.pixels else "state"]
+    # no `license`: pixel-sac declares none yet (no LICENSE file, no license in pyproject.toml)
+    return ModelCardData(library_name="pixel-sac", pipeline_tag="reinforcement-learning", tags=tags,
+                         model_name="SAC", eval_results=results or None)
+
+
+def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
+               evaluation: dict | None) -> str:
+    """README.md: the metadata (card_data) and what the folder holds, how it was evaluated and how
+    to evaluate it again from the folder, and how to run its files."""
+    from trainer.evaluate import describe
+
     progress, env = payload["progress"], cfg.env
     frames = progress["env_step"] * env.action_repeat
     hours = payload.get("wall_s", 0.0) / 3600
     what = "states" if not spec.pixels else f"{env.image_size}x{env.image_size} camera frames"
     encoder = spec.encoder + (" (frozen, pretrained)" if spec.pixels and cfg.encoder.video.freeze else "")
-    lines = ["---", "library_name: pixel-sac", "tags:", "- reinforcement-learning", "- soft-actor-critic",
-             "- mujoco", f"- {env.id.replace('/', '-')}", "---", "",
-             f"# SAC policy for {env.id} from {what}", "",
+    lines = [f"# SAC policy for {env.id} from {what}", "",
              f"Soft Actor-Critic trained by pixel-sac (`train_sac.py`), encoder {encoder}: {progress['env_step']} "
              f"agent steps ({frames} env frames at action repeat {env.action_repeat}), {progress['episode']} episodes, "
-             f"{hours:.2f} h of training. Exported from `{checkpoint}`.", ""]
+             f"{hours:.2f} h of training. Exported from `{Path(checkpoint).name}`.", ""]
     lines += ["## Evaluation", ""]
+    installed = ("with pixel-sac installed (`pip install .` in its clone, where "
+                 "`python3 -m trainer.evaluate` runs the same), FOLDER being this folder (from the "
+                 "Hub: `hf download REPO_ID --local-dir FOLDER`)")
     if evaluation:
-        lines += [f"Deterministic policy: {evaluation}. Repeat it with", "", f"    {command}", ""]
+        n, seed = evaluation["episodes"], evaluation["seed"]
+        said = describe("", evaluation).removeprefix(": ")
+        lines += [f"Deterministic policy (the actor's mean), episode i from seed {seed} + i: "
+                  f"{said}.", "",
+                  "Evaluate it again from the folder: "
+                  f"`pixel-sac-evaluate FOLDER --episodes {n} --seed {seed}`, {installed}. The "
+                  "same seeds give the same episodes.", "",
+                  "![an evaluation episode](episode.gif)", ""]
     else:
-        lines += ["Not evaluated at export (`--episodes 0`): `python3 -m trainer.evaluate CHECKPOINT` measures it.", ""]
-    if video:
-        lines += ["![an evaluation episode](episode.gif)", ""]
+        lines += ["Not evaluated at export (`--episodes 0`): `pixel-sac-evaluate FOLDER` measures "
+                  f"it, {installed}.", ""]
     inside = ("normalisation, " + ("the frozen trunk, " if cfg.encoder.video.freeze else "") + "the encoder and the "
               "actor are" if spec.pixels else "the actor is")
     runtimes = {"onnx": ["import numpy as np, onnxruntime", "session = onnxruntime.InferenceSession(\"policy.onnx\")",
@@ -180,9 +224,11 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
     files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load runs its code: trust the "
                             "source)",
              "onnx": f"- `policy.onnx`: ONNX, opset {ONNX_OPSET}, dynamic batch (ONNX Runtime)"}
-    stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last {spec.obs_shape[0]} RGB "
-             f"frames of camera `{env.camera}`, oldest first, channels first; at an episode start the first frame "
-             "fills the stack") if spec.pixels else f"float32 `obs` of shape (B, {spec.obs_shape[0]}): the state vector"
+    camera = "the task's default camera" if env.camera is None else f"camera `{env.camera}`"
+    state = f"float32 `obs` of shape (B, {spec.obs_shape[0]}): the state vector"
+    stack = (f"uint8 `obs` of shape (B, {', '.join(map(str, spec.obs_shape))}): the last "
+             f"{spec.obs_shape[0]} RGB frames of {camera}, oldest first, channels first; at an "
+             "episode start the first frame fills the stack") if spec.pixels else state
     lines += ["## Use", "",
               f"Input: {stack}. Output: float32 `action` (B, {len(spec.action_low)}) within the task's bounds "
               f"{spec.action_low} to {spec.action_high}. One action per agent step: apply it for {env.action_repeat} "
@@ -194,8 +240,10 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               "- `policy.json`: inputs, outputs, action bounds, action repeat",
               "- `policy.safetensors`: the weights `Policy.load(folder)` reads (tensors, no code)",
               "- `config.yaml`: the run's resolved training config, less the training machine's "
-              f"settings ({', '.join(MACHINE_KEYS)} at their defaults)", ""]
-    return "\n".join(lines)
+              f"settings ({', '.join(MACHINE_KEYS)} at their defaults)",
+              "- `README.md`: this card, its metadata the Hugging Face Hub reads",
+              *(["- `episode.gif`: the first evaluation episode"] if evaluation else []), ""]
+    return f"---\n{card_data(spec, cfg, evaluation).to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
 def shareable_yaml(cfg) -> str:
@@ -271,37 +319,34 @@ def export(args: argparse.Namespace) -> Path:
         bounded = PolicyNet(net.encoder, net.actor, low=policy.low, high=policy.high,
                             float16_features=net.float16_features, unit_actions=False)
         export_formats(bounded, policy.spec, tmp, args.formats)
-        evaluation, command, video = evaluate(policy, cfg, args, tmp)
+        evaluation = evaluate(policy, cfg, args, tmp)
         (tmp / SPEC_FILE).write_text(json.dumps(policy.spec.to_json(), indent=2) + "\n")
         weights = {key: value.contiguous() for key, value in bounded.state_dict().items()}
         # bytes written by Python: safetensors' own writer fails on a full disk without an errno
         (tmp / WEIGHTS_FILE).write_bytes(safetensors_bytes(weights))
         (tmp / CONFIG_FILE).write_text(shareable_yaml(cfg))
         (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
-                                                  formats=args.formats, evaluation=evaluation, command=command,
-                                                  video=video))
+                                                  formats=args.formats, evaluation=evaluation))
     return out
 
 
-def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> tuple[str | None, str | None, bool]:
-    """(the evaluation's description, the command that repeats it, whether episode.gif was written)."""
+def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None:
+    """The evaluation's summary (trainer.evaluate.summary) with its first seed, its first episode
+    written to episode.gif in `folder`; None for --episodes 0."""
     from tqdm import tqdm
 
     from trainer import evaluate as evaluation
     from trainer.config import EVAL_SEED_OFFSET
 
     if args.episodes < 1:
-        return None, None, False
+        return None
     seed = cfg.training.seed + EVAL_SEED_OFFSET if args.seed is None else args.seed
     size = args.video_size or cfg.logging.video_size
     with tqdm(total=args.episodes, unit="ep", desc="evaluating", dynamic_ncols=True) as bar:
         rows, clip = evaluation.evaluate(args.checkpoint, policy, cfg, episodes=args.episodes, seed=seed,
                                          video_episodes=1, video_size=size, progress=bar)
     evaluation.write_gif(clip, folder / "episode.gif")
-    result = evaluation.describe(f"{args.episodes} episodes", evaluation.summary(rows))
-    sets = "".join(f" --set {item}" for item in args.set)
-    command = f"python3 -m trainer.evaluate {args.checkpoint} --episodes {args.episodes} --seed {seed}{sets}"
-    return result.partition(": ")[2], command, True
+    return evaluation.summary(rows) | {"seed": seed}
 
 
 def push(folder: Path, repo_id: str) -> None:
@@ -329,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     def export_and_push() -> None:
         configure()
         written.append(export(args))
-        print(f"exported {args.checkpoint} to {args.out}: {', '.join(FILES[f] for f in args.formats)}, policy.json, "
-              "policy.safetensors, config.yaml, README.md")
+        print(f"exported {args.checkpoint} to {args.out}: "
+              f"{', '.join(sorted(path.name for path in written[0].iterdir()))}")
         if args.push:
             push(written[0], args.push)
             print(f"pushed {args.out} to https://huggingface.co/{args.push}")

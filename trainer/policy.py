@@ -161,6 +161,19 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, uni
     return Policy(net.to(device), spec, device=device), cfg, payload
 
 
+def load_with_config(path: str | Path, device: str | torch.device = "cpu", *,
+                     unit_actions: bool = False, overrides: list[str] = ()):
+    """(Policy, the config it acts in, with `overrides`) of a checkpoint (a file or URL) or of an
+    exported folder: what an evaluation needs. A folder's network is its own config's; `overrides`
+    change the env it acts in."""
+    if is_remote(str(path)) or not Path(path).is_dir():
+        return load_checkpoint(path, device, unit_actions=unit_actions, overrides=overrides)[:2]
+    folder = Path(path)
+    cfg = with_overrides(read_folder_config(folder), overrides)
+    check_env_module(cfg.env.id, overrides=overrides, path=folder)  # the env is built from this id
+    return Policy.from_folder(folder, torch.device(device), unit_actions=unit_actions), cfg
+
+
 def fetch(url: str) -> Path:
     """A checkpoint at an fsspec URL, brought into a local cache folder as a run's --resume does:
     the object the URL names now, downloaded again whenever it changed."""

@@ -371,7 +371,8 @@ def describe(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=prog("trainer.pretrain"), description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog("trainer.pretrain"), description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose encoder and frames are used")
     parser.add_argument("--data", nargs="+", required=True, metavar="DATASET", help="Minari datasets (trainer.record)")
