@@ -338,6 +338,29 @@ def test_a_checkpoint_descends_from_those_on_the_way_to_it_not_from_an_abandoned
     assert descends(newest, {"progress": {"env_step": 10}}) is None, "a checkpoint from before lineages"
 
 
+def test_resuming_the_episode_file_a_kill_left_ahead_of_latest_is_no_foreign_resume(tmp_path):
+    """Killed between writing `_ep2` and the `_latest` after it: `_latest` is still episode 1's, and `_ep2`, which
+    it leads to, may resume by hand; a file of another history may not."""
+    def sealed(step: int, process: str) -> dict:
+        state = payload(step)
+        state["lineage"] = [[process, 0]]
+        return state
+
+    checkpoint.save(tmp_path, "run", sealed(10, "a"), replay_state(10), env_step=10, episode=1, keep_replays=2,
+                    keep_last=0)
+    ep2 = checkpoint.save(tmp_path, "run", sealed(20, "a"), replay_state(20), env_step=20, episode=2,
+                          keep_replays=2, keep_last=0).written[1]
+    shutil.copy(tmp_path / "run_ep1.pt", tmp_path / "run_latest.pt")  # _latest as the kill left it
+    resumed = checkpoint.load_weights(ep2)
+    checkpoint.check_resume_into(tmp_path, "run", resumed=ep2, payload=resumed, trained_as="run")
+    other = tmp_path / "elsewhere"
+    other_ep2 = checkpoint.save(other, "run", sealed(20, "b"), replay_state(20), env_step=20, episode=2,
+                                keep_replays=1, keep_last=0).written[1]
+    with pytest.raises(CheckpointError, match="is not on the way to run 'run''s newest"):
+        checkpoint.check_resume_into(tmp_path, "run", resumed=other_ep2, payload=checkpoint.load_weights(other_ep2),
+                                     trained_as="run")
+
+
 def test_a_damaged_sidecar_costs_the_replay_never_the_weights(tmp_path, capsys):
     """`_ep2` and `_latest` share one truncated sidecar. Both weights load; the newest does, with the newest intact
     older replay if there is one, else an empty one; it says so."""

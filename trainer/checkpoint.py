@@ -177,8 +177,10 @@ def check_resume_into(directory: Path, name: str, remote=None, *, resumed: Path,
     newest_path, newest_payload = newest
     if newest_path.resolve() == resumed.resolve():
         return
+    # on the way to the run's newest, or ahead of it on the same way (a `_latest` a kill left behind the
+    # `_ep<N>` written just before it)
     ancestor = descends(newest_payload, payload)
-    if ancestor or ancestor is None and trained_as == name:
+    if ancestor or descends(payload, newest_payload) or ancestor is None and trained_as == name:
         return
     progress, where = newest_payload["progress"], remote.url if remote else str(directory)
     whose = f"a checkpoint of run '{trained_as}'" if trained_as != name else f"not on the way to run '{name}''s newest"
