@@ -39,6 +39,9 @@ configure()
 # every config's `profile: auto` is cpu here, in this process and the commands it starts: a test must not train
 # another profile (compiled, in bfloat16) on a CPU that has bfloat16 units; tests of auto itself unset it
 os.environ[AUTO_PROFILE_VARIABLE] = "cpu"
+# a hangup stops a run as a terminal delivers it; a suite started under nohup would inherit SIGHUP
+# ignored, and the trainer rightly keeps a nohup's choice (tests of nohup itself set SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")
