@@ -3,7 +3,7 @@ visual randomisation) and seed, the mean success of its last five evaluations on
 scene.xml), on held-out scenes, and for the randomised arm also on its own randomised training scenes. Reads
 bench/learn.py output folders (<out>/runs/seed<N>/): eval.csv, eval_heldout.csv, and for the randomised arm
 fixed_scene/episodes.csv, trainer.evaluate's episodes of the run's last five checkpoints with randomisation off
-(docs/dishwashing.md gives the command):
+(docs/log.md gives the command, in its 2026-11-29 randomisation entry):
 
     python3 scripts/randomized_result.py --none runs/dish_frozen_heldout --randomized runs/dish_frozen_randomized \
         --seeds 1 2 --out docs/dishwashing_randomized.csv
