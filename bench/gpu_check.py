@@ -307,8 +307,8 @@ def env_row(config: str, *, device: str, workers: int, env_steps: int, overrides
     seed_steps = min(1000, env_steps // 3)
     # demos.path null: the rate of acting and learning, without recording a dataset first (a demo batch costs the same)
     settings = {"env.num_envs": workers, "training.seed_steps": seed_steps, "training.max_env_steps": env_steps,
-                "demos.path": "null",
-                "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
+                "demos.path": "null", "training.eval_every_episodes": 10**6,
+                "checkpoint.every_episodes": 10**6, "checkpoint.every_minutes": 0,
                 "sac.buffer_size": env_steps + 100, **overrides}
     monitor = Utilisation(torch.device(device))
     with tempfile.TemporaryDirectory() as workdir:
@@ -332,7 +332,7 @@ def learning_row(device: str, wall_s: float, settings: dict, target: float | Non
     training seconds (eval.csv's wall_s) and frames of the first evaluation at it."""
     if wall_s <= 0:
         return NOT_RUN
-    settings = {"checkpoint.every_episodes": 10**6, **settings}
+    settings = {"checkpoint.every_episodes": 10**6, "checkpoint.every_minutes": 0, **settings}
     with tempfile.TemporaryDirectory() as workdir:
         run = training_run(DMC, device, settings, wall_s=wall_s, workdir=Path(workdir), stop_at_return=target)
     evals = run["evals"]

@@ -67,6 +67,67 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
     assert torch.equal(replay_a["frames"], replay_b["frames"])
 
 
+def final_state(latest: Path) -> dict:
+    """The progress, update count and weights of a run's `_latest`."""
+    data, _ = checkpoint.load(latest)
+    nets = {net: data["agent"][net] for net in ("actor", "critic", "critic_target")}
+    return {"progress": data["progress"], "updates": data["agent"]["updates"], "nets": nets,
+            "log_alpha": data["agent"]["log_alpha"]}
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a["progress"] == b["progress"] and a["updates"] == b["updates"] > 0
+    for net, tensors in a["nets"].items():
+        for name, tensor in tensors.items():
+            assert torch.equal(tensor, b["nets"][net][name]), f"{net}.{name} differs"
+    assert torch.equal(a["log_alpha"], b["log_alpha"])
+
+
+def test_a_run_killed_after_a_clock_save_resumes_it_and_ends_as_one_that_never_stopped(tmp_path):
+    """checkpoint.every_minutes saves `_latest` at the first episode end past it (here every
+    episode end), with no episode checkpoint due: a SIGKILL after it costs only the work since,
+    and --resume auto continues from it exactly."""
+    args = ["--config", CONFIG, *run_args(tmp_path, 6), *sets(checkpoint__every_episodes=1000)]
+    straight = run_cli(*args, *sets(checkpoint__every_minutes=0,
+                                    checkpoint__dir=tmp_path / "straight"))
+    assert straight.returncode == 0, straight.stderr
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    proc = popen_cli(*args, *sets(checkpoint__every_minutes=0.001))
+    wait_for(latest, proc)
+    proc.kill()
+    proc.communicate()
+    assert not list((tmp_path / "ckpt").glob("*_ep*.pt")), "no episode checkpoint was due"
+    saved = checkpoint.load(latest)[0]["progress"]["episode"]
+    assert 1 <= saved < 6
+    resumed = run_cli(*args, *sets(checkpoint__every_minutes=0.001), "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {latest}: episode {saved}, " in resumed.stdout
+    never_stopped = final_state(tmp_path / "straight" / "sac_video_latest.pt")
+    assert_same_state(final_state(latest), never_stopped)
+
+
+def test_clock_saves_change_nothing_a_run_computes(tmp_path):
+    """A run that saves at every episode end by the clock ends with the weights, evaluations and
+    episode returns of one that never saves by it."""
+    settings = dict(seed_steps=10, episodes=6, eval_every_episodes=2, eval_episodes=2)
+    ends = []
+    for minutes in (0, 0.0001):
+        run = trainer(tmp_path / str(minutes), "inverted_pendulum_state.yaml", **settings)
+        run.cfg.checkpoint.every_minutes, run.cfg.checkpoint.every_episodes = minutes, 1000
+        saves, save = [], run.save
+        run.save = lambda final_of_episode: saves.append(run.progress.episode) or save(
+            final_of_episode)
+        assert run.train() == 0
+        folder = tmp_path / str(minutes)
+        ends.append((final_state(folder / "ckpt" / f"{run.cfg.run_name}_latest.pt"),
+                     curves(folder / "runs" / run.cfg.run_name), saves))
+    (off, off_curves, off_saves), (clock, clock_curves, clock_saves) = ends
+    assert off_saves == [6], "the end's save only"
+    assert clock_saves == [1, 2, 3, 4, 5, 6], "one at every episode end"
+    assert_same_state(off, clock)
+    assert off_curves == clock_curves
+
+
 def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
     """Preempt the same run four times at random moments, each time restarting it with --resume auto as a spot
     instance would be: SIGTERM and SIGHUP save and exit 128+signal; SIGKILL allows no clean-up at all. (SIGINT:

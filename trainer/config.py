@@ -71,6 +71,8 @@ class CheckpointConfig:
     name: str | None = setting(None, note="null = sac_<encoder.type>")
     every_episodes: int = setting(100, ge=1, le=10 * MILLION)
     every_steps: int = setting(0, ge=0, le=10**12, note="0 = off")
+    # `_latest` at the first episode end this long after the last save (long episodes: every_steps)
+    every_minutes: float = setting(10.0, ge=0, le=MILLION, note="0 = off")
     keep_last: int = setting(0, ge=0, le=MILLION, note="0 = keep all")
     keep_replays: int = setting(1, ge=1, le=1000)
     upload_retries: int = setting(5, ge=1, le=1000)

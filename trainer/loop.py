@@ -56,6 +56,12 @@ def crossed(n: int, before: int, after: int) -> bool:
     return n > 0 and after // n > before // n
 
 
+def overdue(minutes: float, since: float) -> bool:
+    """True once `minutes` (0: never) have passed since `since` (time.monotonic()): `crossed`
+    for the clock."""
+    return minutes > 0 and time.monotonic() - since >= 60 * minutes
+
+
 class Trainer:
     """A training run, whole after construction; `resume`: a checkpoint path or "auto" (the newest valid one).
     `train()` runs it to its end, `run(steps)` by some agent steps. Configure rendering first (trainer/headless.py)."""
@@ -120,6 +126,8 @@ class Trainer:
         self.lineage = [*(found[1].get("lineage", []) if found else []), [os.urandom(6).hex(), self.progress.env_step]]
         self.saved_episode = self.progress.episode
         self.saved_step = self.progress.env_step
+        # of the last save, or the start: checkpoint.every_minutes counts from it
+        self.saved_at = time.monotonic()
         # (path, episode, step) of the newest checkpoint written or resumed, for a diverged run's message
         self.last_saved = (found[0], self.saved_episode, self.saved_step) if found else None
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
@@ -222,7 +230,7 @@ class Trainer:
             learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng, lineage=self.lineage)
         ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
-        self.saved_step = self.progress.env_step
+        self.saved_step, self.saved_at = self.progress.env_step, time.monotonic()
         if final_of_episode:
             self.saved_episode = self.progress.episode
         saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, state, self.replay.state_dict(),
@@ -481,9 +489,13 @@ class Trainer:
         self.check_finite()  # before an evaluation of NaN actions
         progress.evaluation_due |= crossed(cfg.training.eval_every_episodes, before, progress.episode)
         self.evaluate_if_due()
+        complete = self.complete()
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
-        return self.complete()
+        # at an episode end, so a resume is exact; the run's end saves anyway
+        elif overdue(cfg.checkpoint.every_minutes, self.saved_at) and not complete:
+            self.save(final_of_episode=False)
+        return complete
 
     def evaluate_if_due(self) -> bool:
         """Evaluate and log, if due; returns whether one ran. A stop signal leaves it due, in the checkpoint too."""
