@@ -47,15 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     signals.stop_at_once()  # nothing to save before the run takes stop signals over, nor after it has saved
     started = False
     try:
+        from envs.rendering import configure
         from trainer.cli import error_exit
         from trainer.config import load_config
-        from trainer.headless import configure
 
         cfg = load_config(args.config, args.set)
         if args.resume == "auto" and args.start_over:
             raise UserError("--start-over begins a new run and --resume auto continues this one; pass one of them "
                             "(--start-over --resume PATH continues PATH after moving this run's files aside)")
-        configure()  # before trainer.loop imports the env layer, and with it mujoco
+        configure()  # before trainer.loop loads mujoco: its import raises on a bad MUJOCO_GL
         from trainer.loop import Trainer
 
         trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench.common import cpu_name, positive
-from trainer.headless import configure
+from envs.rendering import configure
 
 ROOT = Path(__file__).resolve().parent.parent
 

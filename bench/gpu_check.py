@@ -45,6 +45,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.common import cpu_name, positive
+from envs.rendering import configure
 from trainer.config import SEED_LIMIT, TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,9 +121,8 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
 # ---- one row, in its own process ---------------------------------------------------------------------------------
 def update_row(config: str, device: str, batch: int, seconds: float, settings: dict) -> dict:
     """SAC updates/s of `config` at its gpu profile plus `settings`, on a replay filled with random frames."""
-    from trainer.headless import configure
 
-    configure()  # before mujoco loads, as every entry point does
+    configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
     import numpy as np
     import torch
 
@@ -489,7 +489,6 @@ def graphs_row(device: str, batch: int, seconds: float, sets: list[str], check: 
 
     from bench.update_speed import check as compare
     from bench.update_speed import load, speed
-    from trainer.headless import configure
 
     configure()
     cfg, where = load(device, batch, sets=sets), torch.device(device)

@@ -33,9 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from trainer.headless import configure_script  # noqa: E402
+from trainer.cli import configure_script  # noqa: E402
 
-configure_script()  # headless GL set-up before mujoco loads
+configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import positive
+from envs.rendering import configure
 from errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +42,8 @@ def main() -> int:
 
 
 def measure(args) -> dict:
-    from trainer.headless import configure
 
-    configure()  # before trainer.loop imports the env layer
+    configure()  # before trainer.loop loads mujoco: its import raises on a bad MUJOCO_GL
     from trainer.config import load_config
     from trainer.loop import Trainer
 

@@ -49,6 +49,7 @@ import time
 
 import numpy as np
 
+from envs.rendering import configure
 from errors import UserError
 
 ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
@@ -440,9 +441,8 @@ def main() -> None:
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
     if args.row:
-        from trainer.headless import configure
 
-        configure()  # before any row imports mujoco
+        configure()  # before a row loads mujoco: its import raises on a bad MUJOCO_GL
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
     from trainer.cli import explain

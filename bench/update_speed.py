@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from bench.common import cpu_name, positive
+from envs.rendering import configure
 from sac.graphs import WARMUP_UPDATES
-from trainer.headless import configure
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "dishwashing_video.yaml"

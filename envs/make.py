@@ -1,6 +1,6 @@
 """Environments: `make_env(cfg, pixels)` returns a Gymnasium env with actions in [-1, 1] and observations uint8 frame
 stacks (T, 3, H, W) or float32 state vectors; `make_vector_env` and `make_batched_env` give `cfg.num_envs` of them.
-The process chooses MuJoCo's GL backend before importing this module (trainer/headless.py)."""
+Each builder sets up rendering first (envs/rendering.py): a plain Python script needs no more."""
 
 import dataclasses
 import functools
@@ -11,7 +11,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.wrappers import FlattenObservation, RescaleAction, TimeLimit, TransformObservation
 
-from envs import dishwashing  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
+from envs import (
+    dishwashing,  # noqa: F401  (registers Dishwashing-v0 and DishwashingFeasible-v0)
+    rendering,
+)
 from envs.action_repeat import ActionRepeat
 from envs.config import EnvConfig
 from envs.pixels import Camera, PixelObservation
@@ -22,6 +25,7 @@ from errors import UserError
 
 def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
     """`heldout`: held-out scenes (envs/randomize.py), whatever `cfg.randomize.enabled` says; else as it says."""
+    rendering.configure()
     env = make_task(cfg.id)
     bound = env.action_space.dtype.type  # bounds of the space's own dtype: gymnasium warns on every cast
     env = RescaleAction(env, bound(-1.0), bound(1.0))
@@ -50,6 +54,7 @@ def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
 
 def make_vector_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> EnvWorkers | InProcessEnv:
     """`cfg.num_envs` worker processes, or one env in this process; `heldout` as in `make_env`."""
+    rendering.configure()  # here too: a worker's error would be a traceback
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels, heldout=heldout))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
@@ -58,6 +63,7 @@ def make_vector_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> E
 
 def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):
     """`cfg.num_envs` MuJoCo Warp worlds on `device`, whatever `cfg.backend` says (envs/mjwarp/vector.py)."""
+    rendering.configure()
     try:
         from envs.mjwarp import make_warp_env
     except ImportError as err:

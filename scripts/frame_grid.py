@@ -20,10 +20,10 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from trainer.cli import configure_script  # noqa: E402
 from trainer.config import load_config  # noqa: E402
-from trainer.headless import configure_script  # noqa: E402
 
-configure_script()  # before mujoco is imported
+configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.make import make_env  # noqa: E402

@@ -20,6 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from envs.rendering import configure  # noqa: E402
 from errors import UserError  # noqa: E402
 from trainer.cli import run_command  # noqa: E402
 from trainer.config import load_config  # noqa: E402
@@ -87,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def measure() -> None:
-        from trainer.headless import configure
 
-        configure()  # before the env layer loads mujoco
+        configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
         if args.episodes < 1 or args.scenes < 2:
             raise UserError(f"--episodes must be >= 1 and --scenes >= 2, got {args.episodes} and {args.scenes}")
         cfg = load_config(args.config, args.set)

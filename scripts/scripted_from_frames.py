@@ -27,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from envs.rendering import configure  # noqa: E402
 from errors import UserError  # noqa: E402
 from trainer.cli import run_command  # noqa: E402
 from trainer.config import EVAL_SEED_OFFSET, load_config  # noqa: E402
@@ -131,9 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def measure() -> None:
-        from trainer.headless import configure
 
-        configure()  # before the env layer loads mujoco
+        configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
         from envs.dishwashing.env import OBS_GROUPS
         from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from encoders.config import EncoderConfig
+from envs.rendering import configure
 from sac.replay import ReplayBuffer
 from trainer.config import AUTO_PROFILE_VARIABLE, Config, to_dict
-from trainer.headless import configure
 from trainer.payload import Progress, build_payload
 from trainer.signals import STOP_SIGNALS
 

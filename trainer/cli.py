@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 
+from envs import rendering
 from errors import Diverged, UserError
 from trainer.signals import Interrupted, interrupted, interrupts
 
@@ -48,6 +49,15 @@ def error_exit(err: UserError) -> int:
     """Every command's way out on bad input: the explained message as one line on stderr, and the exit status."""
     print(f"error: {explain(err)}", file=sys.stderr)
     return DIVERGED_STATUS if isinstance(err, Diverged) else USER_ERROR_STATUS
+
+
+def configure_script() -> str:
+    """`rendering.configure()` for a script that sets up as it is imported: a bad backend exits
+    with the one-line error."""
+    try:
+        return rendering.configure()
+    except UserError as err:
+        sys.exit(error_exit(err))
 
 
 class Console(io.TextIOBase):

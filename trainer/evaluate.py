@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from envs.rendering import configure
 from errors import UserError, atomic_write, check_writable_folder, new_aside_folder, no_room
 from trainer import lock
 from trainer.cli import prog
@@ -220,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from trainer.device import resolve_device
-    from trainer.headless import configure
     from trainer.policy import load_with_config
 
     configure()

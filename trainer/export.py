@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from safetensors.torch import save as safetensors_bytes
 
+from envs.rendering import configure
 from errors import UserError, check_writable_folder, no_room
 from trainer.cli import prog
 
@@ -367,7 +368,6 @@ def push(folder: Path, repo_id: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainer.cli import run_command
-    from trainer.headless import configure
 
     written = []
 

@@ -64,7 +64,7 @@ def overdue(minutes: float, since: float) -> bool:
 
 class Trainer:
     """A training run, whole after construction; `resume`: a checkpoint path or "auto" (the newest valid one).
-    `train()` runs it to its end, `run(steps)` by some agent steps. Configure rendering first (trainer/headless.py)."""
+    `train()` runs it to its end, `run(steps)` by some agent steps. Rendering: envs/rendering.py."""
 
     def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
         self.cfg = cfg

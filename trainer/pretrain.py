@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from encoders import build_encoder
 from envs.config import frames_of
+from envs.rendering import configure
 from errors import UserError, atomic_write, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
@@ -41,7 +42,7 @@ from trainer.config import Config, load_config
 from trainer.device import resolve_device
 from trainer.encoders import HEAD_LAYERS, checkpoint_encoder, save_encoder_weights, untrained
 
-# the env layer (envs.*) is imported where used: MuJoCo must load after trainer.headless.configure()
+# envs.* is imported where used, after configure(): mujoco's import raises on a bad MUJOCO_GL
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 DEFAULT_HIDDEN = 256  # the regression head's hidden layer: the frozen trunk's projection width
@@ -395,10 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                              "between the estimates of one step in two scenes (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
-    from trainer.headless import configure
 
     def pretrain_and_report() -> None:
-        configure()  # before the env layer loads mujoco
+        configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
         if not (0 < args.epochs < math.inf and args.batch_size >= 1 and 0 < args.lr < math.inf
                 and 0 < args.holdout < 1 and (args.head_hidden is None or args.head_hidden >= 1)
                 and (args.invariance is None or 0 <= args.invariance < math.inf)):

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from envs.config import frames_of
+from envs.rendering import configure
 from errors import UserError
 from trainer import lock
 from trainer.cli import prog, run_command
@@ -123,7 +124,7 @@ class Worlds:
 
 def record(cfg: Config, episodes: int, *, seed: int, acting: Acting = Acting(), views: int = 1,
            progress: bool = True):
-    """(episodes, observation space, action space, successes); rendering must be configured first (headless.py)."""
+    """(episodes, observation space, action space, successes); rendering: envs/rendering.py."""
     from envs import demos
 
     source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg, views)
@@ -226,10 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                              "others (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
-    from trainer.headless import configure
 
     def record_dataset() -> None:
-        configure()  # before the env layer loads mujoco
+        configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
         from envs import demos
         from trainer.policy import Policy
 
