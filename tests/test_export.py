@@ -156,6 +156,23 @@ def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_
     assert done.returncode == 0 and f"ok (4, {len(spec['action_low'])})" in done.stdout, done.stderr
 
 
+def test_the_deploy_guide_s_episode_runs_on_an_exported_folder_in_a_plain_python(tmp_path):
+    """docs/deploy.md's whole-episode example as written, in a python3 with no rendering set up."""
+    run, path = saved_trainer(tmp_path, "default.yaml", "env.max_episode_steps=10")
+    run.close()
+    out = tmp_path / "exported"
+    assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    code, = [block for block in re.findall(r"```python\n(.*?)```", page, re.S)
+             if "Policy.load(folder" in block]
+    unset = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"10 steps, return -?\d+\.\d\d, success None\n", done.stdout), done.stdout
+
+
 def one_line_error(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: "), err
