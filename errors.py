@@ -4,7 +4,7 @@ folder a file will be written under, which the env and trainer layers make befor
 and the atomic write every file the product writes goes through.
 
 Low layers know their own parameters, not the config keys that set them: their messages name a parameter in
-backticks (`camera`), and the config layer (`trainer.cli.explain`) puts the config key in its place, so renaming
+backticks (`camera`), and the config layer (`trainer.process.cli.explain`) puts the config key in its place, so renaming
 a config key never means editing the replay buffer or an encoder.
 """
 

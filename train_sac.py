@@ -15,7 +15,7 @@ import sys
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
-    from trainer.cli import prog
+    from trainer.process.cli import prog
 
     parser = argparse.ArgumentParser(prog=prog("train_sac"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,27 +36,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.cli import guard_console
+    from trainer.process.cli import guard_console
 
     guard_console()  # a terminal, pipe or disk that cannot take a line stops nothing
     args = parse_args(argv)
 
     from errors import UserError
-    from trainer import signals
+    from trainer.process import signals
 
     signals.stop_at_once()  # nothing to save before the run takes stop signals over, nor after it has saved
     started = False
     try:
         from envs.rendering import configure
-        from trainer.cli import error_exit
-        from trainer.config import load_config
+        from trainer.config.load import load_config
+        from trainer.process.cli import error_exit
 
         cfg = load_config(args.config, args.set)
         if args.resume == "auto" and args.start_over:
             raise UserError("--start-over begins a new run and --resume auto continues this one; pass one of them "
                             "(--start-over --resume PATH continues PATH after moving this run's files aside)")
-        configure()  # before trainer.loop loads mujoco: its import raises on a bad MUJOCO_GL
-        from trainer.loop import Trainer
+        configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
+        from trainer.run.loop import Trainer
 
         trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over)
         started = True

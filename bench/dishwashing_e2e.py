@@ -38,7 +38,7 @@ def record(out: Path, episodes: int, sets: list[str] = ()) -> float:
     """Scripted demonstrations into `out` (`sets`: the run's env settings, which the frames must match); the seconds
     it took."""
     start = time.perf_counter()
-    command = [sys.executable, "-m", "trainer.record", "--episodes", str(episodes), "--out", str(out)]
+    command = [sys.executable, "-m", "trainer.tools.record", "--episodes", str(episodes), "--out", str(out)]
     recorded = subprocess.run(command + [arg for item in sets for arg in ("--set", item)], cwd=ROOT,
                               capture_output=True, text=True)
     if recorded.returncode != 0:

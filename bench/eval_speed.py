@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def build(config: str, *, profile: str, eval_envs: int, folder: Path, sets: list[str]):
-    from trainer.config import load_config
-    from trainer.loop import Trainer
+    from trainer.config.load import load_config
+    from trainer.run.loop import Trainer
 
     cfg = load_config(ROOT / config, [f"profile={profile}", "demos.path=null", "env.num_envs=1",
                                       f"training.eval_envs={eval_envs}", "logging.progress=false",

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from bench.common import cpu_name, positive
 from envs.rendering import configure
-from trainer.config import SEED_LIMIT, TrainingConfig
+from trainer.config.load import SEED_LIMIT, TrainingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("graphs", "e2e", "updates", "variants", "envs", "smoke", "warp", "warp_learn")
@@ -126,8 +126,8 @@ def update_row(config: str, device: str, batch: int, seconds: float, settings: d
     import numpy as np
     import torch
 
-    from trainer.config import load_config
-    from trainer.loop import Trainer
+    from trainer.config.load import load_config
+    from trainer.run.loop import Trainer
 
     sets = {"profile": "gpu", "training.device": device, "sac.batch_size": batch, "sac.buffer_size": 4 * batch + 64,
             "env.num_envs": 1, "logging.tensorboard": False, "logging.progress": False, "logging.eval_video": False,

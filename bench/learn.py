@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's mo
 
 from bench.references import FRAMES, PUBLISHED  # noqa: E402
 from errors import UserError  # noqa: E402
-from trainer.cli import error_exit  # noqa: E402
-from trainer.config import Config, load_config  # noqa: E402
-from trainer.device import resolve_device  # noqa: E402
-from trainer.plot import plot_curves, read_rows  # noqa: E402
+from trainer.config.load import Config, load_config  # noqa: E402
+from trainer.process.cli import error_exit  # noqa: E402
+from trainer.process.device import resolve_device  # noqa: E402
+from trainer.run.curves import plot_curves, read_rows  # noqa: E402
 
 
 def main() -> None:

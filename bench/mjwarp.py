@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from trainer.cli import configure_script  # noqa: E402
+from trainer.process.cli import configure_script  # noqa: E402
 
 configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
@@ -46,10 +46,10 @@ from envs.make import make_batched_env, make_env, make_vector_env  # noqa: E402
 from envs.pixels import Camera, mujoco_handles  # noqa: E402
 from errors import UserError  # noqa: E402
 from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.cli import error_exit, explain  # noqa: E402
-from trainer.config import Config  # noqa: E402
-from trainer.config_checks import validate  # noqa: E402
-from trainer.device import replay_frames_device  # noqa: E402
+from trainer.config.checks import validate  # noqa: E402
+from trainer.config.load import Config  # noqa: E402
+from trainer.process.cli import error_exit, explain  # noqa: E402
+from trainer.process.device import replay_frames_device  # noqa: E402
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
 SLOTS_PER_ENV = 64  # replay slots per env ring: the ring wraps, which costs what a large buffer's writes cost
@@ -66,7 +66,7 @@ def config(env_id: str, *, num_envs: int, image_size: int, backend: str, process
 
 
 def replay(cfg: Config, env, device: torch.device) -> ReplayBuffer:
-    """The trainer's replay for `env`'s frame stacks (trainer/loop.py), SLOTS_PER_ENV slots per env, its frames
+    """The trainer's replay for `env`'s frame stacks (trainer/run/loop.py), SLOTS_PER_ENV slots per env, its frames
     where training would keep them (`replay.device`: host memory on the CPU)."""
     frame_shape, capacity = env.single_observation_space.shape[1:], SLOTS_PER_ENV * cfg.env.num_envs
     frames_on = replay_frames_device(cfg.replay.device, device, capacity * frame_bytes(frame_shape, np.uint8))

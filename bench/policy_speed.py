@@ -1,6 +1,6 @@
 """A deployed policy's speed: batch-1 actions per second per encoder at 84 px, in eager PyTorch, TorchScript
-(policy.pt) and ONNX Runtime (policy.onnx), as python3 -m trainer.export writes them. A robot's control loop needs
-each action well under its 20-50 ms period.
+(policy.pt) and ONNX Runtime (policy.onnx), as python3 -m trainer.policy.export writes them. A robot's control loop
+needs each action well under its 20-50 ms period.
 
     python3 bench/policy_speed.py [--threads 1] [--seconds 3] [--only simple2dcnn state]
 
@@ -29,9 +29,9 @@ from bench.common import cpu_name, positive  # noqa: E402
 from encoders import build_encoder  # noqa: E402
 from encoders.frozen import ProjectedEncoder  # noqa: E402
 from sac.agent import Actor  # noqa: E402
-from trainer import export  # noqa: E402
-from trainer.config import load_config  # noqa: E402
-from trainer.policy import PolicyNet, Spec  # noqa: E402
+from trainer.config.load import load_config  # noqa: E402
+from trainer.policy import export  # noqa: E402
+from trainer.policy.trained import PolicyNet, Spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = {  # name -> (config, --set overrides)

@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--keep", action="store_true", help="leave the checkpoint in --dir (else it is removed)")
     args = parser.parse_args()
-    from trainer.cli import error_exit
+    from trainer.process.cli import error_exit
 
     try:
         print(json.dumps(measure(args)))
@@ -43,9 +43,9 @@ def main() -> int:
 
 def measure(args) -> dict:
 
-    configure()  # before trainer.loop loads mujoco: its import raises on a bad MUJOCO_GL
-    from trainer.config import load_config
-    from trainer.loop import Trainer
+    configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
+    from trainer.config.load import load_config
+    from trainer.run.loop import Trainer
 
     directory = Path(args.dir)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):

@@ -63,7 +63,7 @@ ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}  # Mesa's software renderer otherwis
 
 
 def config(args, **overrides):
-    from trainer.config import load_config
+    from trainer.config.load import load_config
 
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
@@ -170,7 +170,7 @@ class OurTrainer:
     checkpoint."""
 
     def __init__(self, args, overrides: dict):
-        from trainer.loop import Trainer
+        from trainer.run.loop import Trainer
 
         self.trainer = Trainer(config(args, **overrides))
         timed_run(self.trainer, args.seed_steps + args.episode_steps)
@@ -187,7 +187,7 @@ class OurTrainer:
 
 
 def train(args) -> dict:
-    from trainer.device import native_bfloat16, resolve_device
+    from trainer.process.device import native_bfloat16, resolve_device
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
     contenders = {
@@ -212,8 +212,8 @@ def frozen(args) -> dict:
     from envs.make import make_env
     from sac.agent import SAC
     from sac.replay import ReplayBuffer
-    from trainer.device import resolve_device
-    from trainer.encoders import build_video_encoder
+    from trainer.process.device import resolve_device
+    from trainer.run.encoder_setup import build_video_encoder
 
     overrides = {"encoder.video.freeze": True}
     cfg = config(args, **overrides)
@@ -264,7 +264,7 @@ def phases(args) -> dict:
     import torch
 
     from sac.augment import random_shift
-    from trainer.loop import Trainer
+    from trainer.run.loop import Trainer
 
     cfg = config(args, **{"training.seed_steps": 10**9})  # random actions, no updates: just fill the replay
     trainer = Trainer(cfg)
@@ -445,7 +445,7 @@ def main() -> None:
         configure()  # before a row loads mujoco: its import raises on a bad MUJOCO_GL
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
-    from trainer.cli import explain
+    from trainer.process.cli import explain
 
     try:  # once here, not once per row: every row would print the same error
         config(args, **{"checkpoint.dir": tempfile.gettempdir(), "logging.tensorboard_dir": tempfile.gettempdir()})

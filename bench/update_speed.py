@@ -33,7 +33,7 @@ PATHS = {"before": {"cuda_graph": False}, "after": {"cuda_graph": True}}
 
 def build(cfg, device: torch.device, *, cuda_graph: bool, action_dim: int):
     from sac.agent import SAC
-    from trainer.encoders import build_encoders
+    from trainer.run.encoder_setup import build_encoders
 
     encoder, _ = build_encoders(cfg, cfg.env.stack_shape, device)
     return SAC(encoder, action_dim, cfg.sac, device=device, pixels=True, autocast=cfg.training.autocast,
@@ -56,7 +56,7 @@ def filled_replay(cfg, device: torch.device, *, batch: int, action_dim: int):
 
 
 def load(device: str, batch: int, *, profile: str = "gpu", sets: list[str] = ()):
-    from trainer.config import load_config
+    from trainer.config.load import load_config
 
     return load_config(CONFIG, [f"profile={profile}", f"training.device={device}", f"sac.batch_size={batch}", *DRQV2,
                                 *sets])

@@ -1,6 +1,6 @@
 """Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into training the same way.
 
-Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/record.py` writes them,
+Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/tools/record.py` writes them,
 {"state": float32 (S,), "pixels": uint8 (C, H, W)} and, recorded with --views K, "views": uint8 (K - 1, C, H, W), the
 same step in other scenes. Frames are stored singly and losslessly (no JPEG)."""
 
@@ -131,7 +131,7 @@ def read(path: str | Path) -> Demonstrations:
     if not (where / "metadata.json").is_file():
         raise UserError(
             f"no Minari dataset at {path} (no {where / 'metadata.json'}); record one with "
-            "python3 -m trainer.record --out PATH, or fix the path"
+            "python3 -m trainer.tools.record --out PATH, or fix the path"
         )
     try:
         with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
@@ -142,10 +142,10 @@ def read(path: str | Path) -> Demonstrations:
     except (OSError, ValueError, KeyError, TypeError) as err:
         reason = " ".join(str(err).split())[:200]
         raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
-                        "record it again with python3 -m trainer.record") from None
+                        "record it again with python3 -m trainer.tools.record") from None
     if not raw:
         raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was interrupted?); move it "
-                        "aside and record it again with python3 -m trainer.record")
+                        "aside and record it again with python3 -m trainer.tools.record")
     if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector
         key = PIXELS if space.dtype == np.uint8 and len(space.shape) == 3 else STATE
         space = gym.spaces.Dict({key: space})

@@ -20,8 +20,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.cli import configure_script  # noqa: E402
-from trainer.config import load_config  # noqa: E402
+from trainer.config.load import load_config  # noqa: E402
+from trainer.process.cli import configure_script  # noqa: E402
 
 configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 

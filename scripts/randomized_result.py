@@ -2,7 +2,7 @@
 visual randomisation) and seed, the mean success of its last five evaluations on the training scene (the task's own,
 scene.xml), on held-out scenes, and for the randomised arm also on its own randomised training scenes. Reads
 bench/learn.py output folders (<out>/runs/seed<N>/): eval.csv, eval_heldout.csv, and for the randomised arm
-fixed_scene/episodes.csv, trainer.evaluate's episodes of the run's last five checkpoints with randomisation off
+fixed_scene/episodes.csv, trainer.policy.evaluate's episodes of the run's last five checkpoints with randomisation off
 (docs/log.md gives the command, in its 2026-11-29 randomisation entry):
 
     python3 scripts/randomized_result.py --none runs/dish_frozen_heldout --randomized runs/dish_frozen_randomized \
@@ -22,7 +22,7 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.plot import read_rows  # noqa: E402
+from trainer.run.curves import read_rows  # noqa: E402
 
 LAST = 5  # evaluations averaged: success swings between evaluations (docs/dishwashing.md)
 FIXED_SCENE = Path("fixed_scene") / "episodes.csv"
@@ -60,7 +60,7 @@ def rows(arm: str, out: Path, seeds: list[int]) -> list[tuple]:
             path = folder / name
             if not path.exists():
                 fix = (f"evaluate the run's last {LAST} checkpoints on the task's own scene: python3 -m "
-                       "trainer.evaluate CHECKPOINT ... --episodes 20 --set env.randomize.enabled=false --set "
+                       "trainer.policy.evaluate CHECKPOINT ... --episodes 20 --set env.randomize.enabled=false --set "
                        f"env.randomize.heldout=false --out {path.parent}" if name == FIXED_SCENE else
                        "train that seed with bench/learn.py (a config whose env.randomize.heldout is true writes "
                        "eval_heldout.csv)")

@@ -6,7 +6,7 @@ that stays the same through an episode (a scene's bias, which no closed loop can
 those parts of the state from the simulator instead (e.g. "plate grasped", a flag a still frame barely shows).
 --policy CHECKPOINT lets a trained policy act instead of the solver: where it goes, and what the encoder reads there;
 with --policy-reads weights, its actor reads --weights' estimate instead of its own trunk's (a policy on a
-state_estimate trunk, and an encoder in the same label units: one trainer.pretrain --init went on from).
+state_estimate trunk, and an encoder in the same label units: one trainer.tools.pretrain --init went on from).
 Each run's episodes are also counted by how they end (placed, never grasped, let go outside the slot, still held),
 with where the plate was, from the slot, when a failed episode last let it go.
 
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from envs.rendering import configure  # noqa: E402
 from errors import UserError  # noqa: E402
-from trainer.cli import run_command  # noqa: E402
-from trainer.config import EVAL_SEED_OFFSET, load_config  # noqa: E402
+from trainer.config.load import EVAL_SEED_OFFSET, load_config  # noqa: E402
+from trainer.process.cli import run_command  # noqa: E402
 
 REPORTED = ("plate - gripper", "slot - plate", "gripper position")
 SCENES = ("fixed", "train", "heldout")
@@ -40,7 +40,7 @@ OUTCOMES = ("placed", "never grasped", "let go", "still held")  # how an episode
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
     """The pretraining's Standardiser: from its report, or fitted again on `data`'s training episodes (a report
     written before reports stored it names its recordings)."""
-    from trainer.pretrain import Standardiser, read_datasets, read_report, report_path
+    from trainer.tools.pretrain import Standardiser, read_datasets, read_report, report_path
 
     saved = read_report(weights)
     if not data and "labels" in saved:
@@ -112,7 +112,7 @@ def check_same_units(policy_cfg, scaler, args) -> None:
     own = state_scaler(policy_cfg, policy_cfg.encoder.video.weights, None, args.holdout)
     if not (np.array_equal(own.mean, scaler.mean) and np.array_equal(own.std, scaler.std)):
         raise UserError(f"{args.policy} learnt on estimates in other units than {args.weights}'s (their reports' "
-                        "labels differ); pass weights trainer.pretrain --init went on from its encoder")
+                        "labels differ); pass weights trainer.tools.pretrain --init went on from its encoder")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         from envs.dishwashing.env import OBS_GROUPS
         from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of
-        from trainer.policy import load_checkpoint
+        from trainer.policy.trained import load_checkpoint
 
         if args.episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {args.episodes}")

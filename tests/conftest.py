@@ -18,9 +18,9 @@ import torch
 from encoders.config import EncoderConfig
 from envs.rendering import configure
 from sac.replay import ReplayBuffer
-from trainer.config import AUTO_PROFILE_VARIABLE, Config, to_dict
-from trainer.payload import Progress, build_payload
-from trainer.signals import STOP_SIGNALS
+from trainer.checkpoints.payload import Progress, build_payload
+from trainer.config.load import AUTO_PROFILE_VARIABLE, Config, to_dict
+from trainer.process.signals import STOP_SIGNALS
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +67,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
 
 
 def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    """Until `proc` holds the lock file `lock` (trainer/lock.py: the holder writes its pid into it)."""
+    """Until `proc` holds the lock file `lock` (trainer/process/lock.py: the holder writes its pid into it)."""
     deadline = time.time() + timeout
     while not (lock.exists() and f"pid {proc.pid} " in lock.read_text()):
         assert proc.poll() is None, proc.communicate()

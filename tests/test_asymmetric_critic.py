@@ -16,9 +16,9 @@ from sac.agent import SAC
 from tests.conftest import ROOT
 from tests.test_demos import record_dataset
 from tests.test_export import SIZE, frozen_settings, saved_trainer
-from trainer.config import load_config
-from trainer.demos import Demos, check_fits
-from trainer.encoders import build_encoders
+from trainer.config.load import load_config
+from trainer.run.demo_store import Demos, check_fits
+from trainer.run.encoder_setup import build_encoders
 
 FEATURES, STATE, ACTIONS = 12, 5, 3
 

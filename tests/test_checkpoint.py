@@ -18,12 +18,14 @@ import torch
 from errors import UserError
 from tests.conftest import ROOT, replay_state, run_cli, sets, tmpfs
 from tests.conftest import checkpoint_payload as payload
-from trainer import checkpoint, checkpoint_files, saved_config
-from trainer.checkpoint_files import CheckpointError
-from trainer.config import Config, to_dict
-from trainer.payload import descends, seal
-from trainer.policy import Policy
-from trainer.signals import STOP_SIGNALS, Stopped, stop_at_once
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.files import CheckpointError
+from trainer.checkpoints.payload import descends, seal
+from trainer.config import saved as saved_config
+from trainer.config.load import Config, to_dict
+from trainer.policy.trained import Policy
+from trainer.process.signals import STOP_SIGNALS, Stopped, stop_at_once
 
 
 def frames(replay: dict) -> list[float]:
@@ -128,8 +130,8 @@ def test_a_checkpoint_in_a_folder_that_does_not_exist_is_named_a_typo_not_a_lost
     assert str(raised.value) == f"{said} for a typo"
     config = str(ROOT / "configs" / "inverted_pendulum_state.yaml")
     for command in (["train_sac.py", "--config", config, "--resume", str(missing)],
-                    ["-m", "trainer.evaluate", str(missing)],
-                    ["-m", "trainer.export", str(missing), "--out", str(tmp_path / "out")]):
+                    ["-m", "trainer.policy.evaluate", str(missing)],
+                    ["-m", "trainer.policy.export", str(missing), "--out", str(tmp_path / "out")]):
         result = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True,
                                 text=True, timeout=300)
         assert result.returncode == 2 and result.stderr.strip() == f"error: {said} for a typo", (
@@ -494,8 +496,8 @@ def test_start_fresh_refuses_an_existing_run_and_start_over_moves_it_aside(tmp_p
 
 
 class SignalledMirror:
-    """A remote mirror (trainer.remote.RemoteDir's interface) holding two files of the run, that receives SIGTERM
-    while it moves the first one aside, as a slow copy of a large sidecar in a bucket would."""
+    """A remote mirror (trainer.checkpoints.remote.RemoteDir's interface) holding two files of the run, that
+    receives SIGTERM while it moves the first one aside, as a slow copy of a large sidecar in a bucket would."""
 
     url = "s3://bucket/runs"
 

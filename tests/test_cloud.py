@@ -20,7 +20,7 @@ import yaml
 
 import train_sac
 from tests.conftest import ROOT
-from trainer.config import load_config
+from trainer.config.load import load_config
 
 CLOUD = ROOT / "scripts" / "cloud"
 TASK_FILES = ("train.yaml", "train-spot.yaml")

@@ -12,9 +12,10 @@ from sac.replay import ReplayBuffer
 from sac.ring import min_ring_slots
 from tests.conftest import DEFAULT_CONFIG as DEFAULT
 from tests.conftest import ROOT, run_cli
-from trainer import device
-from trainer.cli import explain
-from trainer.config import AUTO_PROFILE_VARIABLE, Config, load_config, main, to_dict
+from trainer.config.__main__ import main
+from trainer.config.load import AUTO_PROFILE_VARIABLE, Config, load_config, to_dict
+from trainer.process import device
+from trainer.process.cli import explain
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -23,8 +23,12 @@ from hypothesis import strategies as st
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG, ROOT, run_cli, sets
 from tests.test_loop import run_args
-from trainer import checkpoint, checkpoint_files, config, config_yaml, saved_config
-from trainer.config import Config, load_config
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.config import saved as saved_config
+from trainer.config import yaml_files as config_yaml
+from trainer.config.__main__ import _resolved
+from trainer.config.load import Config, load_config
 
 HUGE = str(10**12)
 
@@ -113,7 +117,7 @@ def good_run_args(folder: Path) -> list[str]:
 
 
 def digests(folder: Path) -> dict[str, str]:
-    """Not the run's lock file: every process that takes the lock writes its pid there (trainer/lock.py)."""
+    """Not the run's lock file: every process that takes the lock writes its pid there (trainer/process/lock.py)."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".lock"}
 
@@ -312,7 +316,7 @@ def test_any_values_for_any_keys_load_or_fail_with_the_one_line_error(tmp_path, 
         for key, value in dict(draws).items():  # an accepted value is the value used (profile: --set's cpu)
             if key == "profile":
                 continue
-            got = config._resolved(cfg, key)
+            got = _resolved(cfg, key)
             assert got == value or (isinstance(value, float) and math.isnan(value) and math.isnan(got)), key
 
 

@@ -24,11 +24,11 @@ from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, pause, run_cli, sets, wait_for_lock
-from trainer import checkpoint
-from trainer.config import load_config
-from trainer.demos import Demos, check_fits
-from trainer.encoders import build_encoders
-from trainer.record import Acting, record, recording_settings
+from trainer.checkpoints import checkpoint
+from trainer.config.load import load_config
+from trainer.run.demo_store import Demos, check_fits
+from trainer.run.encoder_setup import build_encoders
+from trainer.tools.record import Acting, record, recording_settings
 
 VIDEO, STATE = str(ROOT / "configs" / "dishwashing_video.yaml"), str(ROOT / "configs" / "dishwashing_state.yaml")
 SIZE = 40  # small frames: the tests render every step
@@ -41,7 +41,7 @@ def record_dataset(path, episodes: int = 2, seed: int = 0, size: int = SIZE) -> 
         [
             sys.executable,
             "-m",
-            "trainer.record",
+            "trainer.tools.record",
             "--episodes",
             str(episodes),
             "--out",
@@ -111,7 +111,7 @@ def test_a_damaged_dataset_is_a_one_line_error(dataset, tmp_path, damage):
         data = (files / "main_data.hdf5").read_bytes()
         (files / "main_data.hdf5").write_bytes(data[: len(data) // 2])
     with pytest.raises(UserError, match=rf"cannot read the Minari dataset at {copy} \(.*\); it is damaged: record it "
-                       "again with python3 -m trainer.record") as err:
+                       "again with python3 -m trainer.tools.record") as err:
         demos.read(copy)
     assert "\n" not in str(err.value)
 
@@ -119,7 +119,7 @@ def test_a_damaged_dataset_is_a_one_line_error(dataset, tmp_path, damage):
 def test_recording_never_overwrites_a_dataset(dataset):
     path, _ = dataset
     done = subprocess.run(
-        [sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(path)],
+        [sys.executable, "-m", "trainer.tools.record", "--episodes", "1", "--out", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -146,7 +146,7 @@ def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(t
     """Checked before the episodes are played: an empty --out once wrote a dataset into the working folder."""
     (tmp_path / "file").write_text("not a folder")
     names = {"file": tmp_path / "file", "tmp": tmp_path}
-    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--config", VIDEO,
+    done = subprocess.run([sys.executable, "-m", "trainer.tools.record", "--episodes", "1", "--config", VIDEO,
                            *(arg.format(**names) for arg in args)], cwd=tmp_path,  # an empty --out: this folder
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -179,7 +179,7 @@ def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are
     frames than the config renders is one line, before any episode."""
     from envs.dishwashing.scripted import scripted_action
     from tests.test_export import saved_trainer
-    from trainer.policy import Policy
+    from trainer.policy.trained import Policy
 
     _, path = saved_trainer(tmp_path, "dishwashing_video.yaml")  # 32x32 frames, untrained
     policy = Policy.load(path, unit_actions=True)
@@ -207,8 +207,8 @@ WARP_ARGS = [arg for setting in WARP for arg in ("--set", setting)]
 @pytest.fixture(scope="module")
 def warp_recording(tmp_path_factory):
     path = tmp_path_factory.mktemp("demos") / "warp"
-    done = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "2", "--out", str(path), "--seed", "3",
-                           *WARP_ARGS],
+    done = subprocess.run([sys.executable, "-m", "trainer.tools.record", "--episodes", "2", "--out", str(path),
+                           "--seed", "3", *WARP_ARGS],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "2 episodes" in done.stdout and "2 successful" in done.stdout
@@ -453,7 +453,7 @@ def test_a_mismatched_dataset_stops_the_trainer_with_one_line(dataset):
     assert done.stderr.strip().splitlines()[-1] == (
         f"error: demonstrations {path} do not fit this run: observations uint8 (3, {SIZE}, {SIZE}) there, "
         "uint8 (3, 84, 84) here (env.image_size); record matching ones with python3 -m "
-        "trainer.record --config <this config> [its --set ...] --out PATH, or set demos.path to another dataset"
+        "trainer.tools.record --config <this config> [its --set ...] --out PATH, or set demos.path to another dataset"
     )
 
 
@@ -528,10 +528,10 @@ def test_resume_rereads_the_demonstrations_says_so_and_continues_exactly(tmp_pat
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_recording_stopped_by_a_signal_is_one_line_and_leaves_no_dataset(tmp_path, sig):
-    """Ctrl-C in trainer.record was a KeyboardInterrupt traceback and EGL errors (67 lines)."""
+    """Ctrl-C in trainer.tools.record was a KeyboardInterrupt traceback and EGL errors (67 lines)."""
     out = tmp_path / "recording"
     status, stderr = interrupt_when_started(
-        [sys.executable, "-m", "trainer.record", "--episodes", "50", "--out", str(out), "--set",
+        [sys.executable, "-m", "trainer.tools.record", "--episodes", "50", "--out", str(out), "--set",
          f"env.image_size={SIZE}"], sig, started=b" 1/50 ")
     assert status == 128 + sig and "Traceback" not in stderr and "EGL" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == (
@@ -577,12 +577,12 @@ def test_a_dataset_of_no_episodes_is_a_one_line_error(dataset, tmp_path):
 def test_a_recording_into_a_folder_another_recording_is_writing_refuses_in_one_line(tmp_path):
     """Both recorded (a command run twice), and the later write went over the earlier one's dataset."""
     out = tmp_path / "datasets" / "scripted"
-    first = subprocess.Popen([sys.executable, "-m", "trainer.record", "--episodes", "1000", "--out", str(out)],
+    first = subprocess.Popen([sys.executable, "-m", "trainer.tools.record", "--episodes", "1000", "--out", str(out)],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lock(out.with_name(".scripted.lock"), first)
         pause(first)
-        second = subprocess.run([sys.executable, "-m", "trainer.record", "--episodes", "1", "--out", str(out)],
+        second = subprocess.run([sys.executable, "-m", "trainer.tools.record", "--episodes", "1", "--out", str(out)],
                                 cwd=ROOT, capture_output=True, text=True)
         assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
         assert second.stderr.startswith(f"error: dataset {out} is in use by pid {first.pid} on host ")

@@ -12,7 +12,7 @@ import torch
 
 from errors import UserError
 from sac.replay import host_bytes_per_slot
-from trainer.device import can_compile, check_host_memory, native_bfloat16, oom_error, replay_frames_device
+from trainer.process.device import can_compile, check_host_memory, native_bfloat16, oom_error, replay_frames_device
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(),

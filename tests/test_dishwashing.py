@@ -14,7 +14,7 @@ from envs.dishwashing.scripted import scripted_action
 from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT
-from trainer.config import load_config
+from trainer.config.load import load_config
 
 ENV_IDS = ("Dishwashing-v0", "DishwashingFeasible-v0")  # the full task and its feasible variant
 CAMERAS = ("overview", "close")

@@ -8,7 +8,7 @@ from encoders import ARCHS, build_encoder
 from encoders.config import VIDEO_ARCHS, EncoderConfig
 from errors import UserError
 from tests.conftest import ROOT, encoder_config
-from trainer.config import load_config
+from trainer.config.load import load_config
 
 EXAMPLES = {  # the shipped example config of each arch
     "simple2dcnn": "configs/dmc/cartpole_swingup.yaml",

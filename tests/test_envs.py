@@ -13,7 +13,7 @@ from envs.config import EnvConfig
 from envs.make import make_env, make_task, make_worker_env
 from envs.pixels import Camera
 from errors import UserError
-from trainer.cli import explain
+from trainer.process.cli import explain
 
 
 def config(env_id: str, **settings) -> EnvConfig:

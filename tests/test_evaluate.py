@@ -18,12 +18,12 @@ from scipy import stats
 from envs.make import make_eval_env
 from tests.conftest import ROOT, fill, interrupt_when_started, pause, start_until, tmpfs
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
-from trainer import evaluate
-from trainer.config import load_config
-from trainer.episodes import run_episodes
-from trainer.loop import Trainer
-from trainer.plot import read_rows
-from trainer.policy import load_checkpoint
+from trainer.config.load import load_config
+from trainer.policy import evaluate
+from trainer.policy.trained import load_checkpoint
+from trainer.run.curves import read_rows
+from trainer.run.episodes import run_episodes
+from trainer.run.loop import Trainer
 
 
 def train(folder, config: str, *settings: str) -> Trainer:
@@ -174,7 +174,8 @@ def test_one_episode_is_said_to_have_no_interval_not_a_zero_width_one(state, tmp
 
 def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_no_csv(state, tmp_path):
     out = tmp_path / "evaluation"
-    command = [sys.executable, "-m", "trainer.evaluate", latest(state), "--episodes", "100000", "--out", str(out)]
+    command = [sys.executable, "-m", "trainer.policy.evaluate", latest(state), "--episodes", "100000",
+               "--out", str(out)]
     status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"/100000")
     assert status == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == (  # a line of its own: the bar has ended its line
@@ -183,7 +184,7 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_no_csv(state, tmp_pa
 
 
 def evaluate_command(checkpoint: str, out, *args: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.evaluate", checkpoint, "--out", str(out), *args]
+    return [sys.executable, "-m", "trainer.policy.evaluate", checkpoint, "--out", str(out), *args]
 
 
 def seeds(folder) -> list[str]:

@@ -24,11 +24,12 @@ from huggingface_hub import ModelCard
 from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT, Unpickled, fill, interrupt_when_started, pause, start_until, tmpfs
-from trainer import checkpoint_files, evaluate, export
-from trainer.config import load_config
-from trainer.encoders import save_encoder_weights
-from trainer.loop import Trainer
-from trainer.policy import POLICY_FORMAT, Policy
+from trainer.checkpoints import files as checkpoint_files
+from trainer.config.load import load_config
+from trainer.policy import evaluate, export
+from trainer.policy.trained import POLICY_FORMAT, Policy
+from trainer.run.encoder_setup import save_encoder_weights
+from trainer.run.loop import Trainer
 
 SIZE = 32  # frames small enough that r3d18 runs 100 observations in seconds
 
@@ -44,7 +45,8 @@ def saved_trainer(tmp_path, config: str, *settings: str) -> tuple[Trainer, str]:
 
 
 def trunk_weights(tmp_path) -> str:
-    """An encoder weights file as trainer.pretrain writes it: a small simple2dcnn with its projection and readout."""
+    """An encoder weights file as trainer.tools.pretrain writes it: a small simple2dcnn with its projection
+    and readout."""
     cfg = load_config(ROOT / "configs" / "default.yaml", ["encoder.video.num_filters=8"])
     obs_shape = (cfg.env.frame_stack, 3, SIZE, SIZE)
     from encoders import build_encoder
@@ -302,7 +304,7 @@ def test_policy_load_never_runs_a_folder_s_policy_pt_and_reads_safetensors_weigh
         np.testing.assert_array_equal(action, expected.step(frame))
     (out / "policy.safetensors").unlink()  # as an earlier version exported
     said = (rf"^{out} has no policy.safetensors .*; export it again from its checkpoint "
-            r"\(python3 -m trainer.export CHECKPOINT --out DIR\)$")
+            r"\(python3 -m trainer.policy.export CHECKPOINT --out DIR\)$")
     with pytest.raises(UserError, match=said) as raised:
         Policy.load(out)
     assert "\n" not in str(raised.value) and not target.exists()
@@ -413,7 +415,7 @@ def test_ctrl_c_during_an_export_is_one_line_and_leaves_no_folder(tmp_path):
     """Interrupted in its evaluation, the last step before the folder is moved into place."""
     _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml")
     out = tmp_path / "exported"
-    command = [sys.executable, "-m", "trainer.export", path, "--out", str(out), "--episodes", "100000"]
+    command = [sys.executable, "-m", "trainer.policy.export", path, "--out", str(out), "--episodes", "100000"]
     status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"/100000")
     assert status == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == f"stopped by signal 2; {out} was not written"  # not after the bar
@@ -421,7 +423,7 @@ def test_ctrl_c_during_an_export_is_one_line_and_leaves_no_folder(tmp_path):
 
 
 def export_command(path: str, out, *args: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.export", path, "--out", str(out), *args]
+    return [sys.executable, "-m", "trainer.policy.export", path, "--out", str(out), *args]
 
 
 def test_a_second_export_into_the_same_out_is_one_line_at_once(tmp_path):

@@ -16,10 +16,10 @@ from sac.agent import SAC
 from sac.config import SACConfig
 from sac.replay import ReplayBuffer
 from tests.conftest import DEFAULT_CONFIG, encoder_config
-from trainer import checkpoint
-from trainer.config import Config, load_config, to_dict
-from trainer.encoders import build_encoders, build_video_encoder
-from trainer.payload import Progress, build_payload
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints.payload import Progress, build_payload
+from trainer.config.load import Config, load_config, to_dict
+from trainer.run.encoder_setup import build_encoders, build_video_encoder
 
 T, SIZE, ACTIONS = 3, 32, 2
 OBS = (T, 3, SIZE, SIZE)
@@ -149,7 +149,7 @@ def test_the_fingerprint_follows_weights_arch_and_frame_size_not_memory_layout()
 
 
 def test_a_projected_trunk_stores_the_projections_width_and_its_fingerprint_follows_the_projection():
-    """A pretrained projection on the frozen encoder (trainer/pretrain.py's head layer): features of its width,
+    """A pretrained projection on the frozen encoder (trainer/tools/pretrain.py's head layer): features of its width,
     and stored features of another projection are told apart as those of another encoder are."""
     def projected(seed: int) -> ProjectedEncoder:  # the same encoder, projections drawn with `seed`
         encoder = frozen_encoder()

@@ -7,7 +7,7 @@ import torch
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import run_cli, sets
 from tests.test_loop import run_args as loop_args
-from trainer import checkpoint
+from trainer.checkpoints import checkpoint
 
 FROZEN = sets(encoder__video__freeze="true")
 

@@ -10,7 +10,7 @@ import torch
 
 from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS, Budget, claims, run_row, run_sections
 from tests.conftest import ROOT
-from trainer.config import load_config
+from trainer.config.load import load_config
 
 
 def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):

@@ -2,7 +2,7 @@
 
 import torch
 
-from trainer.gpu_monitor import GpuMonitor
+from trainer.run.gpu_monitor import GpuMonitor
 
 
 def test_cpu_training_reports_one_notice_and_no_readings():

@@ -10,8 +10,8 @@ from PIL import Image
 
 from bench.learn import warp_share
 from tests.conftest import ROOT, sets
-from trainer.config import load_config
-from trainer.plot import plot_curves, seed_statistics
+from trainer.config.load import load_config
+from trainer.run.curves import plot_curves, seed_statistics
 
 
 def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):

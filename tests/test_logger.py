@@ -9,9 +9,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import errors
 from errors import UserError
 from tests.conftest import ROOT
-from trainer.config import Config, load_config
-from trainer.config_checks import check_log_folder
-from trainer.logger import Logger, set_aside
+from trainer.config.checks import check_log_folder
+from trainer.config.load import Config, load_config
+from trainer.run.logger import Logger, set_aside
 
 
 def config(tmp_path, **logging) -> Config:

@@ -26,11 +26,12 @@ from envs.make import make_env
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, popen_cli, run_cli, sets, wait_for
-from trainer import checkpoint, loop
-from trainer.config import EVAL_SEED_OFFSET, SEED_LIMIT, config_from_dict, load_config
-from trainer.device import native_bfloat16
-from trainer.loop import Trainer
-from trainer.plot import read_rows
+from trainer.checkpoints import checkpoint
+from trainer.config.load import EVAL_SEED_OFFSET, SEED_LIMIT, config_from_dict, load_config
+from trainer.process.device import native_bfloat16
+from trainer.run import loop
+from trainer.run.curves import read_rows
+from trainer.run.loop import Trainer
 
 
 def run_args(tmp_path, episodes: int) -> list[str]:

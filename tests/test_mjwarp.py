@@ -43,9 +43,9 @@ from envs.pixels import resolve_camera  # noqa: E402
 from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
-from trainer import checkpoint  # noqa: E402
-from trainer.config import Config, load_config  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
+from trainer.checkpoints import checkpoint  # noqa: E402
+from trainer.config.load import Config, load_config  # noqa: E402
+from trainer.run.loop import Trainer  # noqa: E402
 
 CPU = torch.device("cpu")
 CARTPOLE, FEASIBLE, FULL = "dm_control/cartpole-swingup-v0", "DishwashingFeasible-v0", "Dishwashing-v0"
@@ -497,7 +497,7 @@ def test_a_process_that_ends_while_starting_is_a_one_line_error_pointing_at_its_
     """A script without a __main__ guard: each spawned process re-runs it and fails before it serves. The script's
     error names the process, says how it ended and where its own error is, and says what the script lacks."""
     script = tmp_path / "unguarded.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom trainer.config import Config\n"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom trainer.config.load import Config\n"
                       "import envs.make\ncfg = Config().env\ncfg.backend, cfg.num_envs, cfg.warp_processes = "
                       "'mujoco_warp', 2, 2\nenvs.make.make_batched_env(cfg, False, 'cpu')\n")
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)

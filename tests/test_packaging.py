@@ -18,12 +18,12 @@ from tests.conftest import ROOT
 # each command as a user of the installed package types it: the console script, and the module form
 COMMANDS = {
     "pixel-sac-train": "train_sac",
-    "pixel-sac-record": "trainer.record",
-    "pixel-sac-pretrain": "trainer.pretrain",
-    "pixel-sac-evaluate": "trainer.evaluate",
-    "pixel-sac-export": "trainer.export",
-    "pixel-sac-plot": "trainer.plot",
-    "pixel-sac-sweep": "trainer.sweep",
+    "pixel-sac-record": "trainer.tools.record",
+    "pixel-sac-pretrain": "trainer.tools.pretrain",
+    "pixel-sac-evaluate": "trainer.policy.evaluate",
+    "pixel-sac-export": "trainer.policy.export",
+    "pixel-sac-plot": "trainer.tools.plot",
+    "pixel-sac-sweep": "trainer.tools.sweep",
     "pixel-sac-config": "trainer.config",
 }
 GUARD_S = 300  # a guard against hangs, never a measurement

@@ -7,7 +7,7 @@ import matplotlib.axes
 import pytest
 from PIL import Image
 
-from trainer.plot import main
+from trainer.tools.plot import main
 
 
 def write_eval(path, returns):

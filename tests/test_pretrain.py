@@ -1,5 +1,6 @@
-"""Encoder pretraining (trainer/pretrain.py) on a tiny real recording: the command writes an encoder weights file that
-`encoder.video.weights` loads with the same parameters, a few steps lower the training loss, weights of another arch
+"""Encoder pretraining (trainer/tools/pretrain.py) on a tiny real recording: the command writes an encoder weights
+file that `encoder.video.weights` loads with the same parameters, a few steps lower the training loss, weights of
+another arch
 (or network) are a one-line error, and the stacks and labels it trains on are the env's and the replay's."""
 
 import dataclasses
@@ -23,11 +24,11 @@ from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, pause, script, wait_for_lock
-from trainer.config import load_config
-from trainer.encoders import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
-from trainer.loop import Trainer
-from trainer.pretrain import Standardiser, build_regressor, predict, read_datasets, split_of, train
-from trainer.record import Acting, record, recording_settings
+from trainer.config.load import load_config
+from trainer.run.encoder_setup import ENCODER_WEIGHTS_FORMAT, build_encoders, build_video_encoder, save_encoder_weights
+from trainer.run.loop import Trainer
+from trainer.tools.pretrain import Standardiser, build_regressor, predict, read_datasets, split_of, train
+from trainer.tools.record import Acting, record, recording_settings
 
 VIDEO = str(ROOT / "configs" / "dishwashing_video.yaml")
 # small frames (shifted by up to 2 pixels, as 84 px frames by 4), short episodes, a narrow trunk: the recording renders
@@ -40,7 +41,7 @@ HIDDEN = 16  # the head's hidden layer: the frozen trunk's projection
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    """A recording by the recorder (trainer/record.py), as users make them."""
+    """A recording by the recorder (trainer/tools/record.py), as users make them."""
     cfg = load_config(VIDEO, SETS)
     path = tmp_path_factory.mktemp("pretrain") / "recorded"
     episodes, space, action_space, _ = record(cfg, EPISODES, seed=SEED, acting=Acting(noise=0.3), progress=False)
@@ -49,7 +50,7 @@ def dataset(tmp_path_factory):
 
 
 def pretrain_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, *args,
+    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, *args,
                *(arg for item in SETS for arg in ("--set", item))]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
@@ -219,7 +220,8 @@ def test_a_damaged_weights_file_is_a_one_line_error(pretrained, tmp_path, damage
     del weights["checksum"]
     damage(weights)
     torch.save(weights, tmp_path / "damaged.pt")
-    with pytest.raises(UserError, match=rf"encoder.video.weights=.*damaged.pt is damaged or not from trainer.pretrain: "
+    with pytest.raises(UserError, match=rf"encoder.video.weights=.*damaged.pt is damaged or not from "
+                                        rf"trainer.tools.pretrain: "
                                         rf"{message}.*; pretrain it again") as err:
         build_video_encoder(frozen_config(tmp_path / "damaged.pt").encoder, (3, 3, 32, 32))
     assert "\n" not in str(err.value)
@@ -238,7 +240,8 @@ RANDOMIZED = ["env.randomize.enabled=true", "env.randomize.color=0.3", "env.rand
 
 @pytest.fixture(scope="module")
 def viewed(tmp_path_factory):
-    """A randomised recording with every step also stored as one other scene shows it (trainer.record --views 2)."""
+    """A randomised recording with every step also stored as one other scene shows it
+    (trainer.tools.record --views 2)."""
     cfg = load_config(VIDEO, [*SETS, *RANDOMIZED])
     path = tmp_path_factory.mktemp("pretrain") / "viewed"
     episodes, space, action_space, _ = record(cfg, EPISODES, seed=SEED, acting=Acting(noise=0.3), progress=False,
@@ -288,9 +291,10 @@ def test_pretraining_on_views_reports_the_scene_gap_of_every_part_of_the_state(v
 
 @pytest.mark.parametrize("data, args, message", [
     (["dataset"], ["--invariance", "2"], "--invariance weighs the same step seen in two scenes, and these datasets "
-                                         "hold one scene per step; record them with trainer.record --views 2"),
+                                         "hold one scene per step; record them with trainer.tools.record --views 2"),
     (["viewed", "dataset"], [], "the datasets hold different numbers of other scenes per step ({viewed}: 1, "
-                                "{dataset}: 0); pretrain on recordings made with the same trainer.record --views"),
+                                "{dataset}: 0); pretrain on recordings made with the same "
+                                "trainer.tools.record --views"),
     (["viewed"], ["--invariance", "-1"], "--invariance finite and >= 0"),
 ])
 def test_scene_pairs_the_datasets_cannot_give_are_one_line_errors(dataset, viewed, tmp_path, data, args, message):
@@ -462,7 +466,8 @@ def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(
     assert out.parent.joinpath(kept.stem + ".json").is_file()
     assert f"kept the file it replaced as {kept}" in replaced.stdout
     with pytest.raises(UserError, match=r"stored the features of frozen trunk .* but this config stores the features "
-                                        r"of frozen trunk .*; resume with .* \(a weights file that trainer.pretrain "
+                                        r"of frozen trunk .*; resume with .* \(a weights file that "
+                                        r"trainer.tools.pretrain "
                                         r"--replace wrote over is kept beside it as <name>.replaced-<time>.pt\)"):
         frozen_run(out, tmp_path, resume="auto")
     resumed = frozen_run(kept, tmp_path, resume="auto")
@@ -493,7 +498,7 @@ def test_init_goes_on_from_an_earlier_files_encoder_head_and_label_units(dataset
 
 
 def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, pretrained, tmp_path, capsys):
-    from trainer.pretrain import main
+    from trainer.tools.pretrain import main
 
     bare = tmp_path / "bare.pt"
     shutil.copy(pretrained[0], bare)  # without its report: no label units
@@ -509,7 +514,8 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
             *(arg for item in SETS for arg in ("--set", item))]
     for args, message in (
             (["--init", str(bare)], f"--init {bare} is not an encoder weights file with its readout and its report "
-                                    f"({tmp_path / 'bare.json'}) beside it; pass a file python3 -m trainer.pretrain"),
+                                    f"({tmp_path / 'bare.json'}) beside it; pass a file "
+                                    "python3 -m trainer.tools.pretrain"),
             (["--init", str(other)], f"--init {other} learnt a state of {varying + 1} numbers and these recordings "
                                      f"hold {OBS_SIZE}; pass recordings of the task it learnt"),
             (["--init", str(mismatched)], f"--init {mismatched} estimates {varying} numbers and its report's labels "
@@ -524,7 +530,7 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
 def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(dataset, pretrained, tmp_path, capsys):
     """scripts/scripted_from_frames.py --policy-reads weights: the policy's own weights file changes nothing, another
     file in the same label units changes the path it takes; a projection policy or other units are one line."""
-    from trainer import checkpoint_files
+    from trainer.checkpoints import files as checkpoint_files
 
     module = script("scripted_from_frames")
     own = pretrained[0]
@@ -564,10 +570,11 @@ def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(dataset
 
 
 def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(dataset, pretrained, tmp_path):
-    """Ctrl-C in trainer.pretrain was a KeyboardInterrupt traceback."""
+    """Ctrl-C in trainer.tools.pretrain was a KeyboardInterrupt traceback."""
     out = tmp_path / "encoder.pt"
     shutil.copy(pretrained[0], out)
-    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, "--data", str(dataset), "--out", str(out),
+    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, "--data", str(dataset),
+               "--out", str(out),
                "--replace", "--epochs", "1000", "--batch-size", "8", *(arg for item in SETS for arg in ("--set", item))]
     status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"pretraining:")
     assert status == 130 and "Traceback" not in stderr, stderr
@@ -581,7 +588,7 @@ def test_pretraining_into_a_weights_file_another_pretraining_is_writing_refuses_
     """Both trained (a command run twice), and the one that finished last silently replaced the other's file."""
     out = tmp_path / "pretrained" / "encoder.pt"
     args = ["--data", str(dataset), "--out", str(out), "--batch-size", "8", "--head-hidden", str(HIDDEN)]
-    command = [sys.executable, "-m", "trainer.pretrain", "--config", VIDEO, *args, "--epochs", "1000",
+    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, *args, "--epochs", "1000",
                *(arg for item in SETS for arg in ("--set", item))]
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

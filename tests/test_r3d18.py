@@ -14,7 +14,7 @@ from errors import UserError
 from sac.agent import SAC
 from sac.config import SACConfig
 from tests.conftest import encoder_config
-from trainer.cli import explain
+from trainer.process.cli import explain
 
 OBS = (3, 3, 32, 32)
 

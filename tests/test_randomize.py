@@ -16,11 +16,12 @@ from envs.randomize import HELDOUT, RandomScene, other_scenes, random_scene, ren
 from envs.workers import InProcessEnv
 from errors import UserError
 from tests.conftest import ROOT, script
-from trainer import checkpoint, evaluate
-from trainer.cli import explain
-from trainer.config import load_config
-from trainer.episodes import Episode
-from trainer.loop import Trainer
+from trainer.checkpoints import checkpoint
+from trainer.config.load import load_config
+from trainer.policy import evaluate
+from trainer.process.cli import explain
+from trainer.run.episodes import Episode
+from trainer.run.loop import Trainer
 
 DISHWASHING = ROOT / "configs" / "dishwashing_video.yaml"
 RANGES = ["env.randomize.color=0.3", "env.randomize.light_tilt_deg=25", "env.randomize.light_intensity=0.4",
@@ -202,7 +203,7 @@ def test_evaluate_heldout_writes_its_own_episodes_file_and_a_state_policy_is_one
 
 
 def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames():
-    from trainer.record import Acting, record
+    from trainer.tools.record import Acting, record
 
     plain = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32"])
     randomized = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
@@ -244,7 +245,7 @@ def test_a_scene_applied_mid_episode_shows_the_step_as_a_reset_into_it_would():
 def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
     """The episode's own frames and states are those of a recording without views; each view is the frame a reset
     into the episode's other scene shows at that step's state, and differs from the own one."""
-    from trainer.record import Acting, record
+    from trainer.tools.record import Acting, record
 
     cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
     (plain, *_), (viewed, space, *_) = (record(cfg, 2, seed=5, acting=Acting(noise=0.1), progress=False, views=views)
@@ -275,7 +276,7 @@ def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
     (["--views", "0", "--set", "env.randomize.enabled=true"], "--views must be >= 1"),
 ])
 def test_views_the_recording_cannot_make_are_one_line_errors(tmp_path, capsys, args, message):
-    from trainer.record import main
+    from trainer.tools.record import main
 
     assert main(["--episodes", "1", "--out", str(tmp_path / "d"), "--config", str(DISHWASHING), *args]) == 2
     err = capsys.readouterr().err
@@ -322,8 +323,9 @@ EVAL_HEADER = "env_step,frames,episode,return,success,wall_s\n"
 
 
 def seed_folder(root, arm: str, seed: int, *, train: list[float], heldout: list[float], fixed: list[list[bool]] = ()):
-    """bench/learn.py's folder of one seed: eval.csv, eval_heldout.csv and, when given, trainer.evaluate's episodes
-    of a checkpoint per entry of `fixed` (its episodes' successes, in training order), as those tools write them,
+    """bench/learn.py's folder of one seed: eval.csv, eval_heldout.csv and, when given,
+    trainer.policy.evaluate's episodes of a checkpoint per entry of `fixed` (its episodes' successes, in training
+    order), as those tools write them,
     the checkpoints named newest first on the command line."""
     folder = root / arm / "runs" / f"seed{seed}"
     folder.mkdir(parents=True)
@@ -363,7 +365,8 @@ def test_a_randomised_arm_without_its_fixed_scene_evaluation_is_one_line_naming_
     out = tmp_path / "result.csv"
     out.write_text("trained_with,seed,scene,success,evaluations,env_step\nnone,1,train,0.780,5,29664\n")
     with pytest.raises(SystemExit, match=r"fixed_scene/episodes.csv not found; evaluate the run's last 5 "
-                                         r"checkpoints .* trainer.evaluate .*env.randomize.enabled=false") as err:
+                                         r"checkpoints .* trainer.policy.evaluate "
+                                         r".*env.randomize.enabled=false") as err:
         result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
     assert "\n" not in str(err.value)
     assert out.read_text().count("\n") == 2  # untouched
@@ -468,7 +471,7 @@ def test_scripted_from_frames_counts_how_episodes_end_and_where_a_failed_one_let
 
 
 def test_scripted_from_frames_reads_the_estimates_units_from_the_weights_report(tmp_path):
-    """The labels' mean and spread that trainer.pretrain writes beside the weights, without reading recordings; a
+    """The labels' mean and spread that trainer.tools.pretrain writes beside the weights, without reading recordings; a
     report that has neither them nor the recordings' names is one line."""
     module = script("scripted_from_frames")
     cfg = load_config(DISHWASHING, ["profile=cpu"])

@@ -19,9 +19,11 @@ from moto.server import ThreadedMotoServer
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, checkpoint_payload, pause, popen_cli, replay_state, run_cli, sets
-from trainer import checkpoint, checkpoint_files, policy
-from trainer.checkpoint_files import CheckpointError
-from trainer.remote import RemoteDir
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.files import CheckpointError
+from trainer.checkpoints.remote import RemoteDir
+from trainer.policy import trained as policy
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -82,8 +84,9 @@ def test_a_failing_upload_is_retried_and_reported_not_dropped(s3, tmp_path):
 STUCK_UPLOAD = """
 import sys, time
 from pathlib import Path
-from trainer import checkpoint, checkpoint_files
-from trainer.remote import RemoteDir
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.remote import RemoteDir
 local = Path(sys.argv[1])
 remote = RemoteDir("s3://ckpt/stuck", local, retries=5, backoff_s=600, report=lambda text: None)
 saved = checkpoint.save(local, "run", {"config": {}, "agent": {}, "progress": {"env_step": 10}, "rng": {}}, {},
@@ -205,7 +208,7 @@ def test_a_staged_copy_is_used_only_while_it_is_the_remote_object(s3, tmp_path, 
 
 
 def test_a_checkpoint_url_is_the_object_there_now(s3, tmp_path, monkeypatch, capsys):
-    """What `Policy.load` and `trainer.evaluate` read of an s3:// URL: fetched again once the run has saved over
+    """What `Policy.load` and `trainer.policy.evaluate` read of an s3:// URL: fetched again once the run has saved over
     it (a cached copy made a second evaluation report the old checkpoint), not found once it is gone, and with no
     word of uploads, which a fetch has none of."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -10,7 +10,7 @@ import torch
 
 from errors import UserError
 from sac.replay import ReplayBuffer, host_bytes_per_slot
-from trainer.cli import explain
+from trainer.process.cli import explain
 
 T = 3
 GAMMA = 0.9

@@ -2,7 +2,7 @@
 
 from tqdm import tqdm
 
-from trainer.signals import Interrupted, interrupted
+from trainer.process.signals import Interrupted, interrupted
 
 
 def test_a_stop_message_starts_a_line_of_its_own_after_a_live_progress_bar(capsys):

@@ -1,4 +1,5 @@
-"""The local sweep (trainer/sweep.py): Optuna draws a W&B sweep file's parameters the way W&B's own scheduler maps them,
+"""The local sweep (trainer/tools/sweep.py): Optuna draws a W&B sweep file's parameters the way W&B's own
+scheduler maps them,
 runs real tiny trials of state cartpole, reports their evaluations, and a sweep stopped mid-trial continues from its
 SQLite storage with the interrupted trial resuming its checkpoint."""
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from trainer.sweep import read_metric, read_space, suggest
+from trainer.tools.sweep import read_metric, read_space, suggest
 
 CONFIG = str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml")
 TINY_TRIAL = ["training.episodes=4", "training.seed_steps=100", "sac.batch_size=32", "sac.hidden_dim=64",
@@ -37,7 +38,7 @@ def test_parameters_are_drawn_from_the_distributions_wandb_maps_them_to(name):
 
 def sweep(out) -> subprocess.Popen:
     sets = [arg for item in TINY_TRIAL for arg in ("--set", item)]
-    return subprocess.Popen([sys.executable, "-m", "trainer.sweep", "--config", CONFIG,
+    return subprocess.Popen([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG,
                              "--space", str(out.parent / "space.yaml"), "--trials", "3", "--study", "tiny",
                              "--out", str(out), *sets],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -116,7 +117,7 @@ def test_bad_sweep_file_is_a_one_line_error_before_any_trial(tmp_path, space, ex
 
 def sweep_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """One trial of CONFIG into tmp_path/out, with `args` after (the last of a flag given twice counts)."""
-    return subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--trials", "1",
+    return subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--trials", "1",
                            "--out", str(tmp_path / "out"), *args], cwd=ROOT, capture_output=True, text=True)
 
 
@@ -171,7 +172,7 @@ def test_a_sweep_whose_study_db_was_deleted_refuses_to_continue_another_trials_r
 HOLD = """
 import sys
 from pathlib import Path
-from trainer import lock
+from trainer.process import lock
 held = lock.hold(Path(sys.argv[1]), what="run", fix="")
 print("held", flush=True)
 sys.stdin.read()
@@ -186,7 +187,7 @@ def test_a_trial_that_diverges_is_pruned_and_the_sweep_goes_on(tmp_path):
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     absurd = ["sac.updates_per_step=20", "sac.discount=1", "sac.batch_size=8", "training.seed_steps=10"]
     sets = [arg for item in [*TINY_TRIAL, *absurd] for arg in ("--set", item)]
-    done = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--space",
+    done = subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--space",
                            str(tmp_path / "space.yaml"), "--trials", "2", "--study", "tiny", "--out",
                            str(tmp_path / "sweep"), *sets], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -206,7 +207,7 @@ def test_a_trial_whose_run_another_process_holds_stops_the_sweep_in_one_line(tmp
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        done = subprocess.run([sys.executable, "-m", "trainer.sweep", "--config", CONFIG, "--space",
+        done = subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--space",
                                str(tmp_path / "space.yaml"), "--trials", "1", "--study", "tiny", "--out", str(out)],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
     finally:

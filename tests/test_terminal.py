@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, fill, sets, tmpfs
-from trainer import checkpoint
-from trainer.signals import GracefulStop, Stopped, stop_at_once
+from trainer.checkpoints import checkpoint
+from trainer.process.signals import GracefulStop, Stopped, stop_at_once
 
 CONFIG = str(ROOT / "configs" / "dmc" / "cartpole_swingup_state.yaml")
 RUN = "cartpole_swingup_state"
@@ -185,7 +185,7 @@ def test_a_redirect_onto_a_disk_that_fills_loses_only_its_lines(tmp_path):
 
 
 def test_an_evaluation_whose_stdout_pipe_closed_still_writes_its_episodes(tmp_path):
-    """The other long commands share the guard (trainer.cli): trainer.evaluate with its stdout a
+    """The other long commands share the guard (trainer.process.cli): trainer.policy.evaluate with its stdout a
     pipe nobody reads any more used to end in a BrokenPipeError traceback at its first result
     line, before it wrote episodes.csv."""
     trained = subprocess.run(tiny_run(tmp_path, episodes=1), cwd=ROOT, capture_output=True,
@@ -194,7 +194,7 @@ def test_an_evaluation_whose_stdout_pipe_closed_still_writes_its_episodes(tmp_pa
     read_end, write_end = os.pipe()
     os.close(read_end)
     latest = tmp_path / "ckpt" / f"{RUN}_latest.pt"
-    command = [sys.executable, "-m", "trainer.evaluate", str(latest), "--episodes", "2", "--out",
+    command = [sys.executable, "-m", "trainer.policy.evaluate", str(latest), "--episodes", "2", "--out",
                str(tmp_path / "eval")]
     result = subprocess.run(command, cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True,
                             timeout=GUARD_S)

@@ -12,7 +12,7 @@ from encoders import build_encoder
 from encoders.timesformer import PUBLIC_CHECKPOINT
 from errors import UserError
 from tests.conftest import Unpickled, encoder_config
-from trainer.cli import explain
+from trainer.process.cli import explain
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import ROOT, sets
-from trainer import checkpoint
+from trainer.checkpoints import checkpoint
 
 SCRIPT = str(ROOT / "scripts" / "tmux_train.sh")
 CONFIG = "configs/default.yaml"

@@ -9,8 +9,9 @@ from torchvision.models.video import r3d_18
 from errors import UserError
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import run_cli, sets
-from trainer import checkpoint, saved_config
-from trainer.config import load_config, to_dict
+from trainer.checkpoints import checkpoint
+from trainer.config import saved as saved_config
+from trainer.config.load import load_config, to_dict
 
 STEPS = 12  # agent steps per episode; updates start after SEED_STEPS
 SEED_STEPS = 8

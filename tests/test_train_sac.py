@@ -21,7 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, fill, pause, popen_cli, run_cli, sets, tmpfs, wait_for
-from trainer import checkpoint
+from trainer.checkpoints import checkpoint
 
 
 @pytest.fixture(scope="module")

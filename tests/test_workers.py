@@ -12,7 +12,7 @@ import pytest
 
 from envs.make import make_env, make_vector_env
 from envs.workers import EnvWorkers, InProcessEnv, WorkerDied
-from trainer.config import Config
+from trainer.config.load import Config
 
 SEED = 5
 

@@ -1,8 +1,8 @@
 """Record demonstrations of the dishwashing task with the scripted solver (scripted.py) into a Minari dataset
 (envs/demos.py), for training with `demos.path`:
 
-    python3 -m trainer.record --episodes 20 --out datasets/dishwashing_scripted
-    python3 -m trainer.record --episodes 20 --noise 0.2 --out datasets/noisy --set env.camera=close
+    python3 -m trainer.tools.record --episodes 20 --out datasets/dishwashing_scripted
+    python3 -m trainer.tools.record --episodes 20 --noise 0.2 --out datasets/noisy --set env.camera=close
 
 Every step stores the state vector and the frame the pixel config (--config) renders, so one recording serves state
 and pixel runs. --noise adds Gaussian noise of that std to every action; --detours P hands each step, with
@@ -26,10 +26,10 @@ from tqdm import tqdm
 from envs.config import frames_of
 from envs.rendering import configure
 from errors import UserError
-from trainer import lock
-from trainer.cli import prog, run_command
-from trainer.config import SEED_LIMIT, Config, load_config
-from trainer.device import resolve_device
+from trainer.config.load import SEED_LIMIT, Config, load_config
+from trainer.process import lock
+from trainer.process.cli import prog, run_command
+from trainer.process.device import resolve_device
 
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 DETOUR_STEPS = 8
@@ -38,7 +38,8 @@ DETOUR_STEPS = 8
 @dataclasses.dataclass(frozen=True)
 class Acting:
     """Who acts: the solver, with Gaussian `noise` and random `detours` (a probability per step), after `policy`
-    (anything with `act(stacks) -> actions`, e.g. trainer.policy.Policy) until a `handover` (a probability per step)."""
+    (anything with `act(stacks) -> actions`, e.g. trainer.policy.trained.Policy) until a `handover` (a probability
+    per step)."""
 
     noise: float = 0.0
     detours: float = 0.0
@@ -208,7 +209,7 @@ def recording_settings(cfg: Config) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=prog("trainer.record"),
+        prog=prog("trainer.tools.record"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     def record_dataset() -> None:
         configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
         from envs import demos
-        from trainer.policy import Policy
+        from trainer.policy.trained import Policy
 
         if (args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.detours <= 1
                 or not 0 <= args.handover <= 1 or not 0 <= args.seed < SEED_LIMIT):

@@ -21,8 +21,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from errors import UserError, atomic_write
-from trainer import checkpoint
-from trainer.checkpoint_files import CheckpointError, upload_link
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints.files import CheckpointError, upload_link
 
 # in a staging folder, per file name: [remote path, the store's checksum (an S3 ETag), the local
 # file's inode, size and mtime], as the upload or download that made them one object left them

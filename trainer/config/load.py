@@ -1,13 +1,11 @@
 """The run's config: the sections composed into `Config` (each layer declares its own), and `load_config`, which
 resolves a file, its profile and `--set` overrides; how a file resolves: docs/configs.md. Shell scripts read resolved
-values as the trainer does: python3 -m trainer.config CONFIG [--set key=value ...] --print run_name --print KEY"""
+values as the trainer does: python3 -m trainer.config (trainer/config/__main__.py)"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,9 +18,8 @@ from envs.config import MAX_WORKERS, EnvConfig
 from errors import UserError
 from sac.config import SACConfig
 from settings import MILLION, check_settings, setting
-from trainer.cli import error_exit, prog
-from trainer.config_checks import check_outside, validate
-from trainer.config_yaml import parse_set, read_config
+from trainer.config.checks import check_outside, validate
+from trainer.config.yaml_files import parse_set, read_config
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
 # what `profile: auto` means on this machine, for every config (a test suite that must not depend on the CPU)
@@ -205,7 +202,7 @@ def _choose_profile(profile: str, profiles: dict) -> str:
     if profile == "auto":
         import torch
 
-        from trainer.device import can_compile, native_bfloat16
+        from trainer.process.device import can_compile, native_bfloat16
 
         cpu = torch.device("cpu")
         if torch.cuda.is_available():
@@ -253,39 +250,3 @@ def _coerce(path: str, value, hint):
     names = " or ".join("null" if k is type(None) else k.__name__ for k in allowed)
     raise UserError(f"config key '{path}' must be {names}, got {value!r} ({type(value).__name__})")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Print resolved config values, one per line; a bad config or key is the trainer's one-line error, exit 2."""
-    parser = argparse.ArgumentParser(prog=prog("trainer.config"), description=main.__doc__)
-    parser.add_argument("config", help="YAML config file")
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (repeatable)"
-    )
-    parser.add_argument("--print", action="append", required=True, dest="keys", metavar="KEY",
-                        help="dotted key (logging.tensorboard_dir) or run_name (repeatable)")
-    args = parser.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-        values = [_resolved(cfg, key) for key in args.keys]
-    except UserError as err:
-        return error_exit(err)
-    print("\n".join(str(value) for value in values))
-    return 0
-
-
-def _resolved(cfg: Config, key: str):
-    """The value of a dotted config key or `run_name`; no other attribute (`sac.lr.real`) is a key."""
-    value = cfg
-    for part in key.split("."):
-        names = {f.name for f in dataclasses.fields(value)} if dataclasses.is_dataclass(value) else set()
-        if value is cfg:
-            names.add("run_name")
-        if part not in names:
-            raise UserError(f"unknown config key {key!r}; pass a dotted key such as logging.tensorboard_dir, "
-                            "or run_name")
-        value = getattr(value, part)
-    return value
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """A hyperparameter sweep on one machine, no account needed: Optuna searches the parameter space of a W&B sweep file
 (the same file `wandb sweep` takes, scripts/cloud/sweep.yaml by default), one `train_sac.py` run per trial.
 
-    python3 -m trainer.sweep --config configs/dmc/cartpole_swingup_state.yaml \\
+    python3 -m trainer.tools.sweep --config configs/dmc/cartpole_swingup_state.yaml \\
         --space scripts/cloud/sweep-state.yaml --trials 8
 
 --trials N is the number of finished trials the study (<out>/study.db) should reach. Ctrl-C or SIGTERM stops and
@@ -29,12 +29,12 @@ import optuna
 import sqlalchemy
 
 from errors import UserError
-from trainer.checkpoint_files import run_files
-from trainer.cli import DIVERGED_STATUS, prog, run_command
-from trainer.config import SEED_LIMIT, load_config
-from trainer.config_checks import RUN_NAME
-from trainer.config_yaml import read_yaml
-from trainer.signals import GracefulStop, Interrupted
+from trainer.checkpoints.files import run_files
+from trainer.config.checks import RUN_NAME
+from trainer.config.load import SEED_LIMIT, load_config
+from trainer.config.yaml_files import read_yaml
+from trainer.process.cli import DIVERGED_STATUS, prog, run_command
+from trainer.process.signals import GracefulStop, Interrupted
 
 DEFAULT_SPACE = "scripts/cloud/sweep.yaml"  # a clone's; paths are the caller's, as the trainer's are
 METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # eval.csv columns
@@ -57,7 +57,7 @@ def _no_traceback_for_our_exits(record: logging.LogRecord) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog("trainer.sweep"), description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.tools.sweep"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="training config every trial starts from")
     parser.add_argument("--space", default=DEFAULT_SPACE, help="W&B sweep file: method, metric, parameters")

@@ -18,8 +18,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from errors import UserError, atomic_write, new_aside_folder
-from trainer.config import Config, to_dict, to_yaml
-from trainer.plot import parse_rows, plot_curves
+from trainer.config.load import Config, to_dict, to_yaml
+from trainer.run.curves import parse_rows, plot_curves
 
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")

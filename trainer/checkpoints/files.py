@@ -15,7 +15,7 @@ from typing import TextIO
 import torch
 
 from errors import UserError, atomic_write
-from trainer import lock
+from trainer.process import lock
 
 PROBE_BYTES = 4096  # one page, so a full disk fails the start-up probe
 
@@ -155,7 +155,7 @@ def run_files(names: Iterable[str], name: str) -> list[str]:
 
 
 def upload_link(path: Path, job: int) -> Path:
-    """Where trainer/remote.py hard-links a saved file until its upload `job` sends it."""
+    """Where trainer/checkpoints/remote.py hard-links a saved file until its upload `job` sends it."""
     return path.with_name(f".upload{os.getpid()}-{job}-{path.name}")
 
 

@@ -16,8 +16,8 @@ from encoders.state import StateEncoder
 from envs.config import EnvConfig, frame_settings, frames_of
 from errors import UserError, atomic_write
 from sac.agent import ENCODER_PREFIX, is_state_dict
-from trainer import checkpoint_files
-from trainer.payload import damage, is_checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.payload import damage, is_checkpoint
 
 ENCODER_WEIGHTS = "pixel-sac encoder weights"
 ENCODER_WEIGHTS_FORMAT = f"{ENCODER_WEIGHTS} 2"  # 2: the head's first layer ("projection") beside the encoder
@@ -61,11 +61,11 @@ def weights_file_encoder(weights: str, payload: dict, video, obs_shape: tuple[in
     stored = payload.pop("checksum", None)
     if stored is not None and stored != checkpoint_files.digest(payload):
         raise UserError(f"encoder.video.weights={weights} is corrupt (its checksum does not match its contents); "
-                        "restore it from a copy or pretrain it again (python3 -m trainer.pretrain)")
+                        "restore it from a copy or pretrain it again (python3 -m trainer.tools.pretrain)")
     problem = _weights_file_problem(payload)
     if problem:
-        raise UserError(f"encoder.video.weights={weights} is damaged or not from trainer.pretrain: {problem}; "
-                        "pretrain it again (python3 -m trainer.pretrain) or pass another file")
+        raise UserError(f"encoder.video.weights={weights} is damaged or not from trainer.tools.pretrain: {problem}; "
+                        "pretrain it again (python3 -m trainer.tools.pretrain) or pass another file")
     saved = payload["encoder"]["video"]
     if saved.get("arch") != video.arch:
         raise UserError(f"encoder.video.weights={weights} holds {saved.get('arch')} encoder weights; "
@@ -87,7 +87,8 @@ def _check_frames(weights: str, saved: dict | None, frames: dict | None) -> None
     if differ:
         raise UserError(f"encoder.video.weights={weights} learnt from frames drawn with {', '.join(differ)}, which "
                         "this run draws otherwise; use those settings, pretrain on frames of this run's "
-                        "(trainer.record, trainer.pretrain), or set encoder.video.freeze=false to fine-tune it")
+                        "(trainer.tools.record, trainer.tools.pretrain), or set encoder.video.freeze=false to "
+                        "fine-tune it")
 
 
 def _weights_file_problem(payload: dict) -> str | None:
@@ -119,7 +120,8 @@ def checkpoint_encoder(weights: str, video, obs_shape: tuple[int, ...], frames: 
         return weights_file_encoder(weights, payload, video, obs_shape, frames)
     if isinstance(payload, dict) and str(payload.get("format")).startswith(ENCODER_WEIGHTS):
         raise UserError(f"encoder.video.weights={weights} is in the format \"{payload['format']}\" where this "
-                        f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again (python3 -m trainer.pretrain)")
+                        f"version reads \"{ENCODER_WEIGHTS_FORMAT}\"; pretrain it again "
+                        "(python3 -m trainer.tools.pretrain)")
     if not is_checkpoint(payload):
         return None
     problem = damage(payload)
@@ -153,7 +155,7 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None 
             where = "not found" if not Path(video.weights).is_file() else "not a checkpoint of this trainer"
             raise UserError(f"encoder.video.weights={video.weights} is {where}; {video.arch} loads weights only from "
                             "a checkpoint of this trainer (<run>_latest.pt or <run>_ep<N>.pt) or an encoder "
-                            "weights file (python3 -m trainer.pretrain)")
+                            "weights file (python3 -m trainer.tools.pretrain)")
         return build_encoder(cfg, obs_shape)
     encoder = build_encoder(untrained(cfg), obs_shape)
     state, head = loaded
@@ -165,7 +167,7 @@ def build_video_encoder(cfg, obs_shape: tuple[int, ...], *, frames: dict | None 
                         "trained with") from None
     if video.frozen_features == "state_estimate" and "readout" not in head:
         raise UserError(f"encoder.video.weights={video.weights} holds no readout to estimate the state with; pretrain "
-                        "it again (python3 -m trainer.pretrain), or set encoder.video.frozen_features=projection")
+                        "it again (python3 -m trainer.tools.pretrain), or set encoder.video.frozen_features=projection")
     if "projection" not in head or not video.freeze:
         return encoder
     readout = linear_of(head["readout"]) if video.frozen_features == "state_estimate" else None

@@ -1,6 +1,6 @@
 """Checkpoints that survive a kill at any instant and load with `torch.load(..., weights_only=True)`: saving a run and
 choosing what a resume loads or moves aside (docs/checkpoints.md). `fetch` callbacks pull files from a remote mirror
-(trainer/remote.py)."""
+(trainer/checkpoints/remote.py)."""
 
 import os
 import re
@@ -11,8 +11,7 @@ from pathlib import Path
 
 from errors import new_aside_folder
 from sac import replay
-from trainer import signals
-from trainer.checkpoint_files import (
+from trainer.checkpoints.files import (
     CheckpointError,
     NoSuchFolder,
     ReplayDamaged,
@@ -25,7 +24,8 @@ from trainer.checkpoint_files import (
     read,
     run_files,
 )
-from trainer.payload import FORMAT, damage, descends, is_checkpoint, seal
+from trainer.checkpoints.payload import FORMAT, damage, descends, is_checkpoint, seal
+from trainer.process import signals
 
 RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
 

@@ -1,9 +1,9 @@
 """Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the trainer's evaluation env.
 
-    python3 -m trainer.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--envs K] [--out DIR]
+    python3 -m trainer.policy.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--envs K] [--out DIR]
         [--video] [--heldout] [--set key=value ...]
 
-A CHECKPOINT may also be a folder that trainer.export wrote (its config.yaml and weights).
+A CHECKPOINT may also be a folder that trainer.policy.export wrote (its config.yaml and weights).
 
 Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also their IQM) and
 writes episodes.csv. Episode i starts from seed S + i, by default the run's own evaluation seeds, so
@@ -26,19 +26,19 @@ from scipy import stats
 
 from envs.rendering import configure
 from errors import UserError, atomic_write, check_writable_folder, new_aside_folder, no_room
-from trainer import lock
-from trainer.cli import prog
-from trainer.episodes import Episode, run_episodes
+from trainer.process import lock
+from trainer.process.cli import prog
+from trainer.run.episodes import Episode, run_episodes
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
-GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/logger.py)
+GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/run/logger.py)
 # the most a CSV line takes beside twice its checkpoint's name: seed, return, length, separators
 CSV_LINE_BYTES = 64
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog("trainer.evaluate"), description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.policy.evaluate"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                         help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...), "
@@ -197,7 +197,7 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
              progress, heldout: bool = False, envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
     """One checkpoint's episodes, and video frames when `video_size` is given."""
     from envs.make import make_eval_env
-    from trainer.config import EVAL_SEED_OFFSET
+    from trainer.config.load import EVAL_SEED_OFFSET
 
     env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=min(episodes, cfg.training.eval_episodes),
                                 processes=min(envs, episodes), video_size=video_size, heldout=heldout)
@@ -214,14 +214,14 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.cli import run_command
+    from trainer.process.cli import run_command
 
     return run_command(lambda: run(args), cut_short="the evaluation was cut short: no episodes.csv was written")
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.device import resolve_device
-    from trainer.policy import load_with_config
+    from trainer.policy.trained import load_with_config
+    from trainer.process.device import resolve_device
 
     configure()
     loaded = []

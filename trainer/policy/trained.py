@@ -1,6 +1,6 @@
 """A trained policy outside the trainer, as a robot or another program uses it:
 
-    policy = Policy.load("checkpoints/sac_video_latest.pt")   # or a folder written by python3 -m trainer.export
+    policy = Policy.load("checkpoints/sac_video_latest.pt")   # or a folder written by python3 -m trainer.policy.export
     policy.reset()                                             # at an episode start
     action = policy.step(frame)                                # a uint8 (H, W, 3) frame in, a bounded action out
 
@@ -23,20 +23,20 @@ from encoders import build_encoder
 from encoders.frozen import ProjectedEncoder
 from errors import UserError
 from sac.agent import ENCODER_PREFIX, Actor
-from trainer import checkpoint
-from trainer.checkpoint_files import CheckpointError, NoSuchFolder
-from trainer.config import config_from_dict, with_overrides
-from trainer.config_checks import check_inside
-from trainer.config_yaml import parse_set, read_yaml
-from trainer.encoders import build_encoders, linear_of, untrained
-from trainer.remote import RemoteDir, is_remote, staging_dir
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints.files import CheckpointError, NoSuchFolder
+from trainer.checkpoints.remote import RemoteDir, is_remote, staging_dir
+from trainer.config.checks import check_inside
+from trainer.config.load import config_from_dict, with_overrides
+from trainer.config.yaml_files import parse_set, read_yaml
+from trainer.run.encoder_setup import build_encoders, linear_of, untrained
 
 POLICY_FORMAT = "pixel-sac policy 1"  # policy.json's "format": what this version reads and writes
 # what Policy.load reads of an exported folder: data (policy.pt and policy.onnx: other runtimes)
 SPEC_FILE, WEIGHTS_FILE, CONFIG_FILE = "policy.json", "policy.safetensors", "config.yaml"
 CHECKPOINT_FIX = "pass another checkpoint of the run (an older <run>_ep<N>.pt)"
 EXPORT_AGAIN = ("export it again from its checkpoint "
-                "(python3 -m trainer.export CHECKPOINT --out DIR)")
+                "(python3 -m trainer.policy.export CHECKPOINT --out DIR)")
 
 
 class PolicyNet(nn.Module):
@@ -326,7 +326,7 @@ def read_spec(folder: Path) -> Spec:
     file = folder / SPEC_FILE
     if not file.is_file():
         raise UserError(f"{folder} is not an exported policy (no {SPEC_FILE}); pass a checkpoint or a folder "
-                        "written by python3 -m trainer.export")
+                        "written by python3 -m trainer.policy.export")
     try:
         data = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -6,7 +6,7 @@ from pathlib import Path
 from encoders.config import ARCH_KEYS
 from envs.config import frame_settings
 from errors import UserError
-from trainer.config import Config
+from trainer.config.load import Config
 
 # Config keys whose change makes a checkpoint meaningless or unloadable for the run being resumed.
 STRUCTURAL_KEYS = ("env.id", "env.num_envs", "encoder.type", "sac.hidden_dim", "sac.hidden_depth", "sac.buffer_size",
@@ -41,7 +41,7 @@ def check_trunk(*, saved: str | None, current: str | None, path: Path) -> None:
         raise UserError(
             f"checkpoint {path.name} stored {stored(saved)} but this config stores {stored(current)}; resume with "
             "the encoder.video arch, input_size, weights and freeze it was trained with (a weights file that "
-            "trainer.pretrain --replace wrote over is kept beside it as <name>.replaced-<time>.pt)"
+            "trainer.tools.pretrain --replace wrote over is kept beside it as <name>.replaced-<time>.pt)"
         )
 
 

@@ -14,9 +14,10 @@ from envs.config import frame_settings
 from errors import UserError
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer.config import Config
+from trainer.config.load import Config
 
-RECORD_HINT = "record matching ones with python3 -m trainer.record --config <this config> [its --set ...] --out PATH"
+RECORD_HINT = ("record matching ones with python3 -m trainer.tools.record --config <this config> [its --set ...] "
+               "--out PATH")
 
 
 class Demos:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from envs import rendering
 from errors import Diverged, UserError
-from trainer.signals import Interrupted, interrupted, interrupts
+from trainer.process.signals import Interrupted, interrupted, interrupts
 
 # the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
 PARAMETER_KEYS = {

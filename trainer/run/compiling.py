@@ -9,7 +9,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from trainer.signals import STOP_SIGNALS
+from trainer.process.signals import STOP_SIGNALS
 
 HEADER_BYTES = 64  # an ELF64 header; a file shorter than this is no library
 

@@ -1,5 +1,5 @@
 """Evaluation episodes: the deterministic policy from fixed seeds, as the trainer's periodic evaluation and
-trainer.evaluate both run them."""
+trainer.policy.evaluate both run them."""
 
 import dataclasses
 from collections.abc import Callable

@@ -1,12 +1,13 @@
 """Pretrain a run's video encoder on recorded episodes, for a frozen trunk (`encoder.video.weights`, `freeze: true`):
 
-    python3 -m trainer.pretrain --config configs/dishwashing_video.yaml \\
+    python3 -m trainer.tools.pretrain --config configs/dishwashing_video.yaml \\
         --data datasets/dishwashing_scripted datasets/dishwashing_noisy --out pretrained/dishwashing_simple2dcnn.pt
 
-Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regress the simulator state trainer.record
-stored beside every frame; the policy trained on the frozen encoder acts from frames alone. On recordings with views
-(trainer.record --views) every step is also seen in another scene, and --invariance weighs the squared difference of
-the two estimates. Held-out R^2 and RMSE are printed and written beside the weights (.json). An existing --out is
+Supervised pretraining with PRIVILEGED labels: the encoder and an MLP head regress the simulator state
+trainer.tools.record stored beside every frame; the policy trained on the frozen encoder acts from frames alone. On
+recordings with views (trainer.tools.record --views) every step is also seen in another scene, and --invariance weighs
+the squared difference of the two estimates. Held-out R^2 and RMSE are printed and written beside the weights (.json).
+An existing --out is
 refused unless --replace. --init goes on from an earlier file's encoder, head and label units (e.g. on recordings of
 states a trained policy reaches). See docs/encoders.md.
 
@@ -36,11 +37,11 @@ from errors import UserError, atomic_write, check_writable_folder
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
-from trainer import lock
-from trainer.cli import prog, run_command
-from trainer.config import Config, load_config
-from trainer.device import resolve_device
-from trainer.encoders import HEAD_LAYERS, checkpoint_encoder, save_encoder_weights, untrained
+from trainer.config.load import Config, load_config
+from trainer.process import lock
+from trainer.process.cli import prog, run_command
+from trainer.process.device import resolve_device
+from trainer.run.encoder_setup import HEAD_LAYERS, checkpoint_encoder, save_encoder_weights, untrained
 
 # envs.* is imported where used, after configure(): mujoco's import raises on a bad MUJOCO_GL
 
@@ -52,7 +53,7 @@ CONSTANT_STD = 1e-6  # a label dimension whose spread is below this (the fixed r
 @dataclasses.dataclass
 class Split:
     """Frame stacks and float32 (n, S) state labels of episodes laid end to end (reset frames included); `views`
-    holds the same stacks as other scenes show them, a store per view (trainer.record --views), if recorded."""
+    holds the same stacks as other scenes show them, a store per view (trainer.tools.record --views), if recorded."""
 
     store: ReplayBuffer
     labels: np.ndarray
@@ -84,7 +85,7 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
     """(training episodes, held-out episodes, frame-stack shape (T, C, H, W), other scenes per step)."""
     from envs import demos as demo_files
     from envs.make import make_env
-    from trainer.demos import check_fits
+    from trainer.run.demo_store import check_fits
 
     env = make_env(cfg.env, pixels=True)
     obs_space, action_dim = env.observation_space, env.action_space.shape[0]
@@ -95,7 +96,7 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
         check_fits(cfg, data, obs_space, action_dim)
         if demo_files.STATE not in data.observation_space.spaces:
             raise UserError(f"dataset {path} holds no state observations to learn from; pretrain on recordings of "
-                            "python3 -m trainer.record, which store the state beside every frame")
+                            "python3 -m trainer.tools.record, which store the state beside every frame")
         if len(data.episodes) < 2:
             raise UserError(f"dataset {path} holds {len(data.episodes)} episode; pretraining holds out at least one "
                             "episode of each dataset: record at least 2")
@@ -108,7 +109,7 @@ def read_datasets(paths: list[str], cfg: Config, holdout: float) -> tuple[list, 
     if len(set(views.values())) > 1:
         counts = ", ".join(f"{path}: {count}" for path, count in views.items())
         raise UserError(f"the datasets hold different numbers of other scenes per step ({counts}); pretrain on "
-                        "recordings made with the same trainer.record --views")
+                        "recordings made with the same trainer.tools.record --views")
     return train, held, tuple(obs_space.shape), next(iter(views.values()))
 
 
@@ -160,7 +161,7 @@ def regressor_from(cfg: Config, weights: str):
     labels = read_report(weights).get("labels")
     if loaded is None or set(loaded[1]) != set(HEAD_LAYERS) or labels is None:
         raise UserError(f"--init {weights} is not an encoder weights file with its readout and its report ({report}) "
-                        "beside it; pass a file python3 -m trainer.pretrain wrote")
+                        "beside it; pass a file python3 -m trainer.tools.pretrain wrote")
     scaler, (state, head) = Standardiser.of(**labels), loaded
     if head["readout"]["weight"].shape[0] != scaler.outputs:
         raise UserError(f"--init {weights} estimates {head['readout']['weight'].shape[0]} numbers and its report's "
@@ -281,7 +282,7 @@ def pretrain(cfg: Config, paths: list[str], out: Path, *, epochs: float, batch_s
     train_episodes, held_episodes, obs_shape, views = read_datasets(paths, cfg, holdout)
     if invariance is not None and not views:
         raise UserError("--invariance weighs the same step seen in two scenes, and these datasets hold one scene "
-                        "per step; record them with trainer.record --views 2, or drop --invariance")
+                        "per step; record them with trainer.tools.record --views 2, or drop --invariance")
     invariance = 1.0 if invariance is None else invariance
     training, held = split_of(train_episodes, cfg, views=views), split_of(held_episodes, cfg, views=views)
     device = resolve_device(cfg.training.device)
@@ -372,11 +373,12 @@ def describe(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=prog("trainer.pretrain"), description=__doc__,
+        prog=prog("trainer.tools.pretrain"), description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", default=DEFAULT_CONFIG, help="pixel config whose encoder and frames are used")
-    parser.add_argument("--data", nargs="+", required=True, metavar="DATASET", help="Minari datasets (trainer.record)")
+    parser.add_argument("--data", nargs="+", required=True, metavar="DATASET",
+                        help="Minari datasets (trainer.tools.record)")
     parser.add_argument("--out", required=True, help="encoder weights file to write (and its report, .json)")
     parser.add_argument("--replace", action="store_true",
                         help="write over an existing --out, keeping the old file beside it as "
@@ -392,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="go on from this earlier weights file (its encoder, head and label units) instead of a "
                              "fresh network")
     parser.add_argument("--invariance", type=float, default=None,
-                        help="on recordings with views (trainer.record --views): weight of the squared difference "
-                             "between the estimates of one step in two scenes (default 1)")
+                        help="on recordings with views (trainer.tools.record --views): weight of the squared "
+                             "difference between the estimates of one step in two scenes (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     args = parser.parse_args(argv)
 

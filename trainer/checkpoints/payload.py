@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from sac import agent, replay
-from trainer.checkpoint_files import digest, non_finite
-from trainer.config import Config
+from trainer.checkpoints.files import digest, non_finite
+from trainer.config.load import Config
 
 FORMAT = 2  # format 1 has no checksums: it loads unverified
 READABLE_FORMATS = (1, 2)

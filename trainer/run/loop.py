@@ -21,11 +21,14 @@ from errors import Diverged, UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer import checkpoint, checkpoint_files, compiling, saved_config
-from trainer.config import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
-from trainer.config_checks import check_log_folder
-from trainer.demos import Demos
-from trainer.device import (
+from trainer.checkpoints import checkpoint
+from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.payload import Progress, build_payload
+from trainer.checkpoints.remote import RemoteDir, is_remote, staging_dir
+from trainer.config import saved as saved_config
+from trainer.config.checks import check_log_folder
+from trainer.config.load import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
+from trainer.process.device import (
     can_compile,
     check_host_memory,
     native_bfloat16,
@@ -33,13 +36,13 @@ from trainer.device import (
     replay_frames_device,
     resolve_device,
 )
-from trainer.encoders import build_encoders
-from trainer.episodes import run_episodes
-from trainer.gpu_monitor import GpuMonitor
-from trainer.logger import Logger, LogWriteError
-from trainer.payload import Progress, build_payload
-from trainer.remote import RemoteDir, is_remote, staging_dir
-from trainer.signals import GracefulStop
+from trainer.process.signals import GracefulStop
+from trainer.run import compiling
+from trainer.run.demo_store import Demos
+from trainer.run.encoder_setup import build_encoders
+from trainer.run.episodes import run_episodes
+from trainer.run.gpu_monitor import GpuMonitor
+from trainer.run.logger import Logger, LogWriteError
 
 
 def every(n: int, i: int) -> bool:

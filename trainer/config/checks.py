@@ -14,7 +14,7 @@ from sac.ring import min_ring_slots
 from settings import check_settings
 
 if TYPE_CHECKING:  # trainer.config calls validate, so it cannot be imported here at run time
-    from trainer.config import Config
+    from trainer.config.load import Config
 
 
 def validate(cfg: Config) -> None:

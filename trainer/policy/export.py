@@ -1,6 +1,6 @@
 """Export a checkpoint's policy to a folder that runs without this repository:
 
-    python3 -m trainer.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
+    python3 -m trainer.policy.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
 
 DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
 bounds out), policy.json (that contract), policy.safetensors (the weights Policy.load reads),
@@ -26,7 +26,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from envs.rendering import configure
 from errors import UserError, check_writable_folder, no_room
-from trainer.cli import prog
+from trainer.process.cli import prog
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
@@ -42,7 +42,7 @@ MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_di
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog("trainer.export"), description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog("trainer.policy.export"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
     parser.add_argument("--out", required=True, help="the folder to write (new, or empty)")
@@ -148,7 +148,7 @@ def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
     name, reason = next(iter(failed.items()))
     working = [f for f in chosen if f not in failed]
     fix = (f"export the format that works with --formats {','.join(working)}" if working
-           else "use the checkpoint itself in Python (trainer.policy.Policy.load)")
+           else "use the checkpoint itself in Python (trainer.policy.trained.Policy.load)")
     raise UserError(f"the {spec.encoder} policy does not export to {name} ({reason}); {fix}")
 
 
@@ -189,7 +189,7 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
                evaluation: dict | None) -> str:
     """README.md: the metadata (card_data) and what the folder holds, how it was evaluated and how
     to evaluate it again from the folder, and how to run its files."""
-    from trainer.evaluate import describe
+    from trainer.policy.evaluate import describe
 
     progress, env = payload["progress"], cfg.env
     frames = progress["env_step"] * env.action_repeat
@@ -202,7 +202,7 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
              f"{hours:.2f} h of training. Exported from `{Path(checkpoint).name}`.", ""]
     lines += ["## Evaluation", ""]
     installed = ("with pixel-sac installed (`pip install .` in its clone, where "
-                 "`python3 -m trainer.evaluate` runs the same), FOLDER being this folder (from the "
+                 "`python3 -m trainer.policy.evaluate` runs the same), FOLDER being this folder (from the "
                  "Hub: `hf download REPO_ID --local-dir FOLDER`)")
     if evaluation:
         n, seed = evaluation["episodes"], evaluation["seed"]
@@ -249,7 +249,7 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
 
 def shareable_yaml(cfg) -> str:
     """The config as config.yaml, with MACHINE_KEYS at their defaults."""
-    from trainer.config import Config, to_yaml
+    from trainer.config.load import Config, to_yaml
 
     shared, defaults = copy.deepcopy(cfg), Config()
     for key in MACHINE_KEYS:
@@ -310,7 +310,7 @@ def output_folder(out: Path) -> Iterator[Path]:
 
 
 def export(args: argparse.Namespace) -> Path:
-    from trainer.policy import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
+    from trainer.policy.trained import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
 
     out = Path(args.out)
     with output_folder(out) as tmp:
@@ -332,12 +332,12 @@ def export(args: argparse.Namespace) -> Path:
 
 
 def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None:
-    """The evaluation's summary (trainer.evaluate.summary) with its first seed, its first episode
+    """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed, its first episode
     written to episode.gif in `folder`; None for --episodes 0."""
     from tqdm import tqdm
 
-    from trainer import evaluate as evaluation
-    from trainer.config import EVAL_SEED_OFFSET
+    from trainer.config.load import EVAL_SEED_OFFSET
+    from trainer.policy import evaluate as evaluation
 
     if args.episodes < 1:
         return None
@@ -367,7 +367,7 @@ def push(folder: Path, repo_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.cli import run_command
+    from trainer.process.cli import run_command
 
     written = []
 
