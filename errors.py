@@ -1,7 +1,6 @@
 """The error type for bad input, at the bottom of the import graph: it imports only the standard library, so every
 layer (sac, envs, encoders, trainer) raises it without depending on the layers above; with it, the check of the
-folder a file will be written under, which the env and trainer layers make before work a failed write would lose,
-and the atomic write every file the product writes goes through.
+folder a file will be written under, which the env and trainer layers make before work a failed write would lose.
 
 Low layers know their own parameters, not the config keys that set them: their messages name a parameter in
 backticks (`camera`), and the config layer (`trainer.process.cli.explain`) puts the config key in its place, so renaming
@@ -9,12 +8,8 @@ a config key never means editing the replay buffer or an encoder.
 """
 
 import errno
-import itertools
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 
 class UserError(Exception):
@@ -50,37 +45,3 @@ def no_room(err: BaseException | None) -> OSError | None:
     while err is not None and not (isinstance(err, OSError) and err.errno in NO_ROOM):
         err = err.__cause__ or err.__context__
     return err
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """`write(f)` into `.<name>.tmp<pid>` beside `path`, fsync, rename over `path`, fsync the folder: a kill at any
-    instant leaves the previous file or the new one, whole. On any failure the temporary file is removed, `path` is
-    left as it was, and the error propagates."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def new_aside_folder(parent: Path, stem: str) -> Path:
-    """A new, empty folder `<stem>-<time>` in `parent` (`-2`, `-3`, ... when that second already has one): files
-    moved aside must never land on those an earlier move put there."""
-    base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    for n in itertools.count(1):
-        folder = parent / (base if n == 1 else f"{base}-{n}")
-        try:
-            folder.mkdir(parents=True)
-            return folder
-        except FileExistsError:
-            continue

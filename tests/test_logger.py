@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import errors
+import file_ops
 from errors import UserError
 from tests.conftest import ROOT
 from trainer.config.checks import check_log_folder
@@ -96,7 +96,7 @@ def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypat
 def test_logs_moved_aside_twice_in_one_second_keep_both_earlier_runs(tmp_path, monkeypatch):
     """Two fresh starts in the same second (a script, a quick Ctrl-C and restart): the second move must not land on
     the files the first one kept."""
-    monkeypatch.setattr(errors.time, "strftime", lambda _: "20260101-000000")
+    monkeypatch.setattr(file_ops.time, "strftime", lambda _: "20260101-000000")
     run = tmp_path / "run"
     run.mkdir()
     for text in ("first", "second"):

@@ -68,7 +68,8 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_holds_every_package_the_commands_import(installed):
     _, modules, _, _ = installed
-    for module in ("errors", "train_sac", "trainer", "sac", "envs", "envs.dishwashing", "envs.mjwarp", "encoders"):
+    for module in ("errors", "file_ops", "train_sac", "trainer", "sac", "envs", "envs.dishwashing", "envs.mjwarp",
+                   "encoders"):
         assert module in modules, f"{module} is missing from the wheel"
     assert not [module for module in modules if module.split(".")[0] in ("tests", "bench", "scripts")]
 

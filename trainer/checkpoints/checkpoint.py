@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from errors import new_aside_folder
+from file_ops import new_aside_folder
 from sac import replay
 from trainer.checkpoints.files import (
     CheckpointError,

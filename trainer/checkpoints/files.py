@@ -14,7 +14,8 @@ from typing import TextIO
 
 import torch
 
-from errors import UserError, atomic_write
+from errors import UserError
+from file_ops import atomic_write
 from trainer.process import lock
 
 PROBE_BYTES = 4096  # one page, so a full disk fails the start-up probe

@@ -20,7 +20,8 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from errors import UserError, atomic_write
+from errors import UserError
+from file_ops import atomic_write
 from trainer.checkpoints import checkpoint
 from trainer.checkpoints.files import CheckpointError, upload_link
 

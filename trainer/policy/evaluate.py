@@ -25,7 +25,8 @@ import numpy as np
 from scipy import stats
 
 from envs.rendering import configure
-from errors import UserError, atomic_write, check_writable_folder, new_aside_folder, no_room
+from errors import UserError, check_writable_folder, no_room
+from file_ops import atomic_write, new_aside_folder
 from trainer.process import lock
 from trainer.process.cli import prog
 from trainer.run.episodes import Episode, run_episodes

@@ -11,7 +11,7 @@ import numpy as np
 matplotlib.use("Agg")  # files only: pods and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from errors import atomic_write  # noqa: E402
+from file_ops import atomic_write  # noqa: E402
 
 X_AXES = {"frames": "env frames", "wall_s": "training wall time (s)"}
 

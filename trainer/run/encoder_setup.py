@@ -14,7 +14,8 @@ from encoders.config import ARCH_KEYS
 from encoders.frozen import FrozenTrunk, ProjectedEncoder
 from encoders.state import StateEncoder
 from envs.config import EnvConfig, frame_settings, frames_of
-from errors import UserError, atomic_write
+from errors import UserError
+from file_ops import atomic_write
 from sac.agent import ENCODER_PREFIX, is_state_dict
 from trainer.checkpoints import files as checkpoint_files
 from trainer.checkpoints.payload import damage, is_checkpoint

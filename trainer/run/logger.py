@@ -17,7 +17,8 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from errors import UserError, atomic_write, new_aside_folder
+from errors import UserError
+from file_ops import atomic_write, new_aside_folder
 from trainer.config.load import Config, to_dict, to_yaml
 from trainer.run.curves import parse_rows, plot_curves
 

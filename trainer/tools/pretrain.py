@@ -33,7 +33,8 @@ from tqdm import tqdm
 from encoders import build_encoder
 from envs.config import frames_of
 from envs.rendering import configure
-from errors import UserError, atomic_write, check_writable_folder
+from errors import UserError, check_writable_folder
+from file_ops import atomic_write
 from sac.augment import random_shift
 from sac.demos import fill_store
 from sac.replay import ReplayBuffer
