@@ -1,10 +1,12 @@
-"""What the benchmarks share: the CPU's name for their reports (timings are read beside the CPU that made them), and
-an argparse type for their counts and durations. Standard library only: gpu_check imports it before anything heavy."""
+"""What the benchmarks share: the CPU's name for their reports (timings are read beside the CPU that made them), an
+argparse type for their counts and durations, and the GPU's utilisation while one runs. Standard library only (NVML
+is imported when measured): gpu_check imports it before anything heavy."""
 
 import argparse
 import math
 import platform
 import re
+import threading
 from pathlib import Path
 
 
@@ -25,3 +27,34 @@ def positive(kind):
         return value
     parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid int value: 'x'"
     return parse
+
+
+class Utilisation:
+    """Mean NVML GPU utilisation over its lifetime, sampled every 0.1 s in a thread; None without NVML or CUDA."""
+
+    def __init__(self, device):
+        self.samples, self.handle, self.done = [], None, threading.Event()
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        except Exception:  # no driver library or no permission: utilisation is simply not reported
+            return
+        self.thread = threading.Thread(target=self._sample, args=(pynvml,), daemon=True)
+        self.thread.start()
+
+    def _sample(self, pynvml) -> None:
+        while not self.done.wait(0.1):
+            self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def stop(self, *, skip: float = 0.0) -> float | None:
+        """The mean, leaving out the first `skip` fraction of the samples (a training run's start and seed steps)."""
+        if self.handle is None:
+            return None
+        self.done.set()
+        self.thread.join()
+        kept = self.samples[int(skip * len(self.samples)):]
+        return round(sum(kept) / len(kept), 1) if kept else None

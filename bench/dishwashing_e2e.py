@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import positive
-from bench.gpu_check import Utilisation
+from bench.common import Utilisation, positive
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "dishwashing_video.yaml"

@@ -39,12 +39,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from functools import partial
 from pathlib import Path
 
-from bench.common import cpu_name, positive
+from bench.common import Utilisation, cpu_name, positive
 from envs.rendering import configure
 from trainer.config.load import SEED_LIMIT, TrainingConfig
 
@@ -166,37 +165,6 @@ def update_row(config: str, device: str, batch: int, seconds: float, settings: d
            "frames_on": "device" if isinstance(replay.frames, torch.Tensor) else "host"}
     trainer.close()
     return row
-
-
-class Utilisation:
-    """Mean NVML GPU utilisation over its lifetime, sampled every 0.1 s in a thread; None without NVML or CUDA."""
-
-    def __init__(self, device):
-        self.samples, self.handle, self.done = [], None, threading.Event()
-        if device.type != "cuda":
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-        except Exception:  # no driver library or no permission: utilisation is simply not reported
-            return
-        self.thread = threading.Thread(target=self._sample, args=(pynvml,), daemon=True)
-        self.thread.start()
-
-    def _sample(self, pynvml) -> None:
-        while not self.done.wait(0.1):
-            self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
-
-    def stop(self, *, skip: float = 0.0) -> float | None:
-        """The mean, leaving out the first `skip` fraction of the samples (a training run's start and seed steps)."""
-        if self.handle is None:
-            return None
-        self.done.set()
-        self.thread.join()
-        kept = self.samples[int(skip * len(self.samples)):]
-        return round(sum(kept) / len(kept), 1) if kept else None
 
 
 STOP_WAIT_S = 35.0  # what a training run stopped by SIGTERM gets to save and exit (Docker and most schedulers: 30 s)

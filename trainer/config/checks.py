@@ -1,11 +1,8 @@
 """The rules a whole config meets beyond each key's range: keys that constrain each other, and what it names outside
 itself (packages, the env id, folders)."""
 
-from __future__ import annotations
-
 import importlib.util
 import re
-from typing import TYPE_CHECKING
 
 from encoders.config import VIDEO_ARCHS
 from envs.config import MAX_WORKERS
@@ -13,17 +10,14 @@ from errors import UserError, check_writable_folder
 from sac.ring import min_ring_slots
 from settings import check_settings
 
-if TYPE_CHECKING:  # trainer.config calls validate, so it cannot be imported here at run time
-    from trainer.config.load import Config
 
-
-def validate(cfg: Config) -> None:
+def validate(cfg) -> None:
     """Every rule a config must meet (load_config applies it; configs built in code call it themselves)."""
     check_inside(cfg)
     check_outside(cfg)
 
 
-def check_inside(cfg: Config) -> None:
+def check_inside(cfg) -> None:
     """The rules a config meets on its own, whichever machine reads it (an exported policy's)."""
     video = cfg.encoder.video
     if video.arch not in VIDEO_ARCHS:
@@ -45,7 +39,7 @@ REPLAY_BYTES_LIMIT = 2**40  # 1 TiB of frames: beyond any machine, so a typo in 
 PHYSICS_STEPS_LIMIT = 10**7  # per episode (agent steps times action repeat): years of simulation at 100k steps/s
 
 
-def _check_cross_keys(cfg: Config) -> None:
+def _check_cross_keys(cfg) -> None:
     env, sac, video = cfg.env, cfg.sac, cfg.encoder.video
     pixels = cfg.encoder.type == "video"
     if env.backend == "mujoco" and env.num_envs > MAX_WORKERS:
@@ -110,7 +104,7 @@ def _check_cross_keys(cfg: Config) -> None:
                         f"{video.arch}; use fewer layers or a larger encoder.video.input_size")
 
 
-def check_log_folder(cfg: Config) -> None:
+def check_log_folder(cfg) -> None:
     """The run's TensorBoard folder can be written (the trainer's check; other users of a config never log there)."""
     logs = cfg.logging.tensorboard_dir
     check_writable_folder(logs, what=f"log to logging.tensorboard_dir {logs}", fix="set it to a folder under one")
@@ -126,7 +120,7 @@ def _conv_output_size(arch: str, size: int, layers: int) -> int | None:
     return size
 
 
-def check_outside(cfg: Config) -> None:
+def check_outside(cfg) -> None:
     """What the config names outside itself, where checking is cheap (run name, packages, the env id)."""
     ckpt = cfg.checkpoint
     if ckpt.name is not None and not RUN_NAME.fullmatch(ckpt.name):
