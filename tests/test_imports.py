@@ -17,7 +17,7 @@ RANKING = [
     ["errors", "file_ops"],  # the standard library only
     ["settings"],
     ["sac", "envs", "encoders"],  # the models' layers, side by side: none imports another
-    ["trainer.process"],  # stop signals, locks, a command's exit, the device, headless rendering
+    ["trainer.process"],  # stop signals, locks, a command's exit, the device
     ["trainer.config"],
     ["trainer.checkpoints"],
     ["trainer.run"],  # the training run
