@@ -50,7 +50,7 @@ def state(tmp_path_factory):
 
 
 def latest(run: Trainer) -> str:
-    return str(run.checkpoint_dir / f"{run.cfg.run_name}_latest.pt")
+    return str(run.checkpoints.directory / f"{run.cfg.run_name}_latest.pt")
 
 
 def episodes_csv(folder) -> list[dict]:
@@ -113,7 +113,7 @@ def test_the_evaluator_repeats_the_run_s_own_evaluation_of_a_checkpoint(pixels, 
 
 def test_a_state_checkpoint_with_success_prints_a_wilson_interval_and_several_get_the_aggregate(state, tmp_path,
                                                                                                capsys):
-    first = str(state.checkpoint_dir / "sac_feasible_ep2.pt")
+    first = str(state.checkpoints.directory / "sac_feasible_ep2.pt")
     assert evaluate.main([first, latest(state), "--episodes", "4", "--out", str(tmp_path), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     rows = episodes_csv(tmp_path)

@@ -184,7 +184,7 @@ def test_a_resumed_run_shows_the_same_scenes_and_held_out_scenes_never_reach_tra
 def test_evaluate_heldout_writes_its_own_episodes_file_and_a_state_policy_is_one_line(tmp_path, capsys):
     run = tiny_run(tmp_path, 2, "env.randomize.enabled=false", "env.randomize.heldout=false")
     assert run.train() == 0
-    latest = str(run.checkpoint_dir / "sac_video_latest.pt")
+    latest = str(run.checkpoints.directory / "sac_video_latest.pt")
     assert evaluate.main([latest, "--episodes", "2", "--heldout", "--out", str(tmp_path / "out"),
                           "--no-progress"]) == 0
     out = capsys.readouterr().out
@@ -196,7 +196,7 @@ def test_evaluate_heldout_writes_its_own_episodes_file_and_a_state_policy_is_one
         "training.episodes=1", "env.max_episode_steps=5", "training.seed_steps=5", "logging.progress=false",
         f"logging.tensorboard_dir={tmp_path / 'sruns'}", f"checkpoint.dir={tmp_path / 'sckpt'}"]))
     assert state.train() == 0
-    assert evaluate.main([str(state.checkpoint_dir / f"{state.cfg.run_name}_latest.pt"), "--heldout", "--out",
+    assert evaluate.main([str(state.checkpoints.directory / f"{state.cfg.run_name}_latest.pt"), "--heldout", "--out",
                           str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "encoder.type state sees no frames" in err

@@ -1,7 +1,14 @@
 """Checkpoints that survive a kill at any instant and load with `torch.load(..., weights_only=True)`: saving a run and
 choosing what a resume loads or moves aside (docs/checkpoints.md). `fetch` callbacks pull files from a remote mirror
-(trainer/checkpoints/remote.py)."""
+(trainer/checkpoints/remote.py).
 
+The training loop sees one object, `Checkpoints`: `resume` once, before training, and `branch_off` once it has
+restored what resumed; then `save`. A resume reads down this module: `Checkpoints.resume`, `load` or `load_newest`
+(the weights through payload.load_weights, then the replay sidecar), the checks of the run's own checkpoints
+(`check_resume_into`, `start_fresh`), then `set_aside_future`.
+"""
+
+import contextlib
 import os
 import re
 import sys
@@ -13,21 +20,22 @@ from file_ops import new_aside_folder
 from sac import replay
 from trainer.checkpoints.files import (
     CheckpointError,
-    NoSuchFolder,
     ReplayDamaged,
     atomic_save,
     candidates,
     digest,
     non_finite,
     numbered,
+    prepare,
     prune,
     read,
     run_files,
 )
-from trainer.checkpoints.payload import FORMAT, damage, descends, is_checkpoint, seal
+from trainer.checkpoints.payload import descends, load_weights, seal
+from trainer.checkpoints.remote import RemoteDir, is_remote, staging_dir
+from trainer.config import saved as saved_config
+from trainer.config.load import Config, to_dict
 from trainer.process import signals
-
-RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
 
 
 @dataclass
@@ -37,6 +45,63 @@ class Saved:
     latest: Path
     written: list[Path] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+
+
+class Checkpoints:
+    """A run's checkpoint folder as its training loop uses it, locked while the run is open: a local folder, or for
+    a remote `checkpoint.dir` a local staging folder (`directory`) whose saves an upload thread mirrors (`remote`)."""
+
+    def __init__(self, cfg: Config, opened: contextlib.ExitStack, report: Callable[[str], None]):
+        """Lock the folder and start the uploader, both closed with `opened`; the uploader tells `report`."""
+        self.cfg, self.name, ckpt = cfg, cfg.run_name, cfg.checkpoint
+        remote = is_remote(ckpt.dir)
+        self.directory = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir) if remote else Path(ckpt.dir)
+        opened.enter_context(prepare(self.directory, cfg.run_name))
+        self.remote = None
+        if remote:
+            self.remote = RemoteDir(ckpt.dir, self.directory, ckpt.upload_retries, ckpt.upload_backoff_s,
+                                    report=report)
+            opened.callback(self.remote.close, ckpt.upload_timeout_s)
+
+    def resume(self, target: str | None, *, start_over: bool) -> tuple[Path, dict, dict | None] | None:
+        """(path, payload, replay state) of the checkpoint to resume: `target`, a file or "auto" (the newest that
+        loads); None for a fresh start, which never writes over an earlier run of this name."""
+        found = self.find(target, start_over) if target else None
+        if not target or start_over:  # --start-over --resume PATH: the run's files go aside, PATH continues
+            start_fresh(self.directory, self.name, self.remote, start_over=start_over)
+        return found
+
+    def find(self, target: str, start_over: bool) -> tuple[Path, dict, dict | None] | None:
+        """(path, payload, replay state) of `target`, a file or "auto", checked against this config and, unless
+        `start_over`, against the run's own checkpoints; None: none."""
+        if target == "auto":
+            names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
+            found = load_newest(self.directory, self.name, names, fetch)
+            if found is None:
+                return None
+        else:  # a staged file stands for the remote one, which another machine may have advanced
+            staged = self.remote and Path(target).resolve().parent == self.directory.resolve()
+            fetch = self.remote.fetch if staged else None
+            found = (Path(target), *load(Path(target), fetch))
+        saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
+        if target != "auto" and not start_over:
+            check_resume_into(self.directory, self.name, self.remote, resumed=found[0], payload=found[1],
+                              trained_as=saved_config.run_name(found[1]["config"]))
+        return found
+
+    def branch_off(self, resumed: Path, *, episode: int, env_step: int) -> str | None:
+        """After a resume from `resumed`: the run's files ahead of it go aside (`set_aside_future`); what to say."""
+        return set_aside_future(self.directory, self.name, self.remote, resumed=resumed, episode=episode,
+                                env_step=env_step)
+
+    def save(self, payload: dict, replay_state: dict, *, env_step: int, episode: int | None) -> Saved:
+        """The files of one save (`save` below), queued for the remote mirror."""
+        ckpt = self.cfg.checkpoint
+        saved = save(self.directory, self.name, payload, replay_state, env_step=env_step, episode=episode,
+                     keep_replays=ckpt.keep_replays, keep_last=ckpt.keep_last)
+        if self.remote:
+            self.remote.upload(saved.written, saved.deleted)
+        return saved
 
 
 def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_step: int, episode: int | None,
@@ -77,27 +142,6 @@ def load(path: Path, fetch: Callable[[str], None] | None = None) -> tuple[dict, 
     except ReplayDamaged as err:
         raise ReplayDamaged(f"{err}; move it aside to resume {path.name} with an empty replay buffer, "
                             "or use --resume auto") from None
-
-
-def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict:
-    """A checkpoint's payload, its checksum verified and its tensors finite; CheckpointError otherwise."""
-    if fetch:
-        fetch(path.name)
-    try:
-        payload = read(path, "checkpoint")
-    except NoSuchFolder:
-        raise
-    except CheckpointError as err:
-        raise CheckpointError(f"{err}; {RESUME_FIX}") from None
-    if not is_checkpoint(payload):
-        raise CheckpointError(
-            f"{path} is not a checkpoint of this trainer (format {FORMAT}); "
-            "pass a <run>_latest.pt or <run>_ep<N>.pt file"
-        )
-    problem = damage(payload)
-    if problem:
-        raise CheckpointError(f"checkpoint {path} {problem}; {RESUME_FIX}")
-    return payload
 
 
 def load_replay(directory: Path, payload: dict, fetch: Callable[[str], None] | None = None) -> dict | None:

@@ -1,7 +1,8 @@
 """What a checkpoint holds (its payload): the one place its keys are written (`build_payload`, `seal`) and checked
-on load (`is_checkpoint`, `damage`); the agent's own state is sac's to check."""
+on load (`load_weights`: `is_checkpoint`, `damage`); the agent's own state is sac's to check."""
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,12 +10,13 @@ import numpy as np
 import torch
 
 from sac import agent, replay
-from trainer.checkpoints.files import digest, non_finite
+from trainer.checkpoints.files import CheckpointError, NoSuchFolder, digest, non_finite, read
 from trainer.config.load import Config
 
 FORMAT = 2  # format 1 has no checksums: it loads unverified
 READABLE_FORMATS = (1, 2)
 PAYLOAD_KEYS = ("format", "config", "agent", "progress", "rng", "replay_file")
+RESUME_FIX = "resume from an older <run>_ep<N>.pt or use --resume auto"
 
 
 @dataclass
@@ -55,6 +57,27 @@ def seal(payload: dict, *, replay_file: str, replay_checksum: str) -> dict:
     sealed = {**payload, "format": FORMAT, "replay_file": replay_file, "replay_checksum": replay_checksum}
     sealed["checksum"] = digest(sealed)
     return sealed
+
+
+def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict:
+    """A checkpoint's payload, its checksum verified and its tensors finite; CheckpointError otherwise."""
+    if fetch:
+        fetch(path.name)
+    try:
+        payload = read(path, "checkpoint")
+    except NoSuchFolder:
+        raise
+    except CheckpointError as err:
+        raise CheckpointError(f"{err}; {RESUME_FIX}") from None
+    if not is_checkpoint(payload):
+        raise CheckpointError(
+            f"{path} is not a checkpoint of this trainer (format {FORMAT}); "
+            "pass a <run>_latest.pt or <run>_ep<N>.pt file"
+        )
+    problem = damage(payload)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} {problem}; {RESUME_FIX}")
+    return payload
 
 
 def is_checkpoint(payload) -> bool:

@@ -22,8 +22,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from errors import UserError
 from file_ops import atomic_write
-from trainer.checkpoints import checkpoint
 from trainer.checkpoints.files import CheckpointError, upload_link
+from trainer.checkpoints.payload import load_weights
 
 # in a staging folder, per file name: [remote path, the store's checksum (an S3 ETag), the local
 # file's inode, size and mtime], as the upload or download that made them one object left them
@@ -59,7 +59,7 @@ def _stat(path: Path) -> list[int] | None:
 def _env_step(path: Path) -> int:
     """A checkpoint's progress, its checksum verified; -1 when it does not load."""
     try:
-        return checkpoint.load_weights(path)["progress"]["env_step"]
+        return load_weights(path)["progress"]["env_step"]
     except (CheckpointError, KeyError, TypeError):
         return -1
 

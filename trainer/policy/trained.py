@@ -23,8 +23,8 @@ from encoders import build_encoder
 from encoders.frozen import ProjectedEncoder
 from errors import UserError
 from sac.agent import ENCODER_PREFIX, Actor
-from trainer.checkpoints import checkpoint
 from trainer.checkpoints.files import CheckpointError, NoSuchFolder
+from trainer.checkpoints.payload import RESUME_FIX, load_weights
 from trainer.checkpoints.remote import RemoteDir, is_remote, staging_dir
 from trainer.config.checks import check_inside
 from trainer.config.load import config_from_dict, with_overrides
@@ -195,11 +195,11 @@ def read_checkpoint(path: Path, overrides: list[str] = ()):
         raise CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; pass the "
                               "<run>_latest.pt or <run>_ep<N>.pt beside it")
     try:
-        payload = checkpoint.load_weights(path)
+        payload = load_weights(path)
     except NoSuchFolder:
         raise
     except CheckpointError as err:
-        message = str(err).removesuffix(f"; {checkpoint.RESUME_FIX}")
+        message = str(err).removesuffix(f"; {RESUME_FIX}")
         if "not a checkpoint of this trainer" not in message:
             message += f"; {CHECKPOINT_FIX}"
         raise CheckpointError(message) from None

@@ -21,10 +21,9 @@ from errors import Diverged, UserError
 from sac.agent import SAC
 from sac.demos import mixed_sample
 from sac.replay import ReplayBuffer, frame_bytes, host_bytes_per_slot, to_host
-from trainer.checkpoints import checkpoint
 from trainer.checkpoints import files as checkpoint_files
+from trainer.checkpoints.checkpoint import Checkpoints
 from trainer.checkpoints.payload import Progress, build_payload
-from trainer.checkpoints.remote import RemoteDir, is_remote, staging_dir
 from trainer.config import saved as saved_config
 from trainer.config.checks import check_log_folder
 from trainer.config.load import EVAL_SEED_OFFSET, Config, to_dict, to_yaml
@@ -84,7 +83,8 @@ class Trainer:
         self.device = resolve_device(cfg.training.device)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = cfg.training.cudnn_benchmark
-        self.open_checkpoint_folder()
+        # the run's lock on its checkpoint folder, and the uploader, which reports once the logger exists
+        self.checkpoints = Checkpoints(cfg, self.opened, report=lambda text: self.logger.message(text))
         found = self.find_start(resume, start_over)
         torch.manual_seed(cfg.training.seed)
         self.rng = np.random.default_rng(cfg.training.seed)
@@ -97,8 +97,8 @@ class Trainer:
                                 "starting fresh")
         if found:
             self.restore(*found)
-            branch = checkpoint.set_aside_future(self.checkpoint_dir, cfg.run_name, self.remote, resumed=found[0],
-                                                 episode=self.progress.episode, env_step=self.progress.env_step)
+            branch = self.checkpoints.branch_off(found[0], episode=self.progress.episode,
+                                                 env_step=self.progress.env_step)
             if branch:
                 self.logger.message(branch)
         # carried across resumes (time stopped does not count): eval.csv's wall_s column
@@ -106,24 +106,10 @@ class Trainer:
         self.stop = GracefulStop()
         self.start_episodes()
 
-    def open_checkpoint_folder(self) -> None:
-        """The run's lock on its checkpoint folder (a remote run's local staging folder), and the uploader."""
-        cfg, ckpt = self.cfg, self.cfg.checkpoint
-        remote = is_remote(ckpt.dir)
-        self.checkpoint_dir = staging_dir(ckpt.dir, cfg.run_name, ckpt.local_dir) if remote else Path(ckpt.dir)
-        self.opened.enter_context(checkpoint_files.prepare(self.checkpoint_dir, cfg.run_name))
-        self.remote = None
-        if remote:  # it reports from its upload thread, once the logger exists
-            self.remote = RemoteDir(ckpt.dir, self.checkpoint_dir, ckpt.upload_retries, ckpt.upload_backoff_s,
-                                    report=lambda text: self.logger.message(text))
-            self.opened.callback(self.remote.close, ckpt.upload_timeout_s)
-
     def find_start(self, resume: str | None, start_over: bool) -> tuple[Path, dict, dict | None] | None:
         """The checkpoint to resume (None for a fresh start, which never writes over an earlier run of this name),
         and the progress to start from."""
-        found = self.find_checkpoint(resume, start_over) if resume else None
-        if not resume or start_over:  # --start-over --resume PATH: the run's files go aside, PATH continues
-            checkpoint.start_fresh(self.checkpoint_dir, self.cfg.run_name, self.remote, start_over=start_over)
+        found = self.checkpoints.resume(resume, start_over=start_over)
         self.progress = Progress(**found[1]["progress"]) if found else Progress()
         # [id, first step] of each process that trained the run, this one last: which checkpoints are its ancestors
         self.lineage = [*(found[1].get("lineage", []) if found else []), [os.urandom(6).hex(), self.progress.env_step]]
@@ -195,8 +181,8 @@ class Trainer:
         if self.demos:
             self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
-        if self.remote:
-            self.logger.message(f"checkpoints for {cfg.checkpoint.dir} are staged in {self.checkpoint_dir}")
+        if self.checkpoints.remote:
+            self.logger.message(f"checkpoints for {cfg.checkpoint.dir} are staged in {self.checkpoints.directory}")
         if cfg.training.autocast and not native_bfloat16(self.device):
             self.logger.warning(
                 f"training.autocast is on but this {self.device.type.upper()} has no native bfloat16, so every "
@@ -231,17 +217,13 @@ class Trainer:
             config=to_dict(self.cfg), agent_state=self.agent.state_dict(), progress=self.progress,
             trunk=self.trunk.fingerprint if self.trunk else None, demos=self.demos.state_dict() if self.demos else None,
             learning_steps=self.learning_steps, wall_s=self.wall_seconds(), rng=self.rng, lineage=self.lineage)
-        ckpt = self.cfg.checkpoint
         episode = self.progress.episode if final_of_episode else None
         self.saved_step, self.saved_at = self.progress.env_step, time.monotonic()
         if final_of_episode:
             self.saved_episode = self.progress.episode
-        saved = checkpoint.save(self.checkpoint_dir, self.cfg.run_name, state, self.replay.state_dict(),
-                                env_step=self.progress.env_step, episode=episode, keep_replays=ckpt.keep_replays,
-                                keep_last=ckpt.keep_last)
+        saved = self.checkpoints.save(state, self.replay.state_dict(), env_step=self.progress.env_step,
+                                      episode=episode)
         self.last_saved = (saved.latest, self.progress.episode, self.progress.env_step)
-        if self.remote:
-            self.remote.upload(saved.written, saved.deleted)
         names = ", ".join(path.name for path in saved.written)
         self.logger.message(
             f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) "
@@ -270,24 +252,6 @@ class Trainer:
     def wall_seconds(self) -> float:
         start, carried = self.wall_start
         return carried + time.perf_counter() - start
-
-    def find_checkpoint(self, target: str, start_over: bool) -> tuple[Path, dict, dict | None] | None:
-        """(path, payload, replay state) of `target`, a file or "auto", checked against this config and, unless
-        `start_over`, against the run's own checkpoints; None: none."""
-        if target == "auto":
-            names, fetch = (self.remote.listdir(), self.remote.fetch) if self.remote else (None, None)
-            found = checkpoint.load_newest(self.checkpoint_dir, self.cfg.run_name, names, fetch)
-            if found is None:
-                return None
-        else:  # a staged file stands for the remote one, which another machine may have advanced
-            staged = self.remote and Path(target).resolve().parent == self.checkpoint_dir.resolve()
-            fetch = self.remote.fetch if staged else None
-            found = (Path(target), *checkpoint.load(Path(target), fetch))
-        saved_config.check_compatible(saved=found[1]["config"], current=to_dict(self.cfg), path=found[0])
-        if target != "auto" and not start_over:
-            checkpoint.check_resume_into(self.checkpoint_dir, self.cfg.run_name, self.remote, resumed=found[0],
-                                         payload=found[1], trained_as=saved_config.run_name(found[1]["config"]))
-        return found
 
     def restore(self, path: Path, payload: dict, replay_state: dict | None) -> None:
         try:
