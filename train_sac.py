@@ -36,9 +36,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.process.cli import guard_console
+    from trainer.process.cli import guard_console, skip_final_collections
 
     guard_console()  # a terminal, pipe or disk that cannot take a line stops nothing
+    skip_final_collections()  # a stopped run exits in seconds, not after its last collections
     args = parse_args(argv)
 
     from errors import UserError

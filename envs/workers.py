@@ -4,8 +4,10 @@ process behind the same interface (`InProcessEnv`), so the trainer has a single 
 Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in docs/guide.md):
 each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price of one step of policy lag."""
 
+import atexit
 import contextlib
 import functools
+import gc
 import multiprocessing
 import signal
 import weakref
@@ -74,6 +76,8 @@ def worker_died(index: int, process, *, fewer: str = "num_envs") -> WorkerDied:
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
     if multiprocessing.parent_process() is not None:
         ignore_stop_signals()
+        # its exit skips the last garbage collections (~1 s each, and workers close one after another)
+        atexit.register(gc.freeze)
     return make_env()
 
 

@@ -437,6 +437,29 @@ def test_a_stop_request_cuts_a_long_evaluation_short(tmp_path):
     checkpoint.load(latest)
 
 
+
+def test_a_stop_during_an_evaluation_on_workers_ends_every_process_within_seconds(tmp_path):
+    """SIGTERM while two eval workers run a long evaluation beside two train workers: the trainer saves and
+    it and its four workers are gone within 5 s. The interpreter's last garbage collections, in the trainer
+    and in each worker as they closed one after another, made it 11 s under load."""
+    latest = tmp_path / "ckpt" / "sac_video_latest.pt"
+    args = workers_args(tmp_path) + sets(checkpoint__every_steps=2, env__max_episode_steps=4,
+                                         training__eval_envs=2, training__eval_every_episodes=1,
+                                         training__eval_episodes=10_000)
+    proc = start_in_own_group("--config", CONFIG, *args)
+    wait_for(latest, proc)
+    deadline = time.time() + 240
+    while len(processes_started_with(proc.pid)) < 5:  # the trainer, 2 train and 2 eval workers
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1)  # the evaluation under way
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=5)  # TimeoutExpired: the stop took longer
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert f"stopped by signal {signal.SIGTERM.value}; saved {latest}" in out
+    assert processes_started_with(proc.pid) == [], "every worker ended with the trainer"
+    checkpoint.load(latest)
+
 class SignalAtReset(gymnasium.Wrapper):
     """An env that sends this process SIGTERM at its `at`-th reset: a spot reclaim at a chosen moment."""
 

@@ -1,7 +1,9 @@
 """Every command's way out: its exit status, bad input as one line and 2, a stop signal as one line and
 128+signal; and a console that may go away under it."""
 
+import atexit
 import contextlib
+import gc
 import io
 import os
 import re
@@ -111,10 +113,19 @@ def guard_console() -> None:
         setattr(sys, name, Console(stream))
 
 
+def skip_final_collections() -> None:
+    """At exit the interpreter's last garbage collections walk every object the run made: seconds for a
+    trainer. Frozen first, they are skipped; atexit handlers and finalizers still run, and the memory goes
+    back to the system when the process ends. Env workers do the same (envs/workers.py)."""
+    atexit.unregister(gc.freeze)  # once, however many commands a process runs
+    atexit.register(gc.freeze)
+
+
 def run_command(body: Callable[[], int | None], *, cut_short: str | Callable[[], str]) -> int:
     """`body()`'s exit status (None is 0); a UserError is one `error:` line and 2; a stop signal is one line saying
     what the command left (`cut_short`, or what it returns then) and 128+signal."""
     guard_console()
+    skip_final_collections()
     try:
         with interrupts():
             return body() or 0
