@@ -309,3 +309,17 @@ def test_print_helper_reports_bad_keys_in_one_line_with_status_2(capsys, args, e
     assert main([DEFAULT, *args]) == 2
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+# the PlaNet benchmark's six tasks and the action repeat each runs with (PlaNet, Hafner et al. 2019; DrQ keeps them)
+PLANET_ACTION_REPEAT = {"cartpole_swingup": 8, "reacher_easy": 4, "cheetah_run": 4, "finger_spin": 2,
+                        "walker_walk": 2, "ball_in_cup_catch": 4}
+
+
+@pytest.mark.parametrize("task", sorted(PLANET_ACTION_REPEAT))
+def test_each_planet_task_has_a_pixel_and_a_state_config_at_the_benchmark_s_action_repeat(task):
+    domain, name = task.rsplit("_", 1)
+    pixels, state = (load_config(str(ROOT / "configs" / "dmc" / f"{task}{end}.yaml")) for end in ("", "_state"))
+    for cfg, encoder in ((pixels, "video"), (state, "state")):
+        assert cfg.env.id == f"dm_control/{domain}-{name}-v0" and cfg.encoder.type == encoder
+        assert cfg.env.action_repeat == PLANET_ACTION_REPEAT[task]
