@@ -29,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "never deleted")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (repeatable)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="print the whole resolved config at the start (it is always written to the run "
+                             "folder's config.yaml)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="the same as --set KEY=VALUE")
     args = parser.parse_intermixed_args(argv)
     args.set += args.overrides
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
         from trainer.run.loop import Trainer
 
-        trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over)
+        trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over, verbose=args.verbose)
         started = True
         return trainer.train()
     except UserError as err:

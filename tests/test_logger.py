@@ -46,7 +46,43 @@ def test_a_resume_drops_eval_rows_that_do_not_parse_with_a_warning(tmp_path, cap
     Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2).close()
     with open(tmp_path / "run" / "eval.csv", newline="") as f:
         assert [row["env_step"] for row in csv.DictReader(f)] == ["10", "20"]
-    assert "eval.csv: dropped 2 rows that do not parse" in capsys.readouterr().err
+    assert "eval.csv: dropped 3 rows that do not parse" in capsys.readouterr().err, "30,6 was cut short"
+
+
+def train_episodes(logger: Logger, steps: list[int]) -> None:
+    for step in steps:
+        logger.episode({"episode_return": step / 2, "episode_length": 10, "env_steps_per_s": 1.0}, step=step,
+                       frames=step * 2, episode=step // 10, success=step % 20 == 0, wall_s=step / 4, eta_s=None)
+
+
+def episode_rows(tmp_path) -> list[tuple[str, ...]]:
+    with open(tmp_path / "run" / "episodes.csv", newline="") as f:
+        return [tuple(row.values()) for row in csv.DictReader(f)]
+
+
+def test_episodes_csv_holds_every_training_episode_across_resumes_and_a_fresh_start_moves_it_aside(tmp_path):
+    """Stable-Baselines3's monitor.csv: a row per training episode on disk, as it ends (a SIGKILL keeps it);
+    a resume keeps the rows up to its checkpoint and drops a last row cut short."""
+    logger = Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0)
+    train_episodes(logger, [10, 20, 30])
+    assert episode_rows(tmp_path) == [("10", "20", "1", "5.000", "10", "0", "2.5"),
+                                      ("20", "40", "2", "10.000", "10", "1", "5.0"),
+                                      ("30", "60", "3", "15.000", "10", "0", "7.5")], "flushed before close"
+    logger.close()
+    with open(tmp_path / "run" / "episodes.csv", "a") as f:
+        f.write("40,80,4,20.0")  # a power cut mid-line
+    logger = Logger(config(tmp_path), start_step=40, total_episodes=10, start_episode=4)
+    train_episodes(logger, [50])
+    logger.close()
+    assert [row[0] for row in episode_rows(tmp_path)] == ["10", "20", "30", "50"]
+    logger = Logger(config(tmp_path), start_step=20, total_episodes=10, start_episode=2)
+    train_episodes(logger, [30])
+    logger.close()
+    assert [row[0] for row in episode_rows(tmp_path)] == ["10", "20", "30"], "the rows past the resume are gone"
+    before = (tmp_path / "run" / "episodes.csv").read_bytes()
+    Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0).close()
+    [aside] = tmp_path.glob("run.replaced-*")
+    assert (aside / "episodes.csv").read_bytes() == before and episode_rows(tmp_path) == []
 
 
 def test_logs_that_cannot_be_written_or_read_are_one_line_errors(tmp_path):

@@ -66,6 +66,12 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
             assert torch.equal(tensor, b["agent"][net][name]), f"{net}.{name} differs after resume"
     assert torch.equal(a["agent"]["log_alpha"], b["agent"]["log_alpha"])
     assert torch.equal(replay_a["frames"], replay_b["frames"])
+    # every episode once, as the run that never stopped logged it; wall_s is the one column that may differ
+    logged = []
+    for run in (tmp_path / "straight", interrupted):
+        with open(run / "runs" / "sac_video" / "episodes.csv", newline="") as f:
+            logged.append([row[:-1] for row in csv.reader(f)])
+    assert logged[0] == logged[1] and [row[2] for row in logged[0][1:]] == ["1", "2", "3", "4"]
 
 
 def final_state(latest: Path) -> dict:
@@ -213,6 +219,22 @@ def test_run_advances_a_built_trainer_by_the_agent_steps_asked_across_episodes_a
     assert run.progress.env_step == 35
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [".inverted_pendulum_state.lock"], (
         "no checkpoint falls due in 35 steps (the folder was only probed, and holds the run's lock)")
+    run.close()
+
+
+def test_the_eta_counts_from_the_first_update_not_from_the_faster_seed_steps(tmp_path, monkeypatch):
+    """tqdm's ETA extrapolated the seed episodes (no updates, many times faster): 20 minutes, then 26-40 hours."""
+    run = trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=20, eval_every_episodes=0, episodes=50)
+    run.run(20)
+    assert run.seeding() is False and run.eta() is None, "no update yet: no speed to go by"
+    clock = iter(range(1000, 10**6, 2))  # 2 s per reading from here: what the updates cost
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: next(clock))
+    run.run(10)
+    since, step = run.learning_since
+    progress = run.progress
+    per_step = (loop.time.perf_counter() + 2 - since) / (progress.env_step - step)
+    left = (50 - progress.episode) * progress.env_step / progress.episode
+    assert run.eta() == pytest.approx(per_step * left)
     run.close()
 
 

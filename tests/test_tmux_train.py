@@ -121,7 +121,7 @@ def test_the_session_trains_writes_checkpoints_and_logs_the_trainer_output_and_e
     assert payload["progress"]["episode"] >= 1
     lines = interrupted.log_text.splitlines()
     assert lines[0].startswith("== ") and "train_sac.py --config" in lines[0] and "--resume auto" in lines[0]
-    assert "run 'sac_video' on " in interrupted.log_text and "resolved config:" in interrupted.log_text
+    assert "run 'sac_video' on " in interrupted.log_text and "(the whole config: " in interrupted.log_text
     assert lines[-2].startswith("stopped by signal 2; saved ")
     assert lines[-1] == "exit status 130"
 

@@ -2,6 +2,7 @@
 atomically, eval.csv last, so its row means an evaluation was logged whole.
 """
 
+import contextlib
 import csv
 import errno
 import fnmatch
@@ -24,12 +25,14 @@ from trainer.run.curves import parse_rows, plot_curves
 
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
+# one row per training episode, as Stable-Baselines3's monitor.csv: `episode` counts it, env_step ends it
+EPISODE_COLUMNS = ("env_step", "frames", "episode", "return", "length", "success", "wall_s")
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
 # one frame per agent step, whatever an agent step lasts in the task: one speed for every task
 GIF_FRAMES_PER_S = 30
 # what a run writes into its log folder: a fresh start moves these aside, and nothing else (a sweep's train.log)
-LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "curve.png", "videos", "events.out.tfevents.*", "wandb",
-             ".*.tmp*")
+LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "episodes.csv", "curve.png", "videos",
+             "events.out.tfevents.*", "wandb", ".*.tmp*")
 
 
 def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
@@ -88,14 +91,24 @@ class Logger:
                                     resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
         self.heldout_csv = self.dir / "eval_heldout.csv"
-        self.eval_rows = self._kept_eval_rows(start_step)
-        self.heldout_rows = self._kept_eval_rows(start_step, self.heldout_csv)
-        for path, rows in ((self.eval_csv, self.eval_rows), (self.heldout_csv, self.heldout_rows)):
-            if path.exists():  # a resume: without the rows past its checkpoint
+        self.eval_rows = self._kept_rows(start_step)
+        self.heldout_rows = self._kept_rows(start_step, self.heldout_csv)
+        self.episodes_csv = self.dir / "episodes.csv"
+        episode_rows = self._kept_rows(start_step, self.episodes_csv, EPISODE_COLUMNS)
+        for path, rows, columns in ((self.eval_csv, self.eval_rows, EVAL_COLUMNS),
+                                    (self.heldout_csv, self.heldout_rows, EVAL_COLUMNS),
+                                    (self.episodes_csv, episode_rows, EPISODE_COLUMNS)):
+            if path.exists() or path == self.episodes_csv:  # a resume: without the rows past its checkpoint
                 with self.writing(path):
-                    self._write_eval_csv(path, rows)
+                    self._write_csv(path, rows, columns)
+        # appended, a row per episode: rewriting it whole would cost a long run more with every episode. A row cut
+        # short (a power cut) is dropped by the next resume, with the rows past its checkpoint
+        with self.writing(self.episodes_csv):
+            self.episode_log = open(self.episodes_csv, "a", newline="")
+        # no tqdm ETA: it extrapolates from recent episodes, seed episodes included, which run many times faster
+        # than those with updates; the trainer's `eta` counts from the first update
         self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
-                        dynamic_ncols=True)
+                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
 
     @contextmanager
     def writing(self, what: str | Path):
@@ -117,10 +130,20 @@ class Logger:
         if self.wandb is not None and values:
             self.wandb.log(values, step=step)
 
-    def episode(self, metrics: dict, step: int) -> None:
+    def episode(self, metrics: dict, *, step: int, frames: int, episode: int, success: bool | None,
+                wall_s: float, eta_s: float | None) -> None:
+        """A training episode ended at `step`; `episode`: how many have, this one included; `eta_s`: the run's
+        seconds left, None while unknown."""
         self.scalars(metrics, step, "train")
+        row = [step, frames, episode, f"{metrics['episode_return']:.3f}", metrics["episode_length"],
+               "" if success is None else int(success), f"{wall_s:.1f}"]
+        with self.writing(self.episodes_csv):
+            csv.writer(self.episode_log).writerow(row)
+            self.episode_log.flush()
         self.bar.update(1)
-        self.bar.set_postfix(step=step, ret=f"{metrics['episode_return']:.1f}", sps=f"{metrics['env_steps_per_s']:.1f}")
+        eta = "after the seed steps" if eta_s is None else tqdm.format_interval(eta_s)
+        self.bar.set_postfix(eta=eta, step=step, ret=f"{metrics['episode_return']:.1f}",
+                             sps=f"{metrics['env_steps_per_s']:.1f}")
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
                    wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
@@ -153,11 +176,11 @@ class Logger:
         if heldout:
             with self.writing(self.heldout_csv):
                 self.heldout_rows = rows
-                self._write_eval_csv(self.heldout_csv, rows)
+                self._write_csv(self.heldout_csv, rows)
         else:
             with self.writing(self.eval_csv):  # last: its row says the evaluation's files are whole
                 self.eval_rows = rows
-                self._write_eval_csv(self.eval_csv, rows)
+                self._write_csv(self.eval_csv, rows)
         success = "" if success_rate is None else f", success {success_rate:.0%}"
         what = "eval on held-out scenes" if heldout else "eval"
         self.message(f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
@@ -170,10 +193,11 @@ class Logger:
     def warning(self, text: str) -> None:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
-    def _write_eval_csv(self, path: Path, rows: list[list[str]]) -> None:
-        atomic_write(path, lambda f: f.write(_csv_text(rows).encode()))
+    def _write_csv(self, path: Path, rows: list[list[str]], columns: tuple[str, ...] = EVAL_COLUMNS) -> None:
+        atomic_write(path, lambda f: f.write(_csv_text(rows, columns).encode()))
 
-    def _kept_eval_rows(self, start_step: int, path: Path | None = None) -> list[list[str]]:
+    def _kept_rows(self, start_step: int, path: Path | None = None,
+                   columns: tuple[str, ...] = EVAL_COLUMNS) -> list[list[str]]:
         """The rows of `path` (default eval.csv) up to `start_step`; rows that do not parse are dropped, warned."""
         path = path or self.eval_csv
         if not path.exists():
@@ -186,20 +210,23 @@ class Logger:
                             ) from None
 
         def step(row: list[str]) -> int | None:
+            """The row's step; None for a row shorter than the header too (a power cut mid-line)."""
             try:
-                return int(row[0])
+                return int(row[0]) if len(row) >= len(rows[0]) else None
             except (IndexError, ValueError):
                 return None
 
         steps = [step(row) for row in rows[1:]]
         if None in steps:
             self.warning(f"{path}: dropped {steps.count(None)} rows that do not parse")
-        return [row + [""] * (len(EVAL_COLUMNS) - len(row)) for row, at in zip(rows[1:], steps)
+        return [row + [""] * (len(columns) - len(row)) for row, at in zip(rows[1:], steps)
                 if at is not None and at <= start_step]
 
     def close(self) -> None:
         """Flush and close without masking the error the run may be stopping on: a failed flush is a warning."""
         self.bar.close()
+        with contextlib.suppress(OSError):  # flushed at every row: nothing is lost here
+            self.episode_log.close()
         failed = self.failed
         try:
             with self.writing(f"the TensorBoard events in {self.dir}"):
@@ -212,8 +239,8 @@ class Logger:
             self.wandb.finish()
 
 
-def _csv_text(rows: list[list[str]]) -> str:
-    """eval.csv's contents: the header, then `rows`."""
+def _csv_text(rows: list[list[str]], columns: tuple[str, ...] = EVAL_COLUMNS) -> str:
+    """A log CSV's contents (default eval.csv's): the header, then `rows`."""
     text = io.StringIO()
-    csv.writer(text).writerows([list(EVAL_COLUMNS), *rows])
+    csv.writer(text).writerows([list(columns), *rows])
     return text.getvalue()

@@ -64,12 +64,24 @@ def overdue(minutes: float, since: float) -> bool:
     return minutes > 0 and time.monotonic() - since >= 60 * minutes
 
 
+def describe(cfg: Config) -> str:
+    """What a run trains, in one line: task, input, encoder, batch and budget."""
+    video = cfg.encoder.video
+    kind = "frozen " if video.freeze else "pretrained " if video.pretrained or video.weights else ""
+    what = f"{cfg.env.image_size}x{cfg.env.image_size} frames through {kind}{video.arch}" if cfg.pixels else "states"
+    training = cfg.training
+    steps = "" if training.max_env_steps is None else f" or {training.max_env_steps} agent steps"
+    return (f"{cfg.env.id} from {what}, batch {cfg.sac.batch_size}, {training.episodes} episodes{steps}, "
+            f"{cfg.env.num_envs} env{'s' if cfg.env.num_envs > 1 else ''}")
+
+
 class Trainer:
     """A training run, whole after construction; `resume`: a checkpoint path or "auto" (the newest valid one).
     `train()` runs it to its end, `run(steps)` by some agent steps. Rendering: envs/rendering.py."""
 
-    def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False):
+    def __init__(self, cfg: Config, resume: str | None = None, start_over: bool = False, verbose: bool = False):
         self.cfg = cfg
+        self.verbose = verbose  # the start prints the whole resolved config, not only a few lines of it
         self.opened = contextlib.ExitStack()
         try:
             self.setup(resume, start_over)
@@ -95,6 +107,8 @@ class Trainer:
         if resume == "auto" and not found:
             self.logger.message(f"no usable checkpoint for run '{cfg.run_name}' in {cfg.checkpoint.dir}; "
                                 "starting fresh")
+        elif not found:
+            self.logger.message("a fresh start")
         if found:
             self.restore(*found)
             branch = self.checkpoints.branch_off(found[0], episode=self.progress.episode,
@@ -120,6 +134,7 @@ class Trainer:
         # (path, episode, step) of the newest checkpoint written or resumed, for a diverged run's message
         self.last_saved = (found[0], self.saved_episode, self.saved_step) if found else None
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
+        self.learning_since = None  # (time, env_step) of this process's first update: the ETA's speed counts from it
         return found
 
     def build_envs(self) -> None:
@@ -170,14 +185,17 @@ class Trainer:
                       if cfg.demos.path else None)
 
     def open_logger(self) -> None:
-        """The logger and GPU monitor, and the run's first lines: its resolved config and what it warns of."""
+        """The logger and GPU monitor, and the run's first lines: what it trains, where it writes, what it warns
+        of; the whole resolved config with --verbose (always in the run folder's config.yaml)."""
         cfg = self.cfg
         self.logger = Logger(cfg, start_step=self.progress.env_step, total_episodes=cfg.training.episodes,
                              start_episode=self.progress.episode)
         self.opened.callback(self.logger.close)
-        self.logger.message(
-            f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}; resolved config:\n{to_yaml(cfg)}"
-        )
+        self.logger.message(f"run '{cfg.run_name}' on {self.device}, profile {cfg.profile}: {describe(cfg)}")
+        self.logger.message(f"logs in {self.logger.dir} (the whole config: {self.logger.dir / 'config.yaml'}), "
+                            f"checkpoints in {cfg.checkpoint.dir}")
+        if self.verbose:
+            self.logger.message(f"resolved config:\n{to_yaml(cfg)}")
         if self.demos:
             self.logger.message(f"training with {self.demos.describe()}: {cfg.demos.share:.0%} of every batch")
         self.gpu_monitor = GpuMonitor(self.device, cfg.logging.gpu_every_s, self.logger.message)
@@ -313,6 +331,8 @@ class Trainer:
         sac = self.cfg.sac
         if self.seeding() or len(self.replay) < sac.batch_size:
             return
+        if self.learning_since is None:
+            self.learning_since = (time.perf_counter(), self.progress.env_step)
         due = math.floor(sac.updates_per_step * self.learning_steps)
         self.learning_steps += env_steps
         for _ in range(math.floor(sac.updates_per_step * self.learning_steps) - due):
@@ -411,7 +431,7 @@ class Trainer:
             self.lengths += stepped
             self.learn(int(stepped.sum()))
             self.first = stepped & (terminated | truncated)
-            complete = self.end_episodes(np.flatnonzero(self.first)) if self.first.any() else False
+            complete = self.end_episodes(np.flatnonzero(self.first), terminated) if self.first.any() else False
             # after the episodes' bookkeeping: a checkpoint at a step holds everything logged at that step
             if crossed(cfg.checkpoint.every_steps, before, progress.env_step) and self.saved_step != progress.env_step:
                 self.save(final_of_episode=False)
@@ -436,8 +456,9 @@ class Trainer:
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)
 
-    def end_episodes(self, ended: np.ndarray) -> bool:
-        """Log and count the episodes `ended`, then evaluate and save if due; returns whether the run is complete."""
+    def end_episodes(self, ended: np.ndarray, terminated: np.ndarray) -> bool:
+        """Log and count the episodes `ended`, then evaluate and save if due; returns whether the run is complete.
+        `terminated`: of every env, whether its episode ended in the task's own end (a success, where it has one)."""
         cfg, progress = self.cfg, self.progress
         start, step, updates = self.clock
         seconds = time.perf_counter() - start
@@ -446,9 +467,11 @@ class Trainer:
         before = progress.episode
         for i in ended:
             episode = {"episode_return": float(self.returns[i]), "episode_length": int(self.lengths[i])}
-            self.logger.episode(episode | rates, progress.env_step)
-            self.returns[i], self.lengths[i] = 0.0, 0
             progress.episode += 1
+            self.logger.episode(episode | rates, step=progress.env_step, episode=progress.episode, eta_s=self.eta(),
+                                frames=progress.env_step * cfg.env.action_repeat, wall_s=self.wall_seconds(),
+                                success=bool(terminated[i]) if self.env.terminates_on_success else None)
+            self.returns[i], self.lengths[i] = 0.0, 0
             if self.complete():
                 break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
@@ -463,6 +486,18 @@ class Trainer:
         elif overdue(cfg.checkpoint.every_minutes, self.saved_at) and not complete:
             self.save(final_of_episode=False)
         return complete
+
+    def eta(self) -> float | None:
+        """Seconds to the run's end at the speed since updates began, evaluations and saves included; None before
+        (the seed steps, with no updates, run many times faster)."""
+        if self.learning_since is None or self.progress.env_step == self.learning_since[1]:
+            return None
+        start, step = self.learning_since
+        training, progress = self.cfg.training, self.progress
+        steps_left = (training.episodes - progress.episode) * progress.env_step / max(progress.episode, 1)
+        if training.max_env_steps is not None:
+            steps_left = min(steps_left, training.max_env_steps - progress.env_step)
+        return max(steps_left, 0) * (time.perf_counter() - start) / (progress.env_step - step)
 
     def evaluate_if_due(self) -> bool:
         """Evaluate and log, if due; returns whether one ran. A stop signal leaves it due, in the checkpoint too."""
