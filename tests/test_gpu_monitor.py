@@ -1,11 +1,11 @@
-"""GPU monitoring never stops a run: without CUDA or NVML it says so once and reports nothing."""
+"""GPU monitoring never stops a run: silent on a CPU, one notice on CUDA without NVML, no readings from either."""
 
 import torch
 
 from trainer.run.gpu_monitor import GpuMonitor
 
 
-def test_cpu_training_reports_one_notice_and_no_readings():
+def test_cpu_training_reports_no_notice_and_no_readings():
     notices = []
     monitor = GpuMonitor(torch.device("cpu"), every_s=0.0, report=notices.append)
     assert monitor.poll() == {} and monitor.poll() == {}
