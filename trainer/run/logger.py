@@ -140,10 +140,10 @@ class Logger:
         with self.writing(self.episodes_csv):
             csv.writer(self.episode_log).writerow(row)
             self.episode_log.flush()
-        self.bar.update(1)
         eta = "after the seed steps" if eta_s is None else tqdm.format_interval(eta_s)
         self.bar.set_postfix(eta=eta, step=step, ret=f"{metrics['episode_return']:.1f}",
-                             sps=f"{metrics['env_steps_per_s']:.1f}")
+                             sps=f"{metrics['env_steps_per_s']:.1f}", refresh=False)  # update draws it, once
+        self.bar.update(1)
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
                    wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
