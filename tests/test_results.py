@@ -1,6 +1,6 @@
 """The results tables say what the committed CSVs say: each figure below is recomputed from docs/*.csv (the files
-bench/learn.py writes, one row per evaluation) and must appear, so written, in its row of docs/results.md's table of
-every result or of the README's headline table."""
+bench/learn.py writes, one row per evaluation) or docs/gpu/*.csv and must appear, so written, in its row of
+docs/results.md's table of every result or of the README's headline table, or where another page repeats it."""
 
 import csv
 import json
@@ -13,10 +13,20 @@ from tests.conftest import ROOT
 
 WALL = "wall_s"  # training seconds at the evaluation
 TOLERANCE = 2000  # frames: a resumed run's evaluations land a little past the round number
+# dishwashing end to end, two runs sharing one NVIDIA H100: each run's own eval.csv, so no seed column
+H100_SHARED = "gpu/dishwashing_e2e_nvidia-h100_shared_seed{seed}.csv"
 
 
 def runs(name: str) -> dict[int, list[dict]]:
-    """seed -> its evaluations in order, from docs/<name>."""
+    """seed -> its evaluations in order, from docs/<name>: one CSV with a seed column, or, where the name holds
+    {seed}, one run's eval.csv per seed."""
+    if "{seed}" in name:
+        by_seed = {}
+        for path in (ROOT / "docs").glob(name.format(seed="*")):
+            with open(path) as file:
+                by_seed[int(path.stem.rsplit("seed", 1)[1])] = list(csv.DictReader(file))
+        assert by_seed, f"no docs/{name.format(seed='*')}"
+        return dict(sorted(by_seed.items()))
     by_seed: dict[int, list[dict]] = {}
     with open(ROOT / "docs" / name) as file:
         for row in csv.DictReader(file):
@@ -69,6 +79,17 @@ def randomized_target() -> str:
 
 def thousands(rows: list[dict], key: str = "env_step", scale: float = 1000) -> list[str]:
     return [f"{float(row[key]) / scale:.1f}k" for row in rows]
+
+
+def percents(rows: list[dict]) -> list[str]:
+    return [f"{100 * float(row['success']):.0f}%" for row in rows]
+
+
+def span(values: list[float], form: str) -> str:
+    """'9.6k-11.1k' for form '{:.1f}k': the least and the most of `values`, each as `form` writes it; one figure
+    where they agree."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return low if low == high else f"{low}-{high}"
 
 
 def above_from(name: str, level: float) -> int:
@@ -127,6 +148,14 @@ def claims():
     ]
 
 
+def h100_shared() -> tuple[list[dict], str]:
+    """Each seed's first evaluation at >= 80% success, and '**85-90%** success at 9.6k-11.1k agent steps, 2 seeds'."""
+    first = first_success(H100_SHARED)
+    success = span([100 * float(row["success"]) for row in first], "{:.0f}")
+    steps = span([float(row["env_step"]) / 1000 for row in first], "{:.1f}k")
+    return first, f"**{success}%** success at {steps} agent steps, {len(first)} seeds"
+
+
 def headlines():
     """The README's rows: the same figures, shorter."""
     warp_learn = json.loads((ROOT / "docs" / "gpu" / "nvidia-h200.json").read_text())["rows"]["warp_learn"]["seed1"]
@@ -144,18 +173,41 @@ def headlines():
         ("under visual randomisation",
          f"**{randomized('randomized', 'heldout')}** on held-out scenes, **{randomized('randomized', 'train')}** on "
          f"the training scene (fixed-scene training: {randomized('none', 'heldout')} held out)"),
+        ("84x84 frames, end to end | NVIDIA H100, two runs sharing the card", h100_shared()[1]),
     ]
 
 
-RESULTS, README = ROOT / "docs" / "results.md", ROOT / "README.md"
+RESULTS, README, DISHWASHING = ROOT / "docs" / "results.md", ROOT / "README.md", ROOT / "docs" / "dishwashing.md"
+HEADINGS = {RESULTS: "## Every result in one table", DISHWASHING: "## What to expect: today's figures"}
+
+
+def section(page: Path, heading: str) -> str:
+    return page.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
 
 
 def table_row(page: Path, start: str) -> str:
-    heading = "## Every result in one table" if page == RESULTS else "## Results"
-    rows = [line for line in page.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0].splitlines()
+    rows = [line for line in section(page, HEADINGS.get(page, "## Results")).splitlines()
             if line.startswith("|") and start in line]
     assert len(rows) == 1, f"{len(rows)} rows of {page.name}'s results table contain {start!r}"
     return rows[0]
+
+
+def bullet(page: Path, heading: str, start: str) -> str:
+    """The bullet under `heading` that begins with `start`, its lines joined by single spaces."""
+    items = [" ".join(item.split()) for item in section(page, heading).split("\n- ") if item.startswith(start)]
+    assert len(items) == 1, f"{len(items)} bullets of {page.name}'s {heading!r} begin with {start!r}"
+    return items[0]
+
+
+def elsewhere():
+    """The places on other pages that repeat a headline: (page, a table row or a bullet, how it begins, the figure)."""
+    first, headline = h100_shared()
+    return [
+        (DISHWASHING, "row", "84x84 frames, end to end, NVIDIA H100, two runs sharing the card",
+         f"first >= 80% at {' and '.join(thousands(first))} agent steps ({', '.join(percents(first))}), "
+         f"{' and '.join(f'{float(row[WALL]) / 60:.0f}' for row in first)} min of training"),
+        (RESULTS, "bullet", "**On a GPU**", f"dishwashing from 84x84 frames end to end reaches {headline}"),
+    ]
 
 
 @pytest.mark.parametrize("row, figure", claims())
@@ -166,6 +218,11 @@ def test_the_table_of_every_result_says_what_the_committed_csvs_say(row, figure)
 @pytest.mark.parametrize("row, figure", headlines())
 def test_the_readme_headlines_say_what_the_committed_csvs_say(row, figure):
     assert figure in table_row(README, row)
+
+
+@pytest.mark.parametrize("page, place, start, figure", elsewhere())
+def test_the_pages_that_repeat_a_headline_say_what_the_committed_csvs_say(page, place, start, figure):
+    assert figure in (table_row(page, start) if place == "row" else bullet(page, HEADINGS[page], start))
 
 
 def test_a_changed_figure_is_caught(tmp_path):
@@ -181,5 +238,6 @@ def test_every_csv_the_claims_read_is_committed():
              "cartpole_swingup_warp.csv", "cartpole_swingup_warp_cpu.csv", "cartpole_swingup_frames_opengl_cpu.csv",
              "cartpole_swingup_state.csv", "dishwashing_state_demos.csv", "dishwashing_state_nodemos.csv",
              "dishwashing_video_frozen.csv", "dishwashing_video_frozen_warp_lit.csv",
-             "dishwashing_video_frozen_opengl_cpu.csv", "dishwashing_randomized.csv"}
+             "dishwashing_video_frozen_opengl_cpu.csv", "dishwashing_randomized.csv",
+             *(H100_SHARED.format(seed=seed) for seed in (1, 2))}
     assert all(Path(ROOT / "docs" / name).is_file() for name in names)
