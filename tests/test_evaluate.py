@@ -1,7 +1,7 @@
 """Evaluating checkpoints after training, through the real command: a tiny trained pixel run and a state run of a
-task with success print their numbers with intervals and write episodes.csv and a GIF; the same seeds give the same
-numbers twice; the run's own evaluation is repeated exactly; several checkpoints get the aggregate; s3:// checkpoints
-load; bad input is one line. The interval formulas are checked against values worked by hand."""
+task with success print their numbers with intervals and write episodes.csv, a GIF and an MP4; the same seeds give the
+same numbers twice; the run's own evaluation is repeated exactly; several checkpoints get the aggregate; s3://
+checkpoints load; bad input is one line. The interval formulas are checked against values worked by hand."""
 
 import csv
 import os
@@ -18,9 +18,11 @@ from scipy import stats
 from envs.make import make_eval_env
 from tests.conftest import ROOT, fill, interrupt_when_started, pause, start_until, tmpfs
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
+from tests.test_video import decoded
 from trainer.config.load import load_config
 from trainer.policy import evaluate
 from trainer.policy.trained import load_checkpoint
+from trainer.run import video
 from trainer.run.curves import read_rows
 from trainer.run.episodes import run_episodes
 from trainer.run.loop import Trainer
@@ -77,6 +79,11 @@ def test_a_pixel_checkpoint_prints_its_return_and_writes_episodes_csv_and_a_vide
     assert len(set(returns)) == 3, "three starts, three returns"
     gif = Image.open(tmp_path / "a" / "sac_video_latest.gif")
     assert gif.size == (40, 40) and gif.n_frames == 15
+    _, frames = decoded(tmp_path / "a" / "sac_video_latest.mp4")
+    assert [frame.shape for frame in frames] == [(40, 40, 3)] * 15
+    wrote = ", ".join(str(tmp_path / "a" / name) for name in ("episodes.csv", "sac_video_latest.gif",
+                                                                "sac_video_latest.mp4"))
+    assert outputs[0].splitlines()[-1] == f"wrote {wrote}", "the last line names every file written"
 
 
 def test_episodes_spread_over_worker_processes_are_the_episodes_of_one_process(pixels, state, tmp_path, capsys):
@@ -127,6 +134,20 @@ def test_a_state_checkpoint_with_success_prints_a_wilson_interval_and_several_ge
         per_checkpoint.append(np.mean([float(row["return"]) for row in mine]))
     iqm = stats.trim_mean(per_checkpoint, 0.25)
     assert f"across 2 checkpoints: return mean {np.mean(per_checkpoint):.1f}, IQM {iqm:.1f}" in printed
+
+
+def test_without_an_mp4_encoder_each_checkpoint_gets_its_gif_and_the_command_says_why_once(state, tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
+    first = str(state.checkpoints.directory / "sac_feasible_ep2.pt")
+    assert evaluate.main([first, latest(state), "--episodes", "1", "--out", str(tmp_path), "--video", "--video-size",
+                          "32", "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    written = ["episodes.csv", "sac_feasible_ep2.gif", "sac_feasible_latest.gif"]
+    assert sorted(os.listdir(tmp_path)) == [".episodes.csv.lock", *written]
+    said = f"videos as GIFs only: PyAV is not installed; pip install {video.PYAV} adds the MP4s"
+    assert printed.err == f"warning: {said}\n", "once for both checkpoints"
+    assert printed.out.splitlines()[-1] == "wrote " + ", ".join(str(tmp_path / name) for name in written)
 
 
 def test_an_s3_checkpoint_is_fetched_and_evaluated(state, s3, tmp_path, monkeypatch, capsys):  # noqa: F811
@@ -192,17 +213,17 @@ def seeds(folder) -> list[str]:
 
 
 def test_an_earlier_evaluation_is_moved_aside_and_a_concurrent_one_refused(state, tmp_path, capsys):
-    """A second evaluation into one --out replaced the first's episodes.csv and GIF without a
+    """A second evaluation into one --out replaced the first's episodes.csv and videos without a
     word; one cut short leaves them where they are."""
-    out, gif = tmp_path / "evaluation", "sac_feasible_latest.gif"
+    out, gif, mp4 = tmp_path / "evaluation", "sac_feasible_latest.gif", "sac_feasible_latest.mp4"
     for seed in ("1", "2"):
         assert evaluate.main([latest(state), "--episodes", "1", "--seed", seed, "--out", str(out),
                               "--video", "--video-size", "32", "--no-progress"]) == 0
     aside = next(out.glob("replaced-*"))
-    said = f"moved the earlier evaluation's episodes.csv, {gif} to {aside}\n"
+    said = f"moved the earlier evaluation's episodes.csv, {gif}, {mp4} to {aside}\n"
     assert said in capsys.readouterr().out
     assert seeds(aside) == ["1"] and seeds(out) == ["2"]
-    assert (aside / gif).exists() and (out / gif).exists()
+    assert all((folder / video).exists() for folder in (aside, out) for video in (gif, mp4))
     command = evaluate_command(latest(state), out, "--episodes", "100000")
     running, _ = start_until(command, started=b"/100000")
     refused = evaluate.main([latest(state), "--episodes", "1", "--out", str(out), "--no-progress"])

@@ -24,10 +24,12 @@ from huggingface_hub import ModelCard
 from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT, Unpickled, fill, interrupt_when_started, pause, start_until, tmpfs
+from tests.test_video import decoded
 from trainer.checkpoints import files as checkpoint_files
 from trainer.config.load import load_config
 from trainer.policy import evaluate, export
 from trainer.policy.trained import POLICY_FORMAT, Policy
+from trainer.run import video
 from trainer.run.encoder_setup import save_encoder_weights
 from trainer.run.loop import Trainer
 
@@ -144,6 +146,8 @@ def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_
     assert "2 episodes" in card and "success" in card
     assert "`pixel-sac-evaluate FOLDER --episodes 2 " in card
     assert (out / "episode.gif").stat().st_size > 0 and "![an evaluation episode](episode.gif)" in card
+    _, frames = decoded(out / "episode.mp4")
+    assert [frame.shape for frame in frames] == [(48, 48, 3)] * 10 and "- `episode.mp4`: the same episode" in card
     spec = json.loads((out / "policy.json").read_text())
     code = ("import importlib.util, json, numpy as np, onnxruntime, torch\n"
             "spec = json.load(open('policy.json'))\n"
@@ -190,7 +194,7 @@ def test_the_card_s_metadata_holds_the_evaluation_that_its_folder_repeats(tmp_pa
     out = tmp_path / "exported"
     assert export.main([path, "--out", str(out), "--episodes", "3", "--video-size", "32"]) == 0
     written = sorted(file.name for file in out.iterdir())
-    assert "episode.gif" in written and "README.md" in written
+    assert {"episode.gif", "episode.mp4", "README.md"} <= set(written)
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith(": " + ", ".join(written))
     card = ModelCard.load(out / "README.md")
     assert card.data.library_name == "pixel-sac"
@@ -225,6 +229,20 @@ def test_the_card_s_metadata_holds_the_evaluation_that_its_folder_repeats(tmp_pa
     card = ModelCard.load(one / "README.md")
     assert "(n=1, no interval)" in card.text and "95% CI" not in card.text
     assert "mean_reward_ci95" not in {result.metric_type for result in card.data.eval_results}
+
+
+def test_without_an_mp4_encoder_the_export_keeps_its_gif_and_its_card_lists_only_what_is_there(tmp_path, capsys,
+                                                                                               monkeypatch):
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
+    run, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml", "env.max_episode_steps=10")
+    run.close()
+    out = tmp_path / "exported"
+    assert export.main([path, "--out", str(out), "--episodes", "1", "--formats", "torchscript"]) == 0
+    said = f"warning: videos as GIFs only: PyAV is not installed; pip install {video.PYAV} adds the MP4s\n"
+    assert capsys.readouterr().err.count(said) == 1
+    card = (out / "README.md").read_text()
+    assert (out / "episode.gif").exists() and "- `episode.gif`" in card
+    assert not (out / "episode.mp4").exists() and "episode.mp4" not in card
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):

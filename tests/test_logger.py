@@ -1,16 +1,21 @@
-"""Logger: TensorBoard scalars, eval.csv (trimmed back to the checkpoint on resume), curve, GIF, and W&B offline."""
+"""Logger: TensorBoard scalars, eval.csv (trimmed back to the checkpoint on resume), curve, GIF and MP4, and W&B
+offline."""
 
 import csv
+import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import file_ops
 from errors import UserError
 from tests.conftest import ROOT
+from tests.test_video import decoded
 from trainer.config.checks import check_log_folder
 from trainer.config.load import Config, load_config
+from trainer.run import video
 from trainer.run.logger import Logger, set_aside
 
 
@@ -115,6 +120,36 @@ def test_scalars_and_eval_stills_reach_tensorboard_with_their_step(tmp_path):
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/critic_loss")] == [(7, 1.5)]
     assert [e.step for e in events.Images("eval/frames")] == [10]
+
+
+def test_an_evaluation_s_episode_is_a_gif_and_beside_it_an_mp4_of_the_same_frames(tmp_path):
+    logger = Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0)
+    evaluate(logger, [10])
+    logger.close()
+    videos = tmp_path / "run" / "videos"
+    with Image.open(videos / "eval_ep1.gif") as gif:
+        assert gif.size == (8, 8) and gif.n_frames == 4
+    stream, frames = decoded(videos / "eval_ep1.mp4")
+    assert stream.codec_context.name == "h264" and [frame.shape for frame in frames] == [(8, 8, 3)] * 4
+
+
+@pytest.mark.parametrize("missing", ["pyav", "encoder"])
+def test_without_an_mp4_encoder_each_evaluation_still_writes_its_gif_and_the_run_says_why_once(tmp_path, capsys,
+                                                                                             monkeypatch, missing):
+    """A video never stops a run: every evaluation is logged whole, and one line says how to get the MP4s."""
+    if missing == "pyav":
+        monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
+    else:
+        monkeypatch.setattr(video, "CODEC", "libx264-not-in-this-build")
+    logger = Logger(config(tmp_path), start_step=0, total_episodes=10, start_episode=0)
+    evaluate(logger, [10, 20, 30])
+    logger.close()
+    assert sorted(path.name for path in (tmp_path / "run" / "videos").iterdir()) == [
+        "eval_ep1.gif", "eval_ep2.gif", "eval_ep3.gif"]
+    with open(tmp_path / "run" / "eval.csv", newline="") as f:
+        assert [row["env_step"] for row in csv.DictReader(f)] == ["10", "20", "30"]
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("warning: videos as GIFs only: PyAV ") and line.endswith(f"{video.PYAV} adds the MP4s")
 
 
 def test_wandb_logging_runs_offline_and_writes_its_run_files(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
 from tests.conftest import ROOT, TINY, fill, pause, popen_cli, run_cli, sets, tmpfs, wait_for
+from tests.test_video import decoded
 from trainer.checkpoints import checkpoint
 
 
@@ -160,13 +161,15 @@ def test_resuming_under_another_profile_names_the_changed_settings_and_how_to_ke
     assert "the checkpoint trained with profile cpu; --set profile=cpu keeps its settings" in result.stdout
 
 
-def test_each_evaluation_writes_a_decodable_gif_and_the_run_a_learning_curve(smoke_run):
+def test_each_evaluation_writes_a_decodable_gif_and_mp4_and_the_run_a_learning_curve(smoke_run):
     tmp, _, _ = smoke_run
     run = tmp / "runs" / "sac_video"
     for episode in (1, 2):
         with Image.open(run / "videos" / f"eval_ep{episode}.gif") as gif:
             assert gif.size == (128, 128) and 10 < gif.n_frames <= 50, (
                 "a frame per step of the 50-step episode (GIF merges repeats)")
+        _, frames = decoded(run / "videos" / f"eval_ep{episode}.mp4")
+        assert [frame.shape for frame in frames] == [(128, 128, 3)] * 50, "every step, repeats too"
     with Image.open(run / "curve.png") as curve:
         assert curve.format == "PNG" and curve.size[0] > 300
 

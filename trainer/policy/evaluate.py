@@ -30,10 +30,10 @@ from file_ops import atomic_write, new_aside_folder
 from trainer.process import lock
 from trainer.process.cli import prog
 from trainer.run.episodes import Episode, run_episodes
+from trainer.run.video import write_videos
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 50_000  # rliable's default for its interval estimates
-GIF_FRAMES_PER_S = 30  # as the trainer's eval GIFs (trainer/run/logger.py)
 # the most a CSV line takes beside twice its checkpoint's name: seed, return, length, separators
 CSV_LINE_BYTES = 64
 
@@ -51,9 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "shows the frames the policy sees. MuJoCo Warp policies run every episode in a world of "
                              "its own already")
     parser.add_argument("--out", help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
-    parser.add_argument("--video", action="store_true", help="write a GIF of the first episodes of each checkpoint")
-    parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each GIF (default 1)")
-    parser.add_argument("--video-size", type=positive, help="GIF pixels (default: the run's logging.video_size)")
+    parser.add_argument("--video", action="store_true",
+                        help="write a GIF and an MP4 of the first episodes of each checkpoint")
+    parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each video (default 1)")
+    parser.add_argument("--video-size", type=positive, help="video pixels (default: the run's logging.video_size)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the checkpoints' config, e.g. env.max_episode_steps=500")
     parser.add_argument("--heldout", action="store_true",
@@ -145,15 +146,6 @@ def write_csv(rows: list[Episode], path: Path) -> None:
     atomic_write(path, lambda f: f.write(text.getvalue().encode()))
 
 
-def write_gif(frames: list[np.ndarray], path: Path) -> None:
-    from PIL import Image
-
-    images = [Image.fromarray(f) for f in frames]
-    atomic_write(path, lambda f: images[0].save(f, format="GIF", save_all=True,
-                                                append_images=images[1:],
-                                                duration=1000 // GIF_FRAMES_PER_S, loop=0))
-
-
 @contextlib.contextmanager
 def claim(out: Path, *, room: int) -> Iterator[Callable[[], None]]:
     """`out` for this evaluation alone (a lock beside its episodes.csv), and `room` bytes of its
@@ -237,21 +229,19 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
     check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
     csvs = ["episodes.csv", *(["episodes_heldout.csv"] if args.heldout else [])]
-    gifs = [f"{Path(name).stem}.gif" for name in args.checkpoints] if args.video else []
+    videos = [f"{Path(name).stem}.{kind}" for name in args.checkpoints for kind in ("gif", "mp4")] if args.video else []
     room = len(csvs) * (CSV_LINE_BYTES + args.episodes * sum(2 * len(name.encode()) + CSV_LINE_BYTES
                                                               for name in args.checkpoints))
     with claim(out, room=room) as release:
         # once, before this evaluation's first file: one cut short leaves the earlier files be
-        keep_earlier = functools.cache(lambda: move_earlier(out, csvs + gifs))
-        rows, heldout_rows, lost = evaluate_all(args, loaded, out, keep_earlier)
+        keep_earlier = functools.cache(lambda: move_earlier(out, csvs + videos))
+        rows, heldout_rows, filmed, lost = evaluate_all(args, loaded, out, keep_earlier)
         release()  # the space held is the CSV files' now
         moved = keep_earlier()
         write_csv(rows, out / "episodes.csv")
         if args.heldout:  # a file of its own: episodes.csv keeps its columns and meaning
             write_csv(heldout_rows, out / "episodes_heldout.csv")
-    held = f" and {out / 'episodes_heldout.csv'}" if args.heldout else ""
-    videos = " and videos" if args.video and not lost else ""
-    print(f"{moved}wrote {out / 'episodes.csv'}{held}{videos}")
+    print(f"{moved}wrote {', '.join(str(out / name) for name in csvs + filmed)}")
     if lost:
         raise UserError(f"{lost}, so the evaluation went on without them and its CSV files are "
                         "written; free space on that disk, or pass --out on another, to film them "
@@ -260,12 +250,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
-                 keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], str]:
-    """The checkpoints' rows and held-out rows, and "" or what says that the videos from one
-    checkpoint on did not fit on the disk (the episodes go on without them)."""
+                 keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], list[str], str]:
+    """The checkpoints' rows and held-out rows, the names of the videos written, and "" or what
+    says that the videos from one checkpoint on did not fit on the disk (the episodes go on
+    without them)."""
     from tqdm import tqdm
 
-    rows, results, heldout_rows, heldout_results, lost = [], [], [], [], ""
+    rows, results, heldout_rows, heldout_results, filmed, lost = [], [], [], [], [], ""
+    said_no_mp4 = False
     total = args.episodes * len(loaded) * (2 if args.heldout else 1)
     with tqdm(total=total, unit="ep", disable=not args.progress, dynamic_ncols=True) as bar:
         for name, policy, cfg in loaded:
@@ -277,13 +269,19 @@ def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
             results.append(summary(episodes))
             bar.write(describe(name, results[-1]))
             if clip and not lost:
+                stem = Path(name).stem
                 try:
                     keep_earlier()
-                    write_gif(clip, out / f"{Path(name).stem}.gif")
+                    no_mp4 = write_videos(clip, out / f"{stem}.gif")
                 except OSError as err:
                     if not (full := no_room(err)):
                         raise
                     lost = f"cannot write the videos from {name} on to {out} ({full.strerror})"
+                else:
+                    filmed += [f"{stem}.gif", *([] if no_mp4 else [f"{stem}.mp4"])]
+                    if no_mp4 and not said_no_mp4:  # once: each checkpoint after it would say the same
+                        said_no_mp4 = True
+                        bar.write(f"warning: {no_mp4}", file=sys.stderr)
             if args.heldout:
                 episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed, video_episodes=0,
                                        video_size=None, progress=bar, heldout=True, envs=args.envs)
@@ -294,7 +292,7 @@ def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
         print(describe_aggregate(results))
         if heldout_results:
             print(f"held-out scenes, {describe_aggregate(heldout_results)}")
-    return rows, heldout_rows, lost
+    return rows, heldout_rows, filmed, lost
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 
 DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
 bounds out), policy.json (that contract), policy.safetensors (the weights Policy.load reads),
-config.yaml, a model card README.md with an evaluation of N episodes, and episode.gif. It is a
-Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
+config.yaml, a model card README.md with an evaluation of N episodes, episode.gif and episode.mp4. It
+is a Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
 """
 
 import argparse
@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=10,
                         help="evaluation episodes for the model card (0: none; default 10)")
     parser.add_argument("--seed", type=int, help="evaluation episode i starts from seed S + i (default: the run's)")
-    parser.add_argument("--video-size", type=int, help="pixels of episode.gif (default: the run's logging.video_size)")
+    parser.add_argument("--video-size", type=int,
+                        help="pixels of episode.gif and .mp4 (default: the run's logging.video_size)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a key of the checkpoint's config (e.g. encoder.video.weights=PATH)")
     parser.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face Hub repo")
@@ -243,7 +244,8 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               "- `config.yaml`: the run's resolved training config, less the training machine's "
               f"settings ({', '.join(MACHINE_KEYS)} at their defaults)",
               "- `README.md`: this card, its metadata the Hugging Face Hub reads",
-              *(["- `episode.gif`: the first evaluation episode"] if evaluation else []), ""]
+              *(["- `episode.gif`: the first evaluation episode"] if evaluation else []),
+              *(["- `episode.mp4`: the same episode, H.264"] if evaluation and evaluation["mp4"] else []), ""]
     return f"---\n{card_data(spec, cfg, evaluation).to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
@@ -332,12 +334,13 @@ def export(args: argparse.Namespace) -> Path:
 
 
 def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None:
-    """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed, its first episode
-    written to episode.gif in `folder`; None for --episodes 0."""
+    """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed and whether an MP4 was
+    written, its first episode written to episode.gif and episode.mp4 in `folder`; None for --episodes 0."""
     from tqdm import tqdm
 
     from trainer.config.load import EVAL_SEED_OFFSET
     from trainer.policy import evaluate as evaluation
+    from trainer.run.video import write_videos
 
     if args.episodes < 1:
         return None
@@ -346,8 +349,9 @@ def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None
     with tqdm(total=args.episodes, unit="ep", desc="evaluating", dynamic_ncols=True) as bar:
         rows, clip = evaluation.evaluate(args.checkpoint, policy, cfg, episodes=args.episodes, seed=seed,
                                          video_episodes=1, video_size=size, progress=bar)
-    evaluation.write_gif(clip, folder / "episode.gif")
-    return evaluation.summary(rows) | {"seed": seed}
+    if no_mp4 := write_videos(clip, folder / "episode.gif"):
+        print(f"warning: {no_mp4}", file=sys.stderr)
+    return evaluation.summary(rows) | {"seed": seed, "mp4": not no_mp4}
 
 
 def push(folder: Path, repo_id: str) -> None:

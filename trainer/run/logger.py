@@ -15,21 +15,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from tqdm import tqdm
 
 from errors import UserError
 from file_ops import atomic_write, new_aside_folder
 from trainer.config.load import Config, to_dict, to_yaml
 from trainer.run.curves import parse_rows, plot_curves
+from trainer.run.video import write_videos
 
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
 # one row per training episode, as Stable-Baselines3's monitor.csv: `episode` counts it, env_step ends it
 EPISODE_COLUMNS = ("env_step", "frames", "episode", "return", "length", "success", "wall_s")
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
-# one frame per agent step, whatever an agent step lasts in the task: one speed for every task
-GIF_FRAMES_PER_S = 30
 # what a run writes into its log folder: a fresh start moves these aside, and nothing else (a sweep's train.log)
 LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "episodes.csv", "curve.png", "videos",
              "events.out.tfevents.*", "wandb", ".*.tmp*")
@@ -64,6 +62,7 @@ class Logger:
         self.cfg = cfg
         self.dir = Path(cfg.logging.tensorboard_dir) / cfg.run_name
         self.failed = False  # a write failed: closing does not report the same disk again
+        self.said_no_mp4 = False
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             moved = set_aside(self.dir) if start_step == 0 else None  # step 0: a fresh start (checkpoints come later)
@@ -168,11 +167,12 @@ class Logger:
                 with self.writing(f"the TensorBoard events in {self.dir}"):
                     self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step, dataformats="NHWC")
             gif = self.dir / "videos" / f"eval_ep{episode}.gif"
-            images = [Image.fromarray(frame) for frame in clip]
-            with self.writing(gif):
+            with self.writing(f"{gif} and its MP4"):
                 gif.parent.mkdir(exist_ok=True)
-                atomic_write(gif, lambda f: images[0].save(f, format="GIF", save_all=True, append_images=images[1:],
-                                                           duration=1000 // GIF_FRAMES_PER_S, loop=0))
+                no_mp4 = write_videos(clip, gif)
+            if no_mp4 and not self.said_no_mp4:  # once a run: every evaluation after it would say the same
+                self.said_no_mp4 = True
+                self.warning(no_mp4)
         if heldout:
             with self.writing(self.heldout_csv):
                 self.heldout_rows = rows

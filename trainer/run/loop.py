@@ -215,7 +215,7 @@ class Trainer:
             compiling.prepare(self.logger.message)
 
     def make_eval_env(self, heldout: bool = False):
-        """(eval env, camera for the GIF or None), or (None, None) without evaluation; `heldout`: no video."""
+        """(eval env, camera for the videos or None), or (None, None) without evaluation; `heldout`: no video."""
         training, logging = self.cfg.training, self.cfg.logging
         if training.eval_every_episodes == 0:
             return None, None
