@@ -128,7 +128,8 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     assert np.all(expected >= policy.low) and np.all(expected <= policy.high)
     assert len(np.unique(expected.round(4), axis=0)) > 50, "100 random observations give different actions"
     folder = Policy.load(out).act(obs[:10].numpy())
-    np.testing.assert_array_equal(folder, expected[:10])  # the same network, rebuilt
+    # the same network, rebuilt; on the same batch, since another batch size may take other kernels (1e-7 apart)
+    np.testing.assert_array_equal(folder, policy.act(obs[:10].numpy()))
     assert json.loads((out / "policy.json").read_text())["format"] == POLICY_FORMAT
     card = ModelCard.load(out / "README.md")
     assert card.data.pipeline_tag == "reinforcement-learning" and card.data.eval_results is None
