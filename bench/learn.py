@@ -4,9 +4,11 @@ it, success rate) against agent steps.
     python3 bench/learn.py --config configs/inverted_pendulum_state.yaml --seeds 1 2 3 --target 900
     python3 bench/learn.py --config configs/dishwashing_feasible.yaml --seeds 1 2 --target-success 0.8
 
-Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time, `--threads` torch threads
-each, and as many MuJoCo Warp processes on the CPU: `warp_share`), so the same command run again continues every
-seed from its newest checkpoint (a run that outlives a pod or a day).
+Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a time: on a GPU every seed at once,
+on a CPU one per core; `--threads` torch threads each, and as many MuJoCo Warp processes on the CPU: `warp_share`),
+so the same command run again continues every seed from its newest checkpoint (a run that outlives a pod or a day).
+Ctrl-C or SIGTERM stops every seed, each saving where it is; killed outright, the seeds get SIGTERM and save.
+The runner (train_runs) is bench/dmc.py's too.
 Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step and wall_s, the run's training
 seconds; success empty for tasks without it),
 <out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control
@@ -17,9 +19,12 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,28 +35,22 @@ from errors import UserError  # noqa: E402
 from trainer.config.load import Config, load_config  # noqa: E402
 from trainer.process.cli import error_exit  # noqa: E402
 from trainer.process.device import resolve_device  # noqa: E402
+from trainer.process.signals import GracefulStop, Interrupted, die_with_parent, interrupted, interrupts  # noqa: E402
 from trainer.run.curves import plot_curves, read_rows  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--target", type=float, help="report the first agent step whose eval return reaches this")
     parser.add_argument("--target-success", type=float,
                         help="report the first agent step whose eval success rate reaches this")
-    parser.add_argument("--parallel", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--threads", type=int,
-                        help="torch threads per seed (default: the cores shared out among --parallel)")
+    add_runner_arguments(parser)
     parser.add_argument("--out", default="runs/bench_learn")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: write the CSV and PNG from what the seeds have logged so far")
     args = parser.parse_args()
-    if args.parallel < 1 or (args.threads is not None and args.threads < 1):
-        parser.error(f"--parallel and --threads must be >= 1, got {args.parallel} and {args.threads}")
-    if min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
-        parser.error(f"--seeds must be distinct and >= 0 (each is a run of its own), got {args.seeds}")
+    check_runner_arguments(parser, args)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a file; pass a folder for the seeds' runs")
 
@@ -61,32 +60,18 @@ def main() -> None:
         sys.exit(error_exit(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    pending, running, results = ([] if args.report else list(args.seeds)), {}, []
-    threads = args.threads or max(1, (os.cpu_count() or 1) // args.parallel)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            seed = pending.pop(0)
-            command = [sys.executable, str(ROOT / "train_sac.py"), "--config", args.config, "--resume", "auto",
-                       "--set", f"training.seed={seed}", "--set", f"checkpoint.name=seed{seed}",
-                       "--set", f"checkpoint.dir={out / 'checkpoints'}",
-                       "--set", f"logging.tensorboard_dir={out / 'runs'}",
-                       "--set", "logging.progress=false", *warp_share(cfg, threads),
-                       *sum((["--set", s] for s in args.set), [])]
-            log = open(out / f"seed{seed}.log", "a")
-            running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), time.time(), log)
-        for seed, (proc, start, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del running[seed]
-            if proc.returncode != 0:
-                sys.exit(f"seed {seed} failed (exit {proc.returncode}); see {out / f'seed{seed}.log'}")
-            results.append(summarise(out, seed, time.time() - start, args.target, args.target_success))
-            print(json.dumps(results[-1]), flush=True)
-        time.sleep(1)
+    results = []
+    if not args.report:
+        parallel, threads = share_machine(args.parallel, args.threads, runs=len(args.seeds), cfg=cfg)
+        runs = [Run(f"seed{seed}", args.config, seed, warp_share(cfg, threads)) for seed in args.seeds]
 
-    if args.report:
+        def finished(run: Run, seconds: float) -> None:
+            results.append(summarise(out, run.seed, seconds, args.target, args.target_success))
+            print(json.dumps(results[-1]), flush=True)
+
+        ended = train_runs(runs, out, sets=args.set, parallel=parallel, threads=threads, finished=finished)
+        ended.exit_if_short(out)
+    else:
         results = [summarise(out, seed, None, args.target, args.target_success) for seed in args.seeds]
         print("\n".join(json.dumps(r) for r in results), flush=True)
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
@@ -109,6 +94,117 @@ def main() -> None:
                       "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
 
 
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runner's options, bench/learn.py's and bench/dmc.py's alike."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--parallel", type=int,
+                        help="runs at a time (default: on a GPU every run, sharing the card; on a CPU one per core)")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads per run (default: the cores shared out among --parallel)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="for every run")
+
+
+def check_runner_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Settings the runner cannot run, refused before any run starts: a usage error naming the fix."""
+    if (args.parallel is not None and args.parallel < 1) or (args.threads is not None and args.threads < 1):
+        parser.error(f"--parallel and --threads must be >= 1, got {args.parallel} and {args.threads}")
+    if min(args.seeds) < 0 or len(set(args.seeds)) < len(args.seeds):
+        parser.error(f"--seeds must be distinct and >= 0 (each is a run of its own), got {args.seeds}")
+
+
+def share_machine(parallel: int | None, threads: int | None, *, runs: int, cfg: Config) -> tuple[int, int]:
+    """(runs at a time, torch threads each): as given, else every run at once where `cfg` trains on a GPU (they
+    share the card) and one per core on a CPU; the cores shared out among the runs at a time."""
+    cores = os.cpu_count() or 1
+    if parallel is None:
+        parallel = runs if resolve_device(cfg.training.device).type == "cuda" else cores
+    return parallel, threads or max(1, cores // max(1, min(parallel, runs)))
+
+
+@dataclass
+class Run:
+    """One `train_sac.py --resume auto` process: `name` is its checkpoint.name, so its checkpoints, its logs
+    (<out>/runs/<name>/) and its output (<out>/<name>.log); `sets`: its own settings, before the command line's."""
+    name: str
+    config: str
+    seed: int
+    sets: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Ended:
+    """How train_runs ended: the runs that failed ("name (exit N): its last error line"), and the stop signal that
+    ended them early (None: every run ran to its end)."""
+    failed: list[str]
+    stopped: int | None = None
+
+    def exit_if_short(self, out: Path) -> None:
+        """Exit with one line if the runs did not all end well: 128+signal after a stop, 1 after a failure."""
+        if self.stopped:
+            print(f"stopped by signal {self.stopped}: every run saved where it was; run the same command again to "
+                  "continue them", file=sys.stderr)
+            sys.exit(128 + self.stopped)
+        if self.failed:
+            sys.exit(f"error: {len(self.failed)} of the runs failed (their output: {out}/<run>.log): "
+                     + "; ".join(self.failed))
+
+
+POLL_S = 1.0
+
+
+def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, threads: int,
+               finished: Callable[[Run, float], None] = lambda run, seconds: None) -> Ended:
+    """Train every run, `parallel` at a time with `threads` torch threads each, `sets` (the command line's) last in
+    each; `finished(run, seconds)` as each ends well. A failed run leaves the others going. A stop signal stops
+    them all, each saving `_latest`, and returns once they have."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    pending, running, failed = list(runs), {}, []
+    with GracefulStop() as stop:
+        while (pending or running) and not stop.requested:
+            while pending and len(running) < parallel:
+                run = pending.pop(0)
+                log = open(out / f"{run.name}.log", "a")
+                # its own session: Ctrl-C reaches this process alone, which passes one SIGTERM on (two stop at once)
+                process = subprocess.Popen(command(run, out, sets), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True, preexec_fn=die_with_parent)
+                running[run.name] = (run, process, time.time(), log)
+            for name, (run, process, start, log) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                log.close()
+                del running[name]
+                if process.returncode == 0:
+                    finished(run, time.time() - start)
+                else:
+                    failed.append(f"{name} (exit {process.returncode}): {last_error(out / f'{name}.log')}")
+            if running or pending:
+                time.sleep(POLL_S)
+        for _, process, _, _ in running.values():
+            process.send_signal(signal.SIGTERM)
+        try:
+            with interrupts():  # a second signal stops the wait; the runs, their parent gone, get a second SIGTERM
+                for _, process, _, log in running.values():
+                    process.wait()
+                    log.close()
+        except Interrupted as again:
+            sys.exit(interrupted(again, "the runs were saving, and stop at once now"))
+    return Ended(failed, stop.signum)
+
+
+def command(run: Run, out: Path, sets: list[str]) -> list[str]:
+    items = [f"training.seed={run.seed}", *run.sets, f"checkpoint.name={run.name}",
+             f"checkpoint.dir={out / 'checkpoints'}", f"logging.tensorboard_dir={out / 'runs'}",
+             "logging.progress=false", *sets]
+    return [sys.executable, str(ROOT / "train_sac.py"), "--config", run.config, "--resume", "auto",
+            *(arg for item in items for arg in ("--set", item))]
+
+
+def last_error(log: Path) -> str:
+    """The run's last `error:` line (the trainer's one-line reason), else where to look."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("error:")]
+    return lines[-1].removeprefix("error: ") if lines else f"see {log}"
+
+
 def warp_share(cfg: Config, threads: int) -> list[str]:
     """The `--set` giving a seed its share of the cores as MuJoCo Warp processes, as it gets `threads` torch threads:
     with `env.backend: mujoco_warp` on the CPU and `env.warp_processes` left null (one per core, which seeds running
@@ -122,10 +218,14 @@ def warp_share(cfg: Config, threads: int) -> list[str]:
     return ["--set", f"env.warp_processes={min(threads, env.num_envs)}"]
 
 
+def logged(out: Path, name: str) -> list[dict]:
+    """The run's evaluations so far (read_rows of its eval.csv); none before its first, or before it started."""
+    path = out / "runs" / name / "eval.csv"
+    return read_rows(path) if path.exists() else []
+
+
 def read_eval(out: Path, seed: int) -> list[dict]:
-    """The seed's evaluations so far; none before its first (or before it started: `--report` early)."""
-    path = out / "runs" / f"seed{seed}" / "eval.csv"
-    return [row | {"seed": seed} for row in read_rows(path)] if path.exists() else []
+    return [row | {"seed": seed} for row in logged(out, f"seed{seed}")]
 
 
 def first_step(rows: list[dict], key: str, target: float | None) -> int | None:

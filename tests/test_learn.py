@@ -30,7 +30,7 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
         "eval every 2 episodes of 15 steps x action repeat 8")
     with Image.open(tmp_path / "learn.png") as png:
         assert png.format == "PNG"
-    resolved = (tmp_path / "seed1.log").read_text()
+    resolved = (tmp_path / "runs" / "seed1" / "config.yaml").read_text()  # the log prints it only with --verbose
     assert "warp_processes: null\n" in resolved, "the mujoco backend's runs are not handed a share of warp processes"
 
 

@@ -2,9 +2,10 @@
 `_latest` (a second signal stops at once); elsewhere they unwind to one line and exit status 128+signal.
 Once a stop is under way SIGHUP is ignored: a closed terminal sends several (its shell passes one
 on, the kernel another as the shell exits), and a hangup never means "at once". A SIGHUP ignored
-from the start (nohup) stays ignored.
+from the start (nohup) stays ignored. A child started with die_with_parent gets SIGTERM when its parent dies.
 """
 
+import ctypes
 import signal
 import sys
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Stopped(BaseException):
@@ -45,6 +47,12 @@ def _under_way() -> None:
 def _raise_stopped(signum, frame) -> None:
     _under_way()
     raise Stopped(signum)
+
+
+def die_with_parent() -> None:
+    """A child's preexec_fn: SIGTERM (a trainer saves and exits) when the process that started it dies, even by
+    SIGKILL, so no run goes on unwatched holding its lock."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def stop_at_once() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import ctypes
 import importlib.util
 import logging
 import math
@@ -34,7 +33,7 @@ from trainer.config.checks import RUN_NAME
 from trainer.config.load import SEED_LIMIT, load_config
 from trainer.config.yaml_files import read_yaml
 from trainer.process.cli import DIVERGED_STATUS, prog, run_command
-from trainer.process.signals import GracefulStop, Interrupted
+from trainer.process.signals import GracefulStop, Interrupted, die_with_parent
 
 DEFAULT_SPACE = "scripts/cloud/sweep.yaml"  # a clone's; paths are the caller's, as the trainer's are
 METRIC_COLUMNS = {"eval/return": "return", "eval/success_rate": "success"}  # eval.csv columns
@@ -42,7 +41,6 @@ METHODS = ("random", "bayes")
 POLL_S = 2.0
 HEARTBEAT_S = 30
 GRACE_PERIOD_S = 120  # a trial without a heartbeat this long belonged to a killed sweep and is queued again
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class TrialFailed(Exception):
@@ -203,11 +201,6 @@ def read_metric(eval_csv: Path, column: str) -> list[float]:
     return [float(cell) for cell in cells if cell]
 
 
-def _die_with_parent() -> None:
-    """In the trainer process: SIGTERM (save and exit) when the sweep process dies, even by SIGKILL."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class TrialRunner:
     """The objective: one trainer process per trial, its evaluations reported to Optuna as they appear."""
 
@@ -240,7 +233,7 @@ class TrialRunner:
         with open(log, "a") as output:
             # Its own session: Ctrl-C reaches the sweep alone, which passes one SIGTERM on (two would kill at once).
             process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                       start_new_session=True, preexec_fn=_die_with_parent)
+                                       start_new_session=True, preexec_fn=die_with_parent)
             values = self._follow(trial, process, run_dir / "eval.csv")
         if process.returncode == DIVERGED_STATUS:  # high learning rates are part of a search: the sweep goes on
             lines = [line for line in log.read_text().splitlines() if line.startswith("error: training diverged")]
