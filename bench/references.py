@@ -14,7 +14,7 @@ SOURCES = {
 
 # SAC-AE, CURL: as first copied here from the DrQ paper's Table 1 (ball_in_cup's were not copied).
 # DrQ, its Table 1: 100k 759, 601, 344, 901, 612, 913; 500k 868, 942, 660, 938, 921, 963 (cartpole, reacher,
-# cheetah, finger, walker, cup); reacher, cheetah and walker at 100k read 600, 361 and 634 here before.
+# cheetah, finger, walker, cup).
 # Simoun, its Table 1: 100k 851, 910, 518, 872, 869, 971; 500k 876, 979, 693, 964, 966, 970 (the same order).
 # SAC State: an empty slot (SOURCES says why), drawn and tabulated as not reported until it is filled in.
 PUBLISHED = {
