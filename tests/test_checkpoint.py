@@ -32,9 +32,10 @@ def frames(replay: dict) -> list[float]:
     return replay["frames"].flatten().tolist()
 
 
-def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0) -> Path:
+def save(directory: Path, step: int, episode: int | None, keep_replays: int = 1, keep_last: int = 0,
+         best: bool = False) -> Path:
     return checkpoint.save(directory, "run", payload(step), replay_state(step), env_step=step,
-                           episode=episode, keep_replays=keep_replays, keep_last=keep_last).latest
+                           episode=episode, best=best, keep_replays=keep_replays, keep_last=keep_last).latest
 
 
 def test_save_writes_episode_latest_and_replay_files_that_load_weights_only(tmp_path):
@@ -74,6 +75,49 @@ def test_keep_last_bounds_the_episode_files_and_reports_what_it_deleted(tmp_path
     assert sorted(p.name for p in tmp_path.glob("run_ep*.pt")) == ["run_ep2.pt", "run_ep3.pt"]
     assert sorted(saved.deleted) == ["run_ep1.pt", "run_step20.replay.pt"]
     assert [p.name for p in saved.written] == ["run_step30.replay.pt", "run_ep3.pt", "run_latest.pt"]
+
+
+def test_best_is_a_second_name_for_its_saves_payload_that_keep_last_never_prunes(tmp_path, capsys):
+    """`_best.pt` shares its save's sidecar and is written before `_latest`, whose progress names it the best. It is
+    none of keep_last's `_ep<N>` files: it stays, and once keep_replays prunes that sidecar it resumes with an empty
+    replay, as an `_ep<N>` file does."""
+    saved = checkpoint.save(tmp_path, "run", payload(10), replay_state(10), env_step=10, episode=1, best=True,
+                            keep_replays=1, keep_last=1)
+    assert [p.name for p in saved.written] == ["run_step10.replay.pt", "run_ep1.pt", "run_best.pt", "run_latest.pt"]
+    for step, episode in [(20, 2), (30, 3)]:
+        save(tmp_path, step, episode, keep_last=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_best.pt", "run_ep3.pt", "run_latest.pt",
+                                                          "run_step30.replay.pt"]
+    data, replay = checkpoint.load(tmp_path / "run_best.pt")
+    assert data["progress"]["env_step"] == 10 and replay is None
+    assert "run_step10.replay.pt was pruned (checkpoint.keep_replays)" in capsys.readouterr().err
+
+
+def test_auto_resumes_latest_or_an_episode_file_never_best(tmp_path, capsys):
+    """Where `_latest` is damaged, `_best.pt` may be the newest file that loads: --resume auto still falls back to
+    the newest `_ep<N>` only. A best resumes when named."""
+    save(tmp_path, step=10, episode=1, keep_replays=5)
+    save(tmp_path, step=20, episode=None, keep_replays=5, best=True)
+    assert checkpoint.load_newest(tmp_path, "run")[0].name == "run_latest.pt"
+    (tmp_path / "run_latest.pt").write_bytes(b"garbage")
+    path, data, _ = checkpoint.load_newest(tmp_path, "run")
+    assert path.name == "run_ep1.pt" and data["progress"]["env_step"] == 10
+    assert checkpoint.load(tmp_path / "run_best.pt")[0]["progress"]["env_step"] == 20
+
+
+@pytest.mark.parametrize("best_at, ahead", [(20, False), (30, True)])
+def test_a_best_from_ahead_of_a_resume_goes_aside_with_that_future_and_one_from_before_stays(tmp_path, best_at,
+                                                                                            ahead):
+    """`--resume _ep2.pt` of a run that went on to step 30: a `_best.pt` saved at step 30 is that future's (the
+    branch's next best would replace it), one saved at step 20 is the branch's own."""
+    for step in (10, 20, 30):
+        save(tmp_path, step, episode=step // 10, keep_replays=3, best=step == best_at)
+    best = (tmp_path / "run_best.pt").read_bytes()
+    said = checkpoint.set_aside_future(tmp_path, "run", resumed=tmp_path / "run_ep2.pt", episode=2, env_step=20)
+    [aside] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    future = {"run_ep3.pt", "run_latest.pt", "run_step30.replay.pt"} | ({"run_best.pt"} if ahead else set())
+    assert {p.name for p in aside.iterdir()} == future and f"({', '.join(sorted(future))})" in said
+    assert ((aside if ahead else tmp_path) / "run_best.pt").read_bytes() == best
 
 
 def test_load_fetches_the_checkpoint_and_its_sidecar_through_the_callback(tmp_path):
@@ -412,11 +456,14 @@ def old_format(tmp_path: Path, *, damage_payload=None, damage_replay=None) -> Pa
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda p: p.update(progress="x"), r"its progress is not \{episode, env_step, evaluation_due, next_seed\}"),
+    (lambda p: p.update(progress="x"),
+     r"its progress is not \{episode, env_step, evaluation_due, next_seed, best_return\}"),
     (lambda p: p["progress"].update(bogus=1), r"its progress is not"),
     (lambda p: p["progress"].update(episode=-5), r"progress.episode is -5, not a count"),
     (lambda p: p["progress"].update(env_step="7"), r"progress.env_step is '7', not a count"),
     (lambda p: p["progress"].update(evaluation_due=1), r"progress.evaluation_due is 1, not a bool"),
+    (lambda p: p["progress"].update(best_return=float("inf")), r"progress.best_return is inf, not a mean return"),
+    (lambda p: p["progress"].update(best_return="7"), r"progress.best_return is '7', not a mean return"),
     (lambda p: p.update(rng="x"), r"its random generators' states are not torch's and numpy's"),
     (lambda p: p["rng"].update(torch=torch.zeros(3)), r"its random generators' states"),
     (lambda p: p["rng"].update(numpy={"bit_generator": "MT19937"}), r"its random generators' states"),

@@ -19,6 +19,7 @@ from envs.make import make_eval_env
 from tests.conftest import ROOT, fill, interrupt_when_started, pause, start_until, tmpfs
 from tests.test_remote import s3  # noqa: F401  (the moto S3 server fixture)
 from tests.test_video import decoded
+from trainer.checkpoints.payload import load_weights
 from trainer.config.load import load_config
 from trainer.policy import evaluate
 from trainer.policy.trained import load_checkpoint
@@ -116,6 +117,16 @@ def test_the_evaluator_repeats_the_run_s_own_evaluation_of_a_checkpoint(pixels, 
     out = pixels.logger.dir / "evaluate"  # the default: beside the run's logs
     mean = np.mean([float(row["return"]) for row in episodes_csv(out)])
     assert abs(mean - logged["return"]) < 1e-3 and f"return {mean:.1f}" in capsys.readouterr().out
+
+
+def test_best_is_the_run_s_best_evaluation_and_the_evaluator_repeats_its_number(pixels, tmp_path):
+    """`<run>_best.pt` is the checkpoint of eval.csv's highest return (a tie keeps the earlier), evaluated as any."""
+    rows = read_rows(pixels.logger.eval_csv)
+    top = max(rows, key=lambda row: row["return"])  # the first of equals
+    best = pixels.checkpoints.directory / f"{pixels.cfg.run_name}_best.pt"
+    assert len(rows) == 2 and load_weights(best)["progress"]["env_step"] == top["env_step"]
+    assert evaluate.main([str(best), "--episodes", "2", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert abs(np.mean([float(row["return"]) for row in episodes_csv(tmp_path)]) - top["return"]) < 1e-3
 
 
 def test_a_state_checkpoint_with_success_prints_a_wilson_interval_and_several_get_the_aggregate(state, tmp_path,

@@ -2,6 +2,8 @@
 episode boundary ends with the parameters and replay of one that never stopped, and resuming with another trunk
 (other weights) or unfrozen is a one-line error, exit status 2."""
 
+from unittest.mock import ANY
+
 import torch
 
 from tests.conftest import DEFAULT_CONFIG as CONFIG
@@ -27,7 +29,8 @@ def test_a_stopped_and_resumed_frozen_run_ends_as_one_that_never_stopped(tmp_pat
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
     b, replay_b = checkpoint.load(tmp_path / "stopped" / "ckpt" / "sac_video_latest.pt")
-    assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False, "next_seed": 0}
+    assert a["progress"] == b["progress"] == {"episode": 3, "env_step": 60, "evaluation_due": False, "next_seed": 0,
+                                              "best_return": ANY}
     assert a["trunk"] == b["trunk"] and a["trunk"].startswith("simple2dcnn on 3x3x64x64")
     assert not any(key.startswith("encoder.") for key in a["agent"]["critic"]), "no trunk in the agent"
     for net in ("actor", "critic", "critic_target"):

@@ -8,11 +8,13 @@ import csv
 import dataclasses
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import gymnasium
 import numpy as np
@@ -59,7 +61,8 @@ def test_killed_and_resumed_run_ends_with_the_same_parameters_as_an_uninterrupte
 
     a, replay_a = checkpoint.load(tmp_path / "straight" / "ckpt" / "sac_video_latest.pt")
     b, replay_b = checkpoint.load(interrupted / "ckpt" / "sac_video_latest.pt")
-    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120, "evaluation_due": False, "next_seed": 0}
+    assert a["progress"] == b["progress"] == {"episode": 4, "env_step": 120, "evaluation_due": False, "next_seed": 0,
+                                              "best_return": ANY}, "the best evaluation so far resumes too"
     assert a["agent"]["updates"] == b["agent"]["updates"] > 50
     for net in ("actor", "critic", "critic_target"):
         for name, tensor in a["agent"][net].items():
@@ -118,12 +121,17 @@ def test_clock_saves_change_nothing_a_run_computes(tmp_path):
     episode returns of one that never saves by it."""
     settings = dict(seed_steps=10, episodes=6, eval_every_episodes=2, eval_episodes=2)
     ends = []
-    for minutes in (0, 0.0001):
+    for minutes in (0, 1e-9):  # due at every episode end, even right after a new best evaluation's save
         run = trainer(tmp_path / str(minutes), "inverted_pendulum_state.yaml", **settings)
         run.cfg.checkpoint.every_minutes, run.cfg.checkpoint.every_episodes = minutes, 1000
-        saves, save = [], run.save
-        run.save = lambda final_of_episode: saves.append(run.progress.episode) or save(
-            final_of_episode)
+        saves = []
+
+        def counted(final_of_episode, *, best=False, run=run, save=run.save, saves=saves):
+            if not best:  # a new best evaluation saves too, by the clock or not
+                saves.append(run.progress.episode)
+            return save(final_of_episode, best=best)
+
+        run.save = counted
         assert run.train() == 0
         folder = tmp_path / str(minutes)
         ends.append((final_state(folder / "ckpt" / f"{run.cfg.run_name}_latest.pt"),
@@ -544,6 +552,45 @@ def test_an_evaluation_stopped_at_the_last_episode_runs_once_on_resume_and_is_sa
     assert Trainer(longer, resume="auto").train() == 0
     episodes = [episode for _, episode, _ in curves(tmp_path / "runs" / run.cfg.run_name)[0]]
     assert episodes == [2, 4, 6]
+
+
+def scripted(run: Trainer, returns: list[float]) -> Trainer:
+    """`run`, its evaluations returning `returns` in turn (as mean returns, with no success rate and no frames)."""
+    left = iter(returns)
+    run.evaluate = lambda env=None: (next(left), None, [])
+    return run
+
+
+def test_best_follows_the_best_evaluation_outlives_keep_last_and_resumes_only_by_name(tmp_path, capsys):
+    """Evaluations after episodes 1 to 5 return 1, 3, 2, 3, 0: `<run>_best.pt` is episode 2's checkpoint (the tie at
+    4 keeps the earlier), saved with a line each time it changes, and keep_last=1 leaves it. --resume auto takes
+    `_latest`; --resume `_best.pt` continues episode 2 (its sidecar pruned: an empty replay, as an `_ep<N>` file
+    gets) with its best return, which the branch's evaluations must beat: 2.5 does not, 4 does."""
+    run = scripted(trainer(tmp_path, "inverted_pendulum_state.yaml", seed_steps=10, episodes=5, eval_every_episodes=1),
+                   [1.0, 3.0, 2.0, 3.0, 0.0])
+    run.cfg.checkpoint.every_episodes, run.cfg.checkpoint.keep_last = 1, 1
+    assert run.train() == 0
+    name, ckpt = run.cfg.run_name, tmp_path / "ckpt"
+    best = ckpt / f"{name}_best.pt"
+    assert re.findall(rf"{name}_best\.pt, {name}_latest\.pt \(episode (\d+), step \d+; the best evaluation so far, "
+                      r"return (\S+)\)", capsys.readouterr().out) == [("1", "1.0"), ("2", "3.0")]
+    assert sorted(p.name for p in ckpt.glob("*.pt") if not p.name.endswith(".replay.pt")) == [
+        f"{name}_best.pt", f"{name}_ep5.pt", f"{name}_latest.pt"]
+    assert {key: checkpoint.load_weights(best)["progress"][key] for key in ("episode", "best_return")} == {
+        "episode": 2, "best_return": 3.0}
+    assert checkpoint.load_weights(ckpt / f"{name}_latest.pt")["progress"]["best_return"] == 3.0
+
+    longer = dataclasses.replace(run.cfg, training=dataclasses.replace(run.cfg.training, episodes=7))
+    auto = Trainer(longer, resume="auto")
+    auto.close()
+    assert auto.progress.episode == 5
+    branch = scripted(Trainer(longer, resume=str(best)), [2.5, 4.0, 1.0, 1.0, 1.0])
+    assert (branch.progress.episode, branch.progress.best_return) == (2, 3.0)
+    assert "was pruned (checkpoint.keep_replays); resuming with an empty replay buffer" in capsys.readouterr().err
+    [aside] = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert f"{name}_ep5.pt" in os.listdir(aside) and f"{name}_best.pt" not in os.listdir(aside), "the branch's own"
+    assert branch.train() == 0
+    assert checkpoint.load_weights(best)["progress"]["episode"] == 4
 
 
 def test_a_killed_env_worker_is_one_line(tmp_path):

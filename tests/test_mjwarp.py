@@ -23,6 +23,7 @@ import threading
 import time
 import warnings
 from types import SimpleNamespace
+from unittest.mock import ANY
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
@@ -572,7 +573,8 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     assert first.returncode == 0, first.stderr
     latest = tmp_path / "ckpt" / f"{name}_latest.pt"
     saved, saved_replay = checkpoint.load(latest)
-    assert saved["progress"] == {"episode": 8, "env_step": 8 * EPISODE, "evaluation_due": False, "next_seed": WORLDS}
+    assert saved["progress"] == {"episode": 8, "env_step": 8 * EPISODE, "evaluation_due": False, "next_seed": WORLDS,
+                                 "best_return": ANY}
     assert saved["agent"]["updates"] == updates_due(8 * EPISODE) > 0
     assert saved_replay["num_transitions"] == 8 * EPISODE
     frames = saved_replay["frames"]
@@ -583,7 +585,7 @@ def test_train_sac_steps_warp_worlds_saves_and_resumes_on_fresh_episodes(tmp_pat
     assert resumed.returncode == 0, resumed.stderr
     data, replay = checkpoint.load(latest)
     assert data["progress"] == {"episode": 12, "env_step": 12 * EPISODE, "evaluation_due": False,
-                                "next_seed": 8 + WORLDS}
+                                "next_seed": 8 + WORLDS, "best_return": ANY}
     assert data["agent"]["updates"] == updates_due(12 * EPISODE)
     assert replay["num_transitions"] == 12 * EPISODE, "one stored transition per agent step"
     restart = saved_replay["count"]

@@ -184,6 +184,24 @@ def save_at(remote: RemoteDir | None, folder: Path, step: int) -> None:
         assert remote.close(timeout_s=30)
 
 
+def test_best_is_uploaded_with_its_save_and_a_best_from_ahead_of_a_resume_goes_aside_in_the_bucket_too(s3, tmp_path):
+    """A new machine (its staging folder empty) resumes `_ep2` of a run whose best is at step 30: the bucket's
+    `_best.pt`, read to know it is ahead, moves aside with the rest of that future and leaves no staged copy."""
+    url, a, b = f"{s3}/best", tmp_path / "a", tmp_path / "b"
+    on_a = machine(url, a)
+    for step in (10, 20, 30):
+        saved = checkpoint.save(a, "run", checkpoint_payload(step), replay_state(step), env_step=step,
+                                episode=step // 10, best=step == 30, keep_replays=1, keep_last=0)
+        on_a.upload(saved.written, saved.deleted)
+    assert on_a.close(timeout_s=30)
+    assert "run_best.pt" in machine(url, tmp_path / "check").listdir()
+    on_b = machine(url, b)
+    checkpoint.load(b / "run_ep2.pt", on_b.fetch)
+    said = checkpoint.set_aside_future(b, "run", on_b, resumed=b / "run_ep2.pt", episode=2, env_step=20)
+    assert "(run_best.pt, run_ep3.pt, run_latest.pt, run_step30.replay.pt)" in said
+    assert "run_best.pt" not in on_b.listdir() and not (b / "run_best.pt").exists()
+
+
 def test_a_staged_copy_is_used_only_while_it_is_the_remote_object(s3, tmp_path, capsys):
     """Two staging folders play two machines on one remote run. Every checkpoint of a run has the same size, so a
     staged `_latest` the size of the remote one may be any save: machine A must take the one B uploaded since.

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -133,7 +134,7 @@ def test_a_terminal_that_closes_under_a_background_job_loses_only_its_lines(tmp_
         trainer.kill()
     assert evaluations(tmp_path) == [1, 2, 3, 4]
     assert saved_progress(tmp_path) == {"episode": 4, "env_step": 120, "evaluation_due": False,
-                                        "next_seed": 0}
+                                        "next_seed": 0, "best_return": ANY}
 
 
 def test_a_pipe_whose_reader_exited_then_ctrl_c_saves_and_exits_130_without_a_traceback(

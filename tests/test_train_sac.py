@@ -43,10 +43,13 @@ def smoke_run(tmp_path_factory):
 def test_smoke_run_writes_episode_and_latest_checkpoints(smoke_run):
     tmp, _, result = smoke_run
     names = sorted(p.name for p in (tmp / "ckpt").iterdir())
-    assert names == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_ep2.pt", "sac_video_latest.pt",
-                     "sac_video_step100.replay.pt"]
+    assert names == [".sac_video.lock", "sac_video_best.pt", "sac_video_ep1.pt", "sac_video_ep2.pt",
+                     "sac_video_latest.pt", "sac_video_step100.replay.pt"]
     data, replay = checkpoint.load(tmp / "ckpt" / "sac_video_latest.pt")
-    assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False, "next_seed": 0}
+    with open(tmp / "runs" / "sac_video" / "eval.csv", newline="") as f:
+        best = max(float(row["return"]) for row in csv.DictReader(f))
+    assert data["progress"] == {"episode": 2, "env_step": 100, "evaluation_due": False, "next_seed": 0,
+                                "best_return": pytest.approx(best, abs=1e-3)}
     assert data["config"]["sac"]["batch_size"] == 8 and replay["count"] == 102
     assert data["agent"]["updates"] > 0
 
@@ -395,16 +398,19 @@ def test_resuming_an_older_checkpoint_by_hand_moves_the_newer_ones_aside_whole(t
     name = "inverted_pendulum_state"
     ep4 = checkpoint.load(ckpt / f"{name}_ep4.pt")[0]["progress"]
     before = contents(ckpt)
+    # the best evaluation's checkpoint too, where it came after episode 4
+    best = checkpoint.load_weights(ckpt / f"{name}_best.pt")["progress"]["env_step"] > ep4["env_step"]
     future = {n: data for n, data in before.items() if n in (f"{name}_ep6.pt", f"{name}_latest.pt")
+              or n == f"{name}_best.pt" and best
               or n.endswith(".replay.pt") and int(re.search(r"step(\d+)", n).group(1)) > ep4["env_step"]}
-    assert len(future) == 3, sorted(before)
+    assert len(future) == 3 + best, sorted(before)
 
     branch = run_cli(*args, "--set", "training.episodes=5", "--resume", str(ckpt / f"{name}_ep4.pt"))
     assert branch.returncode == 0, branch.stderr
     [aside] = [p for p in ckpt.iterdir() if p.is_dir()]
     assert aside.name.startswith(f"{name}.abandoned-") and contents(aside) == future, "moved whole"
     assert (f"{name}_ep4.pt (episode 4, step {ep4['env_step']}) is older than the newest checkpoints of run '{name}': "
-            f"this run branches off it, and the 3 newer files") in branch.stdout
+            f"this run branches off it, and the {3 + best} newer files") in branch.stdout
     assert (ckpt / f"{name}_ep4.pt").read_bytes() == before[f"{name}_ep4.pt"], "the checkpoint it resumed from"
     assert checkpoint.load(aside / f"{name}_ep6.pt")[1] is not None, "the abandoned future resumes with its replay"
     assert checkpoint.load(ckpt / f"{name}_latest.pt")[0]["progress"]["episode"] == 5
@@ -425,7 +431,7 @@ def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving
             training__eval_episodes=1)]
         run = popen_cli(*args)
         for line in run.stdout:
-            if line.startswith("saved "):  # episode 1's evaluation and checkpoint
+            if line.startswith("saved sac_video_step50.replay.pt, sac_video_ep1.pt"):  # after episode 1's best save
                 fill(disk)
                 break
         _, stderr = run.communicate(timeout=300)
@@ -434,9 +440,9 @@ def test_a_disk_that_fills_under_the_logs_stops_the_run_in_one_line_after_saving
         if checkpoints_on_it:
             assert (", and the run could not be saved either: the steps after 50 (the last checkpoint) were not "
                     "saved; cannot save sac_video_step") in stderr
-            assert sorted(p.name for p in ckpt.iterdir()) == [".sac_video.lock", "sac_video_ep1.pt",
-                                                               "sac_video_latest.pt", "sac_video_step50.replay.pt"], (
-                "no temporary file")
+            assert sorted(p.name for p in ckpt.iterdir()) == [".sac_video.lock", "sac_video_best.pt",
+                                                               "sac_video_ep1.pt", "sac_video_latest.pt",
+                                                               "sac_video_step50.replay.pt"], "no temporary file"
         else:
             assert f"; saved {ckpt / 'sac_video_latest.pt'} at step " in stderr
             assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["env_step"] > 50
@@ -531,6 +537,8 @@ def test_a_diverged_run_stops_in_one_line_and_leaves_only_checkpoints_that_load(
     assert checkpoint.load(ckpt / f"{name}_latest.pt")[1] is not None, "with its replay"
     kept = [p for p in ckpt.glob(f"{name}_ep*.pt")]
     assert len(kept) == 2 and all(checkpoint.load_weights(p) for p in kept), "keep_last's two, both good"
+    assert checkpoint.load_weights(ckpt / f"{name}_best.pt")["progress"]["episode"] <= latest["episode"], (
+        "the best evaluation was saved before it diverged, and loads")
     resumed = run_cli(*args, "--resume", "auto", *sets(training__episodes=latest["episode"] + 1))
     assert resumed.returncode == 0, resumed.stderr
 

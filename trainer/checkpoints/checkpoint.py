@@ -94,20 +94,22 @@ class Checkpoints:
         return set_aside_future(self.directory, self.name, self.remote, resumed=resumed, episode=episode,
                                 env_step=env_step)
 
-    def save(self, payload: dict, replay_state: dict, *, env_step: int, episode: int | None) -> Saved:
+    def save(self, payload: dict, replay_state: dict, *, env_step: int, episode: int | None,
+             best: bool = False) -> Saved:
         """The files of one save (`save` below), queued for the remote mirror."""
         ckpt = self.cfg.checkpoint
         saved = save(self.directory, self.name, payload, replay_state, env_step=env_step, episode=episode,
-                     keep_replays=ckpt.keep_replays, keep_last=ckpt.keep_last)
+                     best=best, keep_replays=ckpt.keep_replays, keep_last=ckpt.keep_last)
         if self.remote:
             self.remote.upload(saved.written, saved.deleted)
         return saved
 
 
 def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_step: int, episode: int | None,
-         keep_replays: int, keep_last: int) -> Saved:
-    """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), then `<name>_latest.pt`,
-    each with its checksum (a checkpoint also its sidecar's). A failed write leaves the previous files."""
+         keep_replays: int, keep_last: int, best: bool = False) -> Saved:
+    """Write the replay sidecar, then `<name>_ep<episode>.pt` (when `episode` is given), `<name>_best.pt` (when
+    `best`: a new best evaluation), then `<name>_latest.pt`, each with its checksum (a checkpoint also its
+    sidecar's). A failed write leaves the previous files."""
     bad = non_finite(payload["agent"]) or non_finite(replay_state)
     if bad:  # such a file never loads, and its pruning would delete loadable ones
         raise CheckpointError(f"refusing to save run '{name}' at step {env_step}: {bad} holds NaN or inf; "
@@ -117,9 +119,11 @@ def save(directory: Path, name: str, payload: dict, replay_state: dict, *, env_s
     replay_checksum = digest(replay_state)
     payload = seal(payload, replay_file=replay_file, replay_checksum=replay_checksum)
     latest = directory / f"{name}_latest.pt"
-    written = (
-        [directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else []) + [latest]
-    )
+    # `_best` is this save's payload under a second name, sharing its sidecar as `_ep<N>` does: one more payload
+    # (MBs), where a save of its own would write the replay (GBs) again; once keep_replays prunes that sidecar it
+    # resumes with an empty replay, as `_ep` does. Before `_latest`, whose progress names it the best.
+    written = ([directory / replay_file] + ([directory / f"{name}_ep{episode}.pt"] if episode is not None else [])
+               + ([directory / f"{name}_best.pt"] if best else []) + [latest])
     replaces_a_sidecar = written[0].exists()  # a second save at the same step, which older files may name
     atomic_save({**replay_state, "checksum": replay_checksum}, written[0])
     try:
@@ -288,6 +292,15 @@ def start_fresh(directory: Path, name: str, remote=None, *, start_over: bool) ->
     print(f"--start-over: moved {moved} files of run '{name}' into {where.rstrip('/')}/{folder}/")
 
 
+def saved_after(path: Path, env_step: int, fetch: Callable[[str], None] | None) -> bool:
+    """Whether checkpoint `path`, whose name carries no step (`_best`), was saved past `env_step`; one that does not
+    load counts as past it, so it goes aside (which deletes nothing) rather than be replaced."""
+    try:
+        return load_weights(path, fetch)["progress"]["env_step"] > env_step
+    except CheckpointError:
+        return True
+
+
 def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, episode: int,
                      env_step: int) -> str | None:
     """A resume from a checkpoint older than the run's newest saves would write over and prune them: move the files
@@ -300,10 +313,14 @@ def set_aside_future(directory: Path, name: str, remote=None, *, resumed: Path, 
             newer.append(latest)
         return newer
 
-    local = ahead(os.listdir(directory))
-    mirrored = ahead(remote.listdir()) if remote else []
+    here, there = os.listdir(directory), remote.listdir() if remote else []
+    local, mirrored = ahead(here), ahead(there)
     if not local and not mirrored:
         return None
+    best = f"{name}_best.pt"  # a best saved past `resumed` wrote a sidecar past it too, so there is a future
+    if best in here + there and saved_after(directory / best, env_step, remote.fetch if best in there else None):
+        local += [best] if (directory / best).exists() else []  # the fetch may have brought it
+        mirrored += [best] if best in there else []
     folder = move_aside(directory, remote, local=local, mirrored=mirrored, stem=f"{name}.abandoned")
     moved = sorted(set(local) | set(mirrored))
     where = (remote.url if remote else str(directory)).rstrip("/")

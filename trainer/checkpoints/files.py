@@ -151,8 +151,8 @@ def numbered(names: Iterable[str], name: str, kind: str) -> list[tuple[int, str]
 
 def run_files(names: Iterable[str], name: str) -> list[str]:
     names = list(names)
-    latest = [f"{name}_latest.pt"] if f"{name}_latest.pt" in names else []
-    return latest + [n for _, n in numbered(names, name, "ep")] + [n for _, n in numbered(names, name, "step")]
+    named = [n for n in (f"{name}_latest.pt", f"{name}_best.pt") if n in names]
+    return named + [n for _, n in numbered(names, name, "ep")] + [n for _, n in numbered(names, name, "step")]
 
 
 def upload_link(path: Path, job: int) -> Path:
@@ -162,7 +162,7 @@ def upload_link(path: Path, job: int) -> Path:
 
 def _temporaries(directory: Path, name: str) -> list[tuple[Path, int]]:
     """(path, pid) of this run's temporary files: files being written and hard links awaiting upload."""
-    file = rf"{re.escape(name)}_(?:latest|ep\d+|step\d+\.replay|probe)\.pt"
+    file = rf"{re.escape(name)}_(?:latest|best|ep\d+|step\d+\.replay|probe)\.pt"
     pattern = re.compile(rf"\.{file}\.tmp(\d+)|\.upload(\d+)-\d+-{file}")
     return [(directory / n, int(match.group(1) or match.group(2)))
             for n in os.listdir(directory) if (match := pattern.fullmatch(n))]
@@ -214,7 +214,8 @@ def prepare(directory: Path, name: str) -> TextIO:
 
 
 def candidates(names: Iterable[str], name: str) -> list[str]:
-    """Resume candidates among file names, newest first: `_latest`, then `_ep<N>` by decreasing N."""
+    """Resume candidates among file names, newest first: `_latest`, then `_ep<N>` by decreasing N; never `_best`,
+    which is older than `_latest` whenever a later evaluation did not beat it."""
     names = list(names)
     latest = f"{name}_latest.pt"
     return ([latest] if latest in names else []) + [n for _, n in reversed(numbered(names, name, "ep"))]

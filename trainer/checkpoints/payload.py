@@ -2,6 +2,7 @@
 on load (`load_weights`: `is_checkpoint`, `damage`); the agent's own state is sac's to check."""
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class Progress:
     evaluation_due: bool = False  # cut short by a stop signal: the resume runs it first
     # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
     next_seed: int = 0
+    best_return: float | None = None  # the highest mean eval return so far, which `<run>_best.pt` holds
 
 
 def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None, demos: dict | None,
@@ -39,7 +41,8 @@ def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk:
         "lineage": lineage or [],
         "config": config,
         "agent": agent_state,
-        "progress": dataclasses.asdict(progress),
+        # no best before the first evaluation: absent, as in checkpoints written before there was one
+        "progress": {key: value for key, value in dataclasses.asdict(progress).items() if value is not None},
         "trunk": trunk,
         "demos": demos,
         "learning_steps": learning_steps,
@@ -116,8 +119,11 @@ def _payload_problem(payload: dict) -> str | None:
     kinds = {f.name: type(f.default) for f in dataclasses.fields(Progress)}
     if not isinstance(progress, dict) or not set(progress) <= kinds.keys():
         return f"its progress is not {{{', '.join(kinds)}}}"
+    best = progress.get("best_return")
+    if best is not None and (type(best) is not float or not math.isfinite(best)):
+        return f"progress.best_return is {best!r}, not a mean return"
     for name, value in progress.items():
-        if type(value) is not kinds[name] or value < 0:
+        if name != "best_return" and (type(value) is not kinds[name] or value < 0):
             return f"progress.{name} is {value!r}, not a {'bool' if kinds[name] is bool else 'count'}"
     if not isinstance(rng, dict) or _rng_problem(rng):
         return "its random generators' states are not torch's and numpy's"

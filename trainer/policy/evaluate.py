@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog("trainer.policy.evaluate"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
-                        help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...), "
+                        help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a URL (s3://...), "
                              "or an exported folder")
     parser.add_argument("--episodes", type=positive, default=10, help="episodes per checkpoint (default 10)")
     parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")

@@ -44,7 +44,8 @@ MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_di
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog("trainer.policy.export"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="<run>_latest.pt or <run>_ep<N>.pt, a local file or a URL (s3://...)")
+    parser.add_argument("checkpoint", help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a "
+                        "URL (s3://...)")
     parser.add_argument("--out", required=True, help="the folder to write (new, or empty)")
     parser.add_argument("--formats", default=",".join(FORMATS), type=formats,
                         help="comma-separated, of torchscript and onnx (default both)")

@@ -228,7 +228,8 @@ class Trainer:
             self.opened.callback(camera.close)
         return env, camera
 
-    def save(self, final_of_episode: bool) -> Path:
+    def save(self, final_of_episode: bool, *, best: bool = False) -> Path:
+        """`best`: `<run>_best.pt` too, for the evaluation just run (`save_if_best`)."""
         self.check_finite()
         start = time.perf_counter()
         state = build_payload(
@@ -240,11 +241,12 @@ class Trainer:
         if final_of_episode:
             self.saved_episode = self.progress.episode
         saved = self.checkpoints.save(state, self.replay.state_dict(), env_step=self.progress.env_step,
-                                      episode=episode)
+                                      episode=episode, best=best)
         self.last_saved = (saved.latest, self.progress.episode, self.progress.env_step)
         names = ", ".join(path.name for path in saved.written)
+        why = f"; the best evaluation so far, return {self.progress.best_return:.1f}" if best else ""
         self.logger.message(
-            f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}) "
+            f"saved {names} (episode {self.progress.episode}, step {self.progress.env_step}{why}) "
             f"in {time.perf_counter() - start:.1f} s"
         )
         return saved.latest
@@ -514,7 +516,17 @@ class Trainer:
         self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames, episode=progress.episode,
                                wall_s=self.wall_seconds(), clip=evaluation[2])
         progress.evaluation_due = False  # after logging it: a save after a failed log write runs it again on resume
+        self.save_if_best(evaluation[0])
         return True
+
+    def save_if_best(self, mean_return: float) -> None:
+        """An evaluation that beats the best so far (a tie keeps the earlier) is saved now, as `<run>_best.pt` too:
+        evaluations run at episode ends, where a checkpoint resumes exactly."""
+        best = self.progress.best_return
+        if not math.isfinite(mean_return) or best is not None and mean_return <= best:  # a checkpoint holds no inf
+            return
+        self.progress.best_return = mean_return
+        self.save(final_of_episode=False, best=True)
 
     def close(self) -> None:
         """Flush logs, release the renderers and env workers, wait for pending uploads, then release the run's lock."""
