@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -72,6 +73,16 @@ VARIANTS = {  # row name -> the setting flipped; compile last, since a --minutes
 }
 
 
+def num_envs(n: int) -> dict:
+    """`n` env workers, evaluated after each round of their episodes (a multiple of num_envs, as the config asks)."""
+    return {"env.num_envs": n, "training.eval_every_episodes": n}
+
+
+# what the learning rows (smoke, warp_learn, e2e) of the small checks share, beside their number of env workers
+QUICK_LEARNING = {"training.seed_steps": 50, "sac.batch_size": 32, "env.max_episode_steps": 25,
+                  "training.eval_episodes": 2}
+TINY_LEARNING = {"training.seed_steps": 8, "sac.batch_size": 4, "env.max_episode_steps": 8, "training.eval_episodes": 1,
+                 "sac.hidden_dim": 32}
 SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a few minutes on a CPU, tiny the tests
     "full": {"batches": (128, 256, 512), "row_s": 8.0, "image_size": 84, "encoders": tuple(ENCODERS),
              "env_steps": 1200, "workers": (1, 4), "env_overrides": {}, "smoke_s": 600.0, "smoke_overrides": {},
@@ -80,40 +91,26 @@ SIZES = {  # how big each section is: full fits 20 minutes on one GPU, quick a f
              # and 3-step returns, with which cpu_bf16 reached 689 at 100k frames (3-step returns led one-step ones
              # at 12 of 13 evaluations in docs/results.md): on the H200 an update at 128 took 10.5 ms, at the
              # profile's 512 21.6 ms (docs/gpu/nvidia-h200.md), and this row is timed
-             "warp_learn_s": 540.0, "warp_learn_overrides": {"env.num_envs": 16, "training.eval_every_episodes": 16,
-                                                             "sac.batch_size": 128, "sac.nstep": 3},
+             "warp_learn_s": 540.0, "warp_learn_overrides": num_envs(16) | {"sac.batch_size": 128, "sac.nstep": 3},
              "graphs_batches": (128, 256, 512), "graphs_check": 20, "e2e_demos": 20, "e2e_minutes": 4.0,
              "e2e_overrides": {}},
     "quick": {"batches": (8, 16), "row_s": 3.0, "image_size": 64,
               "encoders": ("simple2dcnn", "simple3dcnn", "r3d18_frozen_112"),
               "env_steps": 250, "workers": (1, 2), "env_overrides": {"sac.batch_size": 16}, "smoke_s": 90.0,
-              "smoke_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 1,
-                                  "env.max_episode_steps": 25, "training.eval_every_episodes": 1,
-                                  "training.eval_episodes": 2},
+              "smoke_overrides": QUICK_LEARNING | num_envs(1),
               "warp_tasks": tuple(WARP_TASKS), "warp_worlds": (16, 64), "warp_sizes": (64,), "warp_learn_s": 120.0,
-              "warp_learn_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 4,
-                                       "env.max_episode_steps": 25, "training.eval_every_episodes": 4,
-                                       "training.eval_episodes": 2},
+              "warp_learn_overrides": QUICK_LEARNING | num_envs(4),
               "graphs_batches": (16, 32), "graphs_check": 5, "e2e_demos": 4, "e2e_minutes": 3.0,
-              "e2e_overrides": {"training.seed_steps": 50, "sac.batch_size": 32, "env.num_envs": 2,
-                                "env.max_episode_steps": 25, "training.eval_every_episodes": 2,
-                                "training.eval_episodes": 2}},
+              "e2e_overrides": QUICK_LEARNING | num_envs(2)},
     "tiny": {"batches": (4,), "row_s": 0.5, "image_size": 64, "encoders": ("simple2dcnn", "r3d18_frozen_112"),
              "env_steps": 24, "workers": (1,), "env_overrides": {"sac.batch_size": 4, "env.max_episode_steps": 8,
                                                                  "sac.hidden_dim": 32},
              # two episodes, not a wall time: the suite's check sees two evaluations however loaded the machine is
-             "smoke_s": 600.0, "smoke_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
-                                                   "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
-                                                   "training.eval_episodes": 1, "sac.hidden_dim": 32,
-                                                   "training.episodes": 2},
+             "smoke_s": 600.0, "smoke_overrides": TINY_LEARNING | num_envs(1) | {"training.episodes": 2},
              "warp_tasks": ("cartpole",), "warp_worlds": (2,), "warp_sizes": (32,), "warp_learn_s": 600.0,
-             "warp_learn_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 2,
-                                      "env.max_episode_steps": 8, "training.eval_every_episodes": 2,
-                                      "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 4},
+             "warp_learn_overrides": TINY_LEARNING | num_envs(2) | {"training.episodes": 4},
              "graphs_batches": (4,), "graphs_check": 4, "e2e_demos": 1, "e2e_minutes": 10.0,
-             "e2e_overrides": {"training.seed_steps": 8, "sac.batch_size": 4, "env.num_envs": 1,
-                               "env.max_episode_steps": 8, "training.eval_every_episodes": 1,
-                               "training.eval_episodes": 1, "sac.hidden_dim": 32, "training.episodes": 2}},
+             "e2e_overrides": TINY_LEARNING | num_envs(1) | {"training.episodes": 2}},
 }
 
 
@@ -386,7 +383,16 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
     row), which runs it or not and keeps what it returns, so a check cut short keeps the rows it finished; each row
     within the `budget`. The learning sections (smoke, warp_learn) run a row per seed of `seeds`."""
     small = size["image_size"] != SIZES["full"]["image_size"]
+    resized = {"env.image_size": size["image_size"]} if small else {}  # the size's frames, where not the full check's
     e2e_settings = e2e_settings or {}
+
+    def learning(section: str, settings: dict, target: float | None = None) -> None:
+        """A row per seed of a learning section: cartpole/swingup at `settings` under the size's own overrides."""
+        settings = settings | size[f"{section}_overrides"] | resized
+        for seed in seeds:
+            record(section, f"seed{seed}", partial(learning_row, device, budget.left(size[f"{section}_s"]),
+                                                   settings | {"training.seed": seed}, target=target))
+
     if "graphs" in sections:
         sets = [f"env.image_size={size['image_size']}"] if small else []
         for batch in size["graphs_batches"]:
@@ -395,7 +401,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                 "check": size["graphs_check"] if batch == size["graphs_batches"][-1] else 0},
                 limit_s=600, budget=budget))
     if "e2e" in sections:
-        overrides = size["e2e_overrides"] | ({"env.image_size": size["image_size"]} if small else {}) | e2e_settings
+        overrides = size["e2e_overrides"] | resized | e2e_settings
         suffix = "".join(f" {key}={value}" for key, value in e2e_settings.items())
 
         def e2e(seed: int) -> dict:  # the minutes left when the row starts, not when it is listed
@@ -408,7 +414,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
     if "updates" in sections:
         for name in size["encoders"]:
             for batch in size["batches"]:
-                settings = ENCODERS[name] | ({"env.image_size": size["image_size"]} if small else {})
+                settings = ENCODERS[name] | resized
                 record("updates", f"{name}@{batch}", partial(run_row, "update_row", {
                     "config": DMC, "device": device, "batch": batch, "seconds": size["row_s"], "settings": settings},
                     limit_s=600, budget=budget))
@@ -418,10 +424,9 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
             limit_s=600, budget=budget))
     if "variants" in sections:
         batch = size["batches"][len(size["batches"]) // 2]  # the middle batch: 256 in the full check
-        base = {"env.image_size": size["image_size"]} if small else {}
         for name, flipped in {"profile": {}, **VARIANTS}.items():
             record("variants", name, partial(variant_row, device, batch=batch, seconds=size["row_s"],
-                                             settings=base | flipped, budget=budget))
+                                             settings=resized | flipped, budget=budget))
     if "envs" in sections:
         for config in (DISHWASHING, DMC):
             for workers in size["workers"]:
@@ -430,11 +435,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                     env_row, config, device=device, workers=workers, env_steps=size["env_steps"], overrides=overrides,
                     wall_s=budget.left(3600)))
     if "smoke" in sections:
-        overrides = size["smoke_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
-        settings = {"training.eval_every_episodes": 5, "training.eval_episodes": 5, **overrides}
-        for seed in seeds:
-            record("smoke", f"seed{seed}", partial(learning_row, device, budget.left(size["smoke_s"]),
-                                                   settings | {"training.seed": seed}))
+        learning("smoke", {"training.eval_every_episodes": 5, "training.eval_episodes": 5})
     if "warp" in sections:
         for task in size["warp_tasks"]:
             for image_size in size["warp_sizes"]:
@@ -443,11 +444,7 @@ def run_sections(sections: list[str], device: str, size: dict, record, budget: B
                         "env_id": WARP_TASKS[task], "device": device, "worlds": worlds, "image_size": image_size,
                         "seconds": size["row_s"]}, limit_s=900, budget=budget))
     if "warp_learn" in sections:
-        overrides = size["warp_learn_overrides"] | ({"env.image_size": size["image_size"]} if small else {})
-        settings = {"env.backend": "mujoco_warp", "training.eval_episodes": 10, **overrides}
-        for seed in seeds:
-            record("warp_learn", f"seed{seed}", partial(learning_row, device, budget.left(size["warp_learn_s"]),
-                                                        settings | {"training.seed": seed}, target=WARP_TARGET))
+        learning("warp_learn", {"env.backend": "mujoco_warp", "training.eval_episodes": 10}, target=WARP_TARGET)
 
 
 def graphs_row(device: str, batch: int, seconds: float, sets: list[str], check: int) -> dict:
@@ -529,24 +526,24 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         row = rows.get("graphs", {}).get(f"simple2dcnn@{batch}", {})
         return f"{row['speedup']}x ({row['before']} -> {row['after']} updates/s)" if "speedup" in row else "n/a"
 
-    def dishwashing_learned() -> str:
-        shown = []
-        for seed, row in rows.get("e2e", {}).items():
-            if row.get("wall_s_to_target") is not None:
-                shown.append(f"{seed}: {row['wall_s_to_target']:.0f} s ({row['env_step_at_target']} agent steps)")
-            elif row.get("best_success") is not None:
-                shown.append(f"{seed}: not reached, best {row['best_success']:.0%} in {row['process_s']:.0f} s")
+    def per_seed(section: str, result: Callable[[dict], str | None]) -> str:
+        """Each seed's row of a learning section as `result` words it; rows it has no words for are left out."""
+        shown = [f"{seed}: {text}" for seed, row in rows.get(section, {}).items() if (text := result(row))]
         return ", ".join(shown) or "n/a"
 
-    def warp_learned() -> str:
-        shown = []
-        for seed, row in rows.get("warp_learn", {}).items():
-            if row.get("train_s_to_target") is not None:
-                shown.append(f"{seed}: {row['train_s_to_target'] / 60:.1f} min of training "
-                             f"({row['frames_to_target']} frames)")
-            elif "best_return" in row:
-                shown.append(f"{seed}: not reached, best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min")
-        return ", ".join(shown) or "n/a"
+    def dishwashing_learned(row: dict) -> str | None:
+        if row.get("wall_s_to_target") is not None:
+            return f"{row['wall_s_to_target']:.0f} s ({row['env_step_at_target']} agent steps)"
+        if row.get("best_success") is not None:
+            return f"not reached, best {row['best_success']:.0%} in {row['process_s']:.0f} s"
+        return None
+
+    def warp_learned(row: dict) -> str | None:
+        if row.get("train_s_to_target") is not None:
+            return f"{row['train_s_to_target'] / 60:.1f} min of training ({row['frames_to_target']} frames)"
+        if "best_return" in row:
+            return f"not reached, best {row['best_return']:.0f} in {row['wall_s'] / 60:.1f} min"
+        return None
 
     return [
         ("CUDA graphs against eager updates, simple2dcnn at batch 256, same card and process", ">= 4x",
@@ -554,7 +551,7 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         ("CUDA graphs against eager updates, simple2dcnn at batch 512, same card and process", ">= 3x",
          graph_speedup(512)),
         ("dishwashing_video to 80% eval success, training seconds (eval.csv's wall_s)", "<= 120",
-         dishwashing_learned()),
+         per_seed("e2e", dishwashing_learned)),
         ("R3D18 GPU utilisation while training (%)", "40-60", utilisation("r3d18")),
         ("Simple3DCNN GPU utilisation while training (%)", "20-30", utilisation("simple3dcnn")),
         ("GPU utilisation while training, Simple2DCNN (%; below 20: CPU-bound)", ">= 20", training_utilisation()),
@@ -567,7 +564,7 @@ def claims(rows: dict) -> list[tuple[str, str, str]]:
         ("faster than this machine's CPU (simple2dcnn updates/s at batch 128)", "10-50x", speedup()),
         ("MuJoCo Warp frames/s, cartpole at 64 px (on an H100)", ">= 100,000", warp_best(64)),
         (f"MuJoCo Warp pixel cartpole to return {WARP_TARGET} (on an H100)", "< 15 min",
-         warp_learned()),
+         per_seed("warp_learn", warp_learned)),
     ]
 
 

@@ -16,10 +16,13 @@ from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
+PRESET_KEYS = ("patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 PRESETS = {  # the tiny and small ones tile 84 px frames with 7 x 7 patches; base is the public checkpoint's shape
-    "tiny": dict(patch_size=12, hidden_size=96, num_hidden_layers=2, num_attention_heads=3, intermediate_size=384),
-    "small": dict(patch_size=12, hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768),
-    "base": dict(patch_size=16, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    name: dict(zip(PRESET_KEYS, sizes, strict=True)) for name, sizes in {
+        "tiny": (12, 96, 2, 3, 384),
+        "small": (12, 192, 4, 3, 768),
+        "base": (16, 768, 12, 12, 3072),
+    }.items()
 }
 PUBLIC_CHECKPOINT = "facebook/timesformer-base-finetuned-k400"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

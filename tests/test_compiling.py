@@ -27,6 +27,11 @@ def cache_env(cache: Path) -> dict:
     return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
 
 
+def train(folder: Path, cache: Path) -> subprocess.CompletedProcess:
+    """The run in `folder` to its end, compiling into (and from) the cache folder `cache`."""
+    return subprocess.run(command(folder), cwd=ROOT, env=cache_env(cache), capture_output=True, text=True, timeout=600)
+
+
 def building_kernels(group: int) -> bool:
     """Whether a C++ compiler in process group `group` is building a kernel library (`-o <cache>/../<key>.main.so`),
     the compiler itself or a compile worker's."""
@@ -55,8 +60,7 @@ def test_a_stop_signal_to_the_group_during_the_first_compile_saves_and_the_next_
     assert out.splitlines()[-1] == (
         f"stopped by signal {signum}; saved {tmp_path / 'ckpt' / LATEST}; continue with --resume auto")
 
-    resumed = subprocess.run(command(tmp_path), cwd=ROOT, env=cache_env(tmp_path / "cache"), capture_output=True,
-                             text=True, timeout=600)
+    resumed = train(tmp_path, tmp_path / "cache")
     assert resumed.returncode == 0 and resumed.stderr == "", resumed.stderr
     assert f"resumed from {tmp_path / 'ckpt' / LATEST}" in resumed.stdout and "done: 3 episodes" in resumed.stdout
 
@@ -65,16 +69,14 @@ def test_kernel_libraries_cut_short_in_the_compile_cache_are_removed_and_compile
     """Cut short by hand as a killed compiler leaves them: one shorter than a header (torch's load raised an
     ImportError, "file too short"), one a third of its length (a bus error once its code ran)."""
     cache = tmp_path / "cache"
-    first = subprocess.run(command(tmp_path / "first"), cwd=ROOT, env=cache_env(cache), capture_output=True, text=True,
-                           timeout=600)
+    first = train(tmp_path / "first", cache)
     assert first.returncode == 0, first.stderr
     short, prefix = sorted(cache.glob("*/*.main.so"))[:2]
     sizes = short.stat().st_size, prefix.stat().st_size
     short.write_bytes(short.read_bytes()[:6])
     prefix.write_bytes(prefix.read_bytes()[:sizes[1] // 3])
 
-    result = subprocess.run(command(tmp_path / "second"), cwd=ROOT, env=cache_env(cache), capture_output=True,
-                            text=True, timeout=600)
+    result = train(tmp_path / "second", cache)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert (f"removed 2 damaged kernel libraries from torch's compile cache {cache} (left by a compile that was cut "
             "short); they are compiled again") in result.stdout

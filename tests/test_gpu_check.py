@@ -12,10 +12,18 @@ from bench.gpu_check import DMC, ENCODERS, NOT_RUN, SIZES, VARIANTS, Budget, cla
 from tests.conftest import ROOT
 from trainer.config.load import load_config
 
+TINY = ["--device", "cpu", "--tiny"]  # the check at its tiny size, on this machine's CPU
+
+
+def gpu_check(*args, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python -m bench.gpu_check ARGS` from the repository root, its output captured as text."""
+    command = [sys.executable, "-m", "bench.gpu_check", *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
 
 def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    args = [*TINY, "--out", tmp_path]
+    result = gpu_check(*args, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     [report] = tmp_path.glob("*.json")
     rows = json.loads(report.read_text())["rows"]
@@ -47,7 +55,7 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
     assert "| dishwashing_video to 80% eval success, training seconds (eval.csv's wall_s) | <= 120 | seed1: not " \
         "reached, best 0% in" in markdown
 
-    again = subprocess.run([*command, "--only", "warp"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    again = gpu_check(*args, "--only", "warp", timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
     merged = json.loads(report.read_text())
     assert merged["rows"]["smoke"] == rows["smoke"] and set(merged["rows"]["warp"]) == {"cartpole@2x32"}
@@ -58,9 +66,7 @@ def test_the_tiny_check_runs_every_section_and_writes_the_report(tmp_path):
 def test_a_spent_budget_marks_every_row_not_run_instead_of_overrunning_it(tmp_path):
     """`--minutes` below the margin a stopped run needs to save: no row starts, each says why, the report is
     written, and the command ends at once (a time limit kills a command, losing the row in flight)."""
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path),
-               "--only", "updates", "smoke", "warp", "--minutes", "0.5"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = gpu_check(*TINY, "--out", tmp_path, "--only", "updates", "smoke", "warp", "--minutes", "0.5")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(next(tmp_path.glob("*.json")).read_text())["rows"]
     assert rows["smoke"] == {"seed1": NOT_RUN}
@@ -93,8 +99,7 @@ def test_the_claims_never_pass_updates_alone_off_as_training_utilisation():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a CUDA machine this command is the 20-minute check itself")
 def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cuda"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = gpu_check("--device", "cuda")
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: --device cuda but no CUDA device is available; run with --device cpu --quick")
 
@@ -104,9 +109,7 @@ def test_without_cuda_the_full_check_says_how_to_run_on_the_cpu():
 def test_a_time_budget_that_is_not_a_positive_number_is_refused_before_any_row(tmp_path, option, minutes):
     """--minutes 0 ran no row and replaced the section's saved rows (by default in docs/gpu) with "not run";
     --smoke-minutes took any float, 0 and nan included."""
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "warp", "--out",
-               str(tmp_path), option, minutes]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = gpu_check(*TINY, "--only", "warp", "--out", tmp_path, option, minutes)
     assert result.returncode == 2 and not list(tmp_path.iterdir()), result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"gpu_check.py: error: argument {option}: must be a finite number above 0, got {minutes}")
@@ -139,16 +142,15 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
     report.write_text(json.dumps({"commands": commands, "rows": {
         "updates": {"simple2dcnn@4": measured, "r3d18_frozen_112@4": NOT_RUN}, "smoke": {"seed1": smoked},
         "warp": {"cartpole@2x32": NOT_RUN}}}))
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
-               "updates", "smoke", "--missing"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    args = [*TINY, "--out", str(tmp_path), "--only", "updates", "smoke", "--missing"]
+    result = gpu_check(*args, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(report.read_text())
     assert saved["rows"]["updates"]["simple2dcnn@4"] == measured and saved["rows"]["smoke"] == {"seed1": smoked}
     assert saved["rows"]["updates"]["r3d18_frozen_112@4"]["updates_per_s"] > 0, "the row that did not run, ran"
     assert saved["rows"]["warp"] == {"cartpole@2x32": NOT_RUN}, "a section not named is left alone"
     # a section's command line names the commands that measured its rows, and no other
-    assert saved["commands"] == commands | {"updates": f"{first}; python3 -m bench.gpu_check {' '.join(command[3:])}"}
+    assert saved["commands"] == commands | {"updates": f"{first}; python3 -m bench.gpu_check {' '.join(args)}"}
     assert result.stdout.count("updates ") == 1 and "smoke" not in result.stdout, result.stdout
 
 
@@ -160,9 +162,8 @@ def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
     report = tmp_path / f"{slug(report_name('cpu', 'tiny'))}.json"
     first = {"wall_s": 256.0, "evals": [], "best_return": 772.6, "train_s_to_target": 239.7, "frames_to_target": 144000}
     report.write_text(json.dumps({"commands": {"warp_learn": "earlier"}, "rows": {"warp_learn": {"seed1": first}}}))
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--only",
-               "warp_learn", "--seeds", "1", "7", "8", "--missing"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = gpu_check(*TINY, "--out", tmp_path, "--only", "warp_learn", "--seeds", "1", "7", "8", "--missing",
+                       timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(report.read_text())["rows"]
     seven, eight = rows["warp_learn"]["seed7"], rows["warp_learn"]["seed8"]
@@ -178,9 +179,7 @@ def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
 
 @pytest.mark.parametrize("value", ["-1", "1073741824", "x"])
 def test_a_seed_the_trainer_would_refuse_is_a_usage_error_before_any_row(tmp_path, value):
-    command = [sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "smoke", "--out",
-               str(tmp_path), "--seeds", value]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = gpu_check(*TINY, "--only", "smoke", "--out", tmp_path, "--seeds", value)
     assert result.returncode == 2 and not list(tmp_path.iterdir()), result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("gpu_check.py: error: argument --seeds: ")
 
@@ -191,6 +190,5 @@ def test_e2e_candidate_settings_reach_the_runs_and_name_their_rows():
     run_sections(["e2e"], "cpu", SIZES["tiny"], lambda section, name, measure: listed.setdefault(name, measure),
                  Budget(None), [1, 2], {"training.autocast": "true"})
     assert list(listed) == ["seed1 training.autocast=true", "seed2 training.autocast=true"]
-    result = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--tiny", "--only", "e2e",
-                             "--e2e-set", "training.autocast"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = gpu_check(*TINY, "--only", "e2e", "--e2e-set", "training.autocast")
     assert result.returncode == 2 and "expected KEY=VALUE" in result.stderr.strip().splitlines()[-1], result.stderr

@@ -49,10 +49,20 @@ def dataset(tmp_path_factory):
     return path
 
 
-def pretrain_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, *args,
-               *(arg for item in SETS for arg in ("--set", item))]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+def set_args(items) -> list[str]:
+    """`--set ITEM` for each item, as the commands take their overrides."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def pretrain_command(*args) -> list[str]:
+    return [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, *map(str, args), *set_args(SETS)]
+
+
+def pretrain_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(pretrain_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+QUICK = ["--epochs", "1", "--batch-size", "8", "--head-hidden", HIDDEN]  # one epoch of batches of 8, head width HIDDEN
 
 
 def frozen_config(weights, *overrides: str):
@@ -60,12 +70,21 @@ def frozen_config(weights, *overrides: str):
                                "encoder.video.freeze=true", *overrides])
 
 
+def frozen_run(weights, tmp_path, resume=None, *overrides: str) -> Trainer:
+    """A few steps of configs/dishwashing_video_frozen.yaml on `weights`, saved to tmp_path/ckpt."""
+    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [*overrides,
+        *SETS, f"encoder.video.weights={weights}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
+        "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
+        "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
+        f"checkpoint.dir={tmp_path / 'ckpt'}"])
+    return Trainer(cfg, resume=resume)
+
+
 @pytest.fixture(scope="module")
 def pretrained(dataset, tmp_path_factory):
     """The command's weights file (head width HIDDEN) and its output."""
     out = tmp_path_factory.mktemp("weights") / "pretrained" / "encoder.pt"
-    done = pretrain_cli("--data", str(dataset), "--out", str(out), "--epochs", "1", "--batch-size", "8",
-                        "--head-hidden", str(HIDDEN))
+    done = pretrain_cli("--data", dataset, "--out", out, *QUICK)
     assert done.returncode == 0, done.stderr
     return out, done.stdout
 
@@ -176,12 +195,7 @@ def test_a_state_estimate_from_a_file_without_a_readout_is_a_one_line_error(pret
 
 def test_a_trainer_on_the_frozen_config_stores_the_projections_features(pretrained, tmp_path):
     out, _ = pretrained
-    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [
-        *SETS, f"encoder.video.weights={out}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
-        "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
-        "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
-        f"checkpoint.dir={tmp_path / 'ckpt'}"])
-    run = Trainer(cfg)
+    run = frozen_run(out, tmp_path)
     try:
         run.run(8)
         assert run.trunk.repr_dim == HIDDEN and run.agent.critic.trunk[0].in_features == HIDDEN
@@ -274,8 +288,7 @@ def test_the_invariance_weight_pulls_the_estimates_of_one_step_in_two_scenes_tog
 
 def test_pretraining_on_views_reports_the_scene_gap_of_every_part_of_the_state(viewed, tmp_path):
     out = tmp_path / "encoder.pt"
-    done = pretrain_cli("--data", str(viewed), "--out", str(out), "--epochs", "1", "--batch-size", "8",
-                        "--head-hidden", str(HIDDEN), *(arg for item in RANDOMIZED for arg in ("--set", item)))
+    done = pretrain_cli("--data", viewed, "--out", out, *QUICK, *set_args(RANDOMIZED))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.with_suffix(".json").read_text())
     assert (report["views"], report["invariance"]) == (1, 1.0) and "scene gap" in done.stdout
@@ -299,8 +312,8 @@ def test_pretraining_on_views_reports_the_scene_gap_of_every_part_of_the_state(v
 ])
 def test_scene_pairs_the_datasets_cannot_give_are_one_line_errors(dataset, viewed, tmp_path, data, args, message):
     paths = {"dataset": str(dataset), "viewed": str(viewed)}
-    done = pretrain_cli("--data", *(paths[name] for name in data), "--out", str(tmp_path / "encoder.pt"), *args,
-                        *(arg for item in RANDOMIZED for arg in ("--set", item)))
+    done = pretrain_cli("--data", *(paths[name] for name in data), "--out", tmp_path / "encoder.pt", *args,
+                        *set_args(RANDOMIZED))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert message.format(**paths) in done.stderr and not (tmp_path / "encoder.pt").exists()
 
@@ -426,16 +439,6 @@ def test_a_weights_file_with_a_flipped_byte_fails_its_checksum(pretrained, tmp_p
     assert "\n" not in str(err.value)
 
 
-def frozen_run(weights, tmp_path, resume=None, *overrides: str) -> Trainer:
-    """A few steps of configs/dishwashing_video_frozen.yaml on `weights`, saved to tmp_path/ckpt."""
-    cfg = load_config(ROOT / "configs" / "dishwashing_video_frozen.yaml", [*overrides,
-        *SETS, f"encoder.video.weights={weights}", "sac.hidden_dim=32", "sac.batch_size=8", "sac.buffer_size=200",
-        "training.seed_steps=5", "training.eval_every_episodes=0", "logging.eval_video=false",
-        "logging.progress=false", f"logging.tensorboard_dir={tmp_path / 'runs'}",
-        f"checkpoint.dir={tmp_path / 'ckpt'}"])
-    return Trainer(cfg, resume=resume)
-
-
 def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(dataset, pretrained, tmp_path):
     """Pretraining again to the fixed --out the config suggests replaced the file silently, and the frozen run trained
     on it could never resume (its stored features were the old trunk's). Now refused; --replace keeps the old file."""
@@ -449,8 +452,7 @@ def test_pretraining_again_to_the_weights_of_a_frozen_run_never_strands_the_run(
     run.save(final_of_episode=False)
     run.close()
 
-    again = ["--data", str(dataset), "--out", str(out), "--epochs", "1", "--batch-size", "8", "--head-hidden",
-             str(HIDDEN), "--set", "training.seed=2"]  # not the default seed: other weights
+    again = ["--data", dataset, "--out", out, *QUICK, "--set", "training.seed=2"]  # not the default seed: other weights
     refused = pretrain_cli(*again)
     assert refused.returncode == 2 and refused.stderr == (
         f"error: --out {out} already exists, and runs trained frozen on it resume only with that exact file; pass "
@@ -511,7 +513,7 @@ def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(dataset, p
     shutil.copy(pretrained[0], mismatched)
     mismatched.with_suffix(".json").write_text('{"labels": {"mean": [0.0, 1.0], "std": [1.0, 1.0]}}')
     base = ["--config", VIDEO, "--data", str(dataset), "--out", str(tmp_path / "out.pt"), "--epochs", "0.1",
-            *(arg for item in SETS for arg in ("--set", item))]
+            *set_args(SETS)]
     for args, message in (
             (["--init", str(bare)], f"--init {bare} is not an encoder weights file with its readout and its report "
                                     f"({tmp_path / 'bare.json'}) beside it; pass a file "
@@ -551,8 +553,7 @@ def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(dataset
     def main(weights, *args) -> int:
         capsys.readouterr()
         return module.main(["--config", str(ROOT / "configs" / "dishwashing_video_frozen.yaml"), "--weights",
-                            str(weights), "--scenes", "fixed", "--episodes", "1", *args,
-                            *(arg for item in SETS for arg in ("--set", item))])
+                            str(weights), "--scenes", "fixed", "--episodes", "1", *args, *set_args(SETS)])
 
     def measured(weights, *args) -> str:
         assert main(weights, *args) == 0
@@ -573,9 +574,7 @@ def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(d
     """Ctrl-C in trainer.tools.pretrain was a KeyboardInterrupt traceback."""
     out = tmp_path / "encoder.pt"
     shutil.copy(pretrained[0], out)
-    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, "--data", str(dataset),
-               "--out", str(out),
-               "--replace", "--epochs", "1000", "--batch-size", "8", *(arg for item in SETS for arg in ("--set", item))]
+    command = pretrain_command("--data", dataset, "--out", out, "--replace", "--epochs", "1000", "--batch-size", "8")
     status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"pretraining:")
     assert status == 130 and "Traceback" not in stderr, stderr
     assert stderr.strip().splitlines()[-1] == (  # its own line: the bar has ended before it
@@ -587,9 +586,8 @@ def test_pretraining_stopped_by_ctrl_c_is_one_line_and_leaves_the_earlier_file(d
 def test_pretraining_into_a_weights_file_another_pretraining_is_writing_refuses_in_one_line(dataset, tmp_path):
     """Both trained (a command run twice), and the one that finished last silently replaced the other's file."""
     out = tmp_path / "pretrained" / "encoder.pt"
-    args = ["--data", str(dataset), "--out", str(out), "--batch-size", "8", "--head-hidden", str(HIDDEN)]
-    command = [sys.executable, "-m", "trainer.tools.pretrain", "--config", VIDEO, *args, "--epochs", "1000",
-               *(arg for item in SETS for arg in ("--set", item))]
+    args = ["--data", dataset, "--out", out, "--batch-size", "8", "--head-hidden", HIDDEN]
+    command = pretrain_command(*args, "--epochs", "1000")
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lock(out.with_name(".encoder.pt.lock"), first)

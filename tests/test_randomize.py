@@ -91,19 +91,18 @@ def test_every_range_is_honoured_and_used_and_held_out_scales_them(heldout):
     reached = {key: 0.0 for key in ("color", "tilt", "gain", "ambient", "pos", "rot", "fov")}
     for seed in range(60):
         env.reset(seed=seed)
-        color = np.abs(m.mat_rgba[plate, :3] - base["mat_rgba"][plate, :3]).max()
-        tilt = angle(m.light_dir[0], base["light_dir"][0])
-        gain = abs(m.light_diffuse[0, 0] / base["light_diffuse"][0, 0] - 1)
-        ambient = abs(m.vis.headlight.ambient[0] - base["ambient"][0])
-        pos = np.abs(m.cam_pos[cam] - base["cam_pos"]).max()
-        rot = quat_angle(m.cam_quat[cam], base["cam_quat"])
-        fov = abs(m.cam_fovy[cam] - base["cam_fovy"])
-        values = dict(color=color, tilt=tilt, gain=gain, ambient=ambient, pos=pos, rot=rot, fov=fov)
-        limits = dict(color=r.color, tilt=r.light_tilt_deg, gain=r.light_intensity, ambient=r.ambient,
-                      pos=r.camera_pos, rot=r.camera_rot_deg, fov=r.camera_fov_deg)
-        for key, value in values.items():
-            assert value <= limits[key] * s + 1e-6, (key, seed, value)
-            reached[key] = max(reached[key], value / limits[key])
+        drawn = {  # how far each value is from the scene's own, beside the range that bounds it
+            "color": (np.abs(m.mat_rgba[plate, :3] - base["mat_rgba"][plate, :3]).max(), r.color),
+            "tilt": (angle(m.light_dir[0], base["light_dir"][0]), r.light_tilt_deg),
+            "gain": (abs(m.light_diffuse[0, 0] / base["light_diffuse"][0, 0] - 1), r.light_intensity),
+            "ambient": (abs(m.vis.headlight.ambient[0] - base["ambient"][0]), r.ambient),
+            "pos": (np.abs(m.cam_pos[cam] - base["cam_pos"]).max(), r.camera_pos),
+            "rot": (quat_angle(m.cam_quat[cam], base["cam_quat"]), r.camera_rot_deg),
+            "fov": (abs(m.cam_fovy[cam] - base["cam_fovy"]), r.camera_fov_deg),
+        }
+        for key, (value, limit) in drawn.items():
+            assert value <= limit * s + 1e-6, (key, seed, value)
+            reached[key] = max(reached[key], value / limit)
         assert np.array_equal(m.mat_rgba[others], base["mat_rgba"][others]), "unselected parts keep their colour"
         assert scene.scene_seed == seed + (HELDOUT if heldout else 0)
     assert all(value > 0.5 * s for value in reached.values()), reached

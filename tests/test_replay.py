@@ -14,6 +14,14 @@ from trainer.process.cli import explain
 
 T = 3
 GAMMA = 0.9
+PIXELS = dict(frame_shape=(3, 84, 84), frame_dtype=np.uint8)  # 84px RGB frames, as the pixel envs render them
+
+
+def buffer(capacity: int = 37, *, seed: int = 0, **kw) -> ReplayBuffer:
+    """The ring the tests share: one-number frames (fill numbers them), 2-d actions, stacks of T, discount GAMMA;
+    `kw` changes any of these or adds num_envs, nstep, frames_on."""
+    kw = dict(frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T) | kw
+    return ReplayBuffer(capacity=capacity, seed=seed, discount=GAMMA, **kw)
 
 
 def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
@@ -69,8 +77,7 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = F
 
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparound(num_envs):
-    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
-                          seed=0, discount=GAMMA, num_envs=num_envs)
+    replay = buffer(37 * num_envs, num_envs=num_envs)
     reference = fill_envs(replay, steps=200)
     assert replay.count > 3 * replay.capacity, "the ring must have wrapped for this test to mean anything"
     oldest = (replay.count - replay.capacity) * num_envs
@@ -102,8 +109,7 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
     """The naive n-step return: follow the episode step by step from the sampled transition, at most n steps, never past
     a termination, the episode's last frame or the newest frame written."""
     nstep = 3
-    replay = ReplayBuffer(capacity=37 * num_envs, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T,
-                          seed=0, discount=GAMMA, num_envs=num_envs, nstep=nstep)
+    replay = buffer(37 * num_envs, num_envs=num_envs, nstep=nstep)
     reference = fill_envs(replay, steps=200)
     # a transition is known by its obs's newest frame
     by_obs = {stack[-1]: key for key, (_, stack, *_) in reference.items()}
@@ -135,27 +141,22 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
 
 
 def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
-    kwargs = dict(
-        capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4, discount=GAMMA,
-        num_envs=2, nstep=3,
-    )
-    host, on_device = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    kwargs = dict(capacity=60, seed=4, num_envs=2, nstep=3)
+    host, on_device = buffer(**kwargs), buffer(**kwargs, frames_on=torch.device("cpu"))
     assert isinstance(on_device.frames, torch.Tensor) and isinstance(host.frames, np.ndarray)
     fill_envs(host, steps=80)
     fill_envs(on_device, steps=80)
     for _ in range(5):
         a, b = host.sample(16), on_device.sample(16)
         assert all(torch.equal(a[k], b[k]) for k in a)
-    restored = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    restored = buffer(**kwargs, frames_on=torch.device("cpu"))
     restored.load_state_dict(host.state_dict())
     assert torch.equal(restored.sample(16)["obs"], host.sample(16)["obs"]), "a host checkpoint loads into device frames"
 
 
 def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
-    kwargs = dict(capacity=60, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=4,
-                  discount=GAMMA, num_envs=2)
-    reference, host = ReplayBuffer(**kwargs), ReplayBuffer(**kwargs)
-    on_device = ReplayBuffer(**kwargs, frames_on=torch.device("cpu"))
+    kwargs = dict(capacity=60, seed=4, num_envs=2)
+    reference, host, on_device = buffer(**kwargs), buffer(**kwargs), buffer(**kwargs, frames_on=torch.device("cpu"))
     fill_envs(reference, steps=80)
     fill_envs(host, steps=80, tensors=True)
     fill_envs(on_device, steps=80, tensors=True)
@@ -164,8 +165,7 @@ def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_devi
 
 
 def test_reset_frames_are_not_transitions():
-    replay = ReplayBuffer(capacity=100, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
-                          discount=GAMMA)
+    replay = buffer(100)
     for _ in range(5):
         replay.add_first(np.zeros((T, 1)))
     assert len(replay) == 0
@@ -175,8 +175,7 @@ def test_reset_frames_are_not_transitions():
 
 @pytest.mark.parametrize("nstep", [1, 2])
 def test_state_vectors_are_stored_without_a_stack_axis(nstep):
-    replay = ReplayBuffer(capacity=50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
-                          seed=0, discount=GAMMA, nstep=nstep)
+    replay = buffer(50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None, nstep=nstep)
     replay.add_first(np.full(4, 0.0, np.float32))
     for step in range(1, 20):
         replay.add(np.array([step], np.float32), float(step), step == 19, np.full(4, step, np.float32))
@@ -191,8 +190,7 @@ def test_state_vectors_are_stored_without_a_stack_axis(nstep):
 
 
 def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacked_storage():
-    replay = ReplayBuffer(capacity=1000, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=6, frame_stack=T,
-                          seed=0, discount=GAMMA, num_envs=2)
+    replay = buffer(1000, **PIXELS, action_dim=6, num_envs=2)
     frame_bytes = 3 * 84 * 84
     assert replay.bytes_per_slot <= 22 * 1024
     assert 2 * T * frame_bytes / replay.bytes_per_slot > 5.9
@@ -203,22 +201,19 @@ def test_the_host_memory_check_counts_what_a_slot_allocates(action_dim):
     """The trainer refuses a replay too large for the RAM from host_bytes_per_slot, before allocating: it must match
     the arrays the buffer then allocates, with frames on the host or on a device."""
     for frames_on in (None, torch.device("cpu")):
-        replay = ReplayBuffer(capacity=100, frame_shape=(3, 84, 84), frame_dtype=np.uint8, action_dim=action_dim,
-                              frame_stack=T, seed=0, discount=GAMMA, frames_on=frames_on)
+        replay = buffer(100, **PIXELS, action_dim=action_dim, frames_on=frames_on)
         on_host = replay.bytes_per_slot - (0 if frames_on is None else 3 * 84 * 84)
         assert host_bytes_per_slot((3, 84, 84), np.uint8, action_dim, frames_on is None) == on_host
 
 
 def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_samples():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=3,
-                          discount=GAMMA)
+    replay = buffer(seed=3)
     fill(replay, episodes=12)
-    buffer = io.BytesIO()
-    torch.save(replay.state_dict(), buffer)
-    buffer.seek(0)
-    restored = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=99,
-                            discount=GAMMA)
-    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    saved = io.BytesIO()
+    torch.save(replay.state_dict(), saved)
+    saved.seek(0)
+    restored = buffer(seed=99)
+    restored.load_state_dict(torch.load(saved, weights_only=True))
     for _ in range(3):
         a, b = replay.sample(8), restored.sample(8)
         assert all(torch.equal(a[k], b[k]) for k in a)
@@ -230,21 +225,17 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
 def test_a_ring_too_short_for_a_stack_is_a_clear_error_whose_fix_fits():
     """Two rings of 4 slots hold no stack of 3 and its next frame; the size the message asks for builds."""
     with pytest.raises(UserError) as err:
-        ReplayBuffer(capacity=8, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
-                     discount=GAMMA, num_envs=2)
+        buffer(8, num_envs=2)
     message = explain(err.value)
     assert f"sac.buffer_size=8 leaves 4 slots per env; raise it to {2 * (T + 2)} or more, or lower env.num_envs" in (
         message)
-    ReplayBuffer(capacity=2 * (T + 2), frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
-                 discount=GAMMA, num_envs=2)
+    buffer(2 * (T + 2), num_envs=2)
 
 
 def test_restoring_into_a_different_capacity_is_a_clear_error():
-    replay = ReplayBuffer(capacity=37, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
-                          discount=GAMMA)
+    replay = buffer()
     fill(replay, episodes=3)
-    other = ReplayBuffer(capacity=40, frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T, seed=0,
-                         discount=GAMMA)
+    other = buffer(40)
     with pytest.raises(UserError) as err:
         other.load_state_dict(replay.state_dict())
     assert "sac.buffer_size" in explain(err.value)

@@ -36,12 +36,23 @@ def test_parameters_are_drawn_from_the_distributions_wandb_maps_them_to(name):
         assert trial.distributions[key]._contains(trial.distributions[key].to_internal_repr(value))
 
 
+def set_args(items) -> list[str]:
+    """`--set ITEM` for each item, as the command takes its overrides."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def sweep_command(*args) -> list[str]:
+    return [sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, *map(str, args)]
+
+
+def run_sweep(*args, timeout: float | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_command(*args), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
 def sweep(out) -> subprocess.Popen:
-    sets = [arg for item in TINY_TRIAL for arg in ("--set", item)]
-    return subprocess.Popen([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG,
-                             "--space", str(out.parent / "space.yaml"), "--trials", "3", "--study", "tiny",
-                             "--out", str(out), *sets],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = sweep_command("--space", out.parent / "space.yaml", "--trials", "3", "--study", "tiny", "--out", out,
+                            *set_args(TINY_TRIAL))
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_three_tiny_trials_run_stop_mid_trial_and_continue_from_storage(tmp_path):
@@ -117,8 +128,7 @@ def test_bad_sweep_file_is_a_one_line_error_before_any_trial(tmp_path, space, ex
 
 def sweep_cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """One trial of CONFIG into tmp_path/out, with `args` after (the last of a flag given twice counts)."""
-    return subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--trials", "1",
-                           "--out", str(tmp_path / "out"), *args], cwd=ROOT, capture_output=True, text=True)
+    return run_sweep("--trials", "1", "--out", tmp_path / "out", *args)
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -154,7 +164,7 @@ def test_a_sweep_whose_study_db_was_deleted_refuses_to_continue_another_trials_r
     """With study.db deleted and the trials' checkpoints kept, the new trial 0 (other settings) resumed the old trial
     0's finished run, and the table reported that run's return for the new settings."""
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
-    tiny = [arg for item in [*TINY_TRIAL, "training.episodes=1"] for arg in ("--set", item)]  # 125 agent steps
+    tiny = set_args([*TINY_TRIAL, "training.episodes=1"])  # 125 agent steps
     first = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"), "--study", "tiny", *tiny)
     assert first.returncode == 0, first.stderr
     checkpoints = tmp_path / "out" / "checkpoints"
@@ -186,10 +196,8 @@ def test_a_trial_that_diverges_is_pruned_and_the_sweep_goes_on(tmp_path):
              "parameters": {"sac.lr": {"value": 1.0}, "sac.alpha_lr": {"value": 1.0}}}
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
     absurd = ["sac.updates_per_step=20", "sac.discount=1", "sac.batch_size=8", "training.seed_steps=10"]
-    sets = [arg for item in [*TINY_TRIAL, *absurd] for arg in ("--set", item)]
-    done = subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--space",
-                           str(tmp_path / "space.yaml"), "--trials", "2", "--study", "tiny", "--out",
-                           str(tmp_path / "sweep"), *sets], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_sweep("--space", tmp_path / "space.yaml", "--trials", "2", "--study", "tiny", "--out",
+                     tmp_path / "sweep", *set_args([*TINY_TRIAL, *absurd]), timeout=600)
     assert done.returncode == 0, done.stderr
     for number in (0, 1):
         assert f"trial {number} (tiny_t{number}) pruned: training diverged by step " in done.stdout, done.stdout
@@ -207,9 +215,8 @@ def test_a_trial_whose_run_another_process_holds_stops_the_sweep_in_one_line(tmp
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        done = subprocess.run([sys.executable, "-m", "trainer.tools.sweep", "--config", CONFIG, "--space",
-                               str(tmp_path / "space.yaml"), "--trials", "1", "--study", "tiny", "--out", str(out)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        done = run_sweep("--space", tmp_path / "space.yaml", "--trials", "1", "--study", "tiny", "--out", out,
+                         timeout=300)
     finally:
         holder.communicate("")
     assert done.returncode == 2, done.stderr
