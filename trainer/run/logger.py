@@ -92,17 +92,16 @@ class Logger:
         self.heldout_csv = self.dir / "eval_heldout.csv"
         self.eval_rows = self._kept_rows(start_step)
         self.heldout_rows = self._kept_rows(start_step, self.heldout_csv)
-        self.episodes_csv = self.dir / "episodes.csv"
-        episode_rows = self._kept_rows(start_step, self.episodes_csv, EPISODE_COLUMNS)
-        for path, rows, columns in ((self.eval_csv, self.eval_rows, EVAL_COLUMNS),
-                                    (self.heldout_csv, self.heldout_rows, EVAL_COLUMNS),
-                                    (self.episodes_csv, episode_rows, EPISODE_COLUMNS)):
-            if path.exists() or path == self.episodes_csv:  # a resume: without the rows past its checkpoint
+        for path, rows in ((self.eval_csv, self.eval_rows), (self.heldout_csv, self.heldout_rows)):
+            if path.exists():  # a resume: without the rows past its checkpoint
                 with self.writing(path):
-                    self._write_csv(path, rows, columns)
-        # appended, a row per episode: rewriting it whole would cost a long run more with every episode. A row cut
-        # short (a power cut) is dropped by the next resume, with the rows past its checkpoint
+                    self._write_csv(path, rows)
+        # appended, a row per episode: rewriting it whole would cost a long run more with every episode. Once here,
+        # without the rows past the checkpoint and any row a power cut left short (a fresh start: the header alone)
+        self.episodes_csv = self.dir / "episodes.csv"
+        kept = self._kept_rows(start_step, self.episodes_csv, EPISODE_COLUMNS)
         with self.writing(self.episodes_csv):
+            self._write_csv(self.episodes_csv, kept, EPISODE_COLUMNS)
             self.episode_log = open(self.episodes_csv, "a", newline="")
         # no tqdm ETA: it extrapolates from recent episodes, seed episodes included, which run many times faster
         # than those with updates; the trainer's `eta` counts from the first update
