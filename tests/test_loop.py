@@ -121,15 +121,14 @@ def test_clock_saves_change_nothing_a_run_computes(tmp_path):
     episode returns of one that never saves by it."""
     settings = dict(seed_steps=10, episodes=6, eval_every_episodes=2, eval_episodes=2)
     ends = []
-    for minutes in (0, 1e-9):  # due at every episode end, even right after a new best evaluation's save
+    for minutes in (0, 1e-9):  # due at every episode end, new best evaluations' ends included
         run = trainer(tmp_path / str(minutes), "inverted_pendulum_state.yaml", **settings)
         run.cfg.checkpoint.every_minutes, run.cfg.checkpoint.every_episodes = minutes, 1000
         saves = []
 
-        def counted(final_of_episode, *, best=False, run=run, save=run.save, saves=saves):
-            if not best:  # a new best evaluation saves too, by the clock or not
-                saves.append(run.progress.episode)
-            return save(final_of_episode, best=best)
+        def counted(final_of_episode, *, run=run, save=run.save, saves=saves):
+            saves.append((run.progress.episode, run.best_due))
+            return save(final_of_episode)
 
         run.save = counted
         assert run.train() == 0
@@ -137,8 +136,10 @@ def test_clock_saves_change_nothing_a_run_computes(tmp_path):
         ends.append((final_state(folder / "ckpt" / f"{run.cfg.run_name}_latest.pt"),
                      curves(folder / "runs" / run.cfg.run_name), saves))
     (off, off_curves, off_saves), (clock, clock_curves, clock_saves) = ends
-    assert off_saves == [6], "the end's save only"
-    assert clock_saves == [1, 2, 3, 4, 5, 6], "one at every episode end"
+    assert (2, True) in off_saves, "the first evaluation is a new best, saved at its episode end"
+    assert all(best or episode == 6 for episode, best in off_saves) and off_saves[-1][0] == 6, (
+        "new bests and the end's save only")
+    assert [episode for episode, _ in clock_saves] == [1, 2, 3, 4, 5, 6], "one at every episode end, never two"
     assert_same_state(off, clock)
     assert off_curves == clock_curves
 
@@ -572,8 +573,11 @@ def test_best_follows_the_best_evaluation_outlives_keep_last_and_resumes_only_by
     assert run.train() == 0
     name, ckpt = run.cfg.run_name, tmp_path / "ckpt"
     best = ckpt / f"{name}_best.pt"
+    out = capsys.readouterr().out
     assert re.findall(rf"{name}_best\.pt, {name}_latest\.pt \(episode (\d+), step \d+; the best evaluation so far, "
-                      r"return (\S+)\)", capsys.readouterr().out) == [("1", "1.0"), ("2", "3.0")]
+                      r"return (\S+)\)", out) == [("1", "1.0"), ("2", "3.0")]
+    assert re.findall(r"^saved .*\(episode (\d+), step", out, re.M) == ["1", "2", "3", "4", "5"], (
+        "one save per episode end, a new best's included")
     assert sorted(p.name for p in ckpt.glob("*.pt") if not p.name.endswith(".replay.pt")) == [
         f"{name}_best.pt", f"{name}_ep5.pt", f"{name}_latest.pt"]
     assert {key: checkpoint.load_weights(best)["progress"][key] for key in ("episode", "best_return")} == {

@@ -173,8 +173,8 @@ def test_a_sweep_whose_study_db_was_deleted_refuses_to_continue_another_trials_r
     again = sweep_cli(tmp_path, "--space", str(tmp_path / "space.yaml"), "--study", "tiny", *tiny, "--seed", "1")
     assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr
     assert again.stderr.strip().splitlines()[-1] == (
-        f"error: trial 0's run tiny_t0 already has checkpoints in {checkpoints} (tiny_t0_latest.pt, tiny_t0_ep1.pt, "
-        f"tiny_t0_step125.replay.pt) that {tmp_path / 'out' / 'study.db'} does not know: they are a trial of another "
+        f"error: trial 0's run tiny_t0 already has checkpoints in {checkpoints} (tiny_t0_latest.pt, tiny_t0_best.pt, "
+        f"tiny_t0_ep1.pt) that {tmp_path / 'out' / 'study.db'} does not know: they are a trial of another "
         "study, trained with other settings; restore that study.db, or pass another --out or --study")
     assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == before
 

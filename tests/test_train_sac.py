@@ -213,7 +213,7 @@ def test_start_over_moves_the_old_run_aside_and_trains_a_new_one(smoke_run, tmp_
     assert result.returncode == 0, result.stderr
     [folder] = [p for p in ckpt.iterdir() if p.is_dir()]
     assert folder.name.startswith("sac_video.replaced-") and contents(folder) == before
-    assert f"moved 4 files of run 'sac_video' into {folder}/" in result.stdout
+    assert f"moved 5 files of run 'sac_video' into {folder}/" in result.stdout
     assert checkpoint.load(ckpt / "sac_video_latest.pt")[0]["progress"]["episode"] == 1
 
 
@@ -322,15 +322,17 @@ def test_a_disk_that_fills_mid_run_is_one_line_and_keeps_the_previous_checkpoint
     tmp, args, _ = smoke_run
     weights = (tmp / "ckpt" / "sac_video_latest.pt").stat().st_size
     replay = (tmp / "ckpt" / "sac_video_step100.replay.pt").stat().st_size  # the second save's sidecar
-    size = replay + 2 * weights + 256 * 1024  # holds episode 1's files, not also episode 2's replay
+    # holds episode 1's files (_ep1, _best: its evaluation is the first, _latest), not also episode 2's replay
+    size = replay + 3 * weights + 256 * 1024
     with tmpfs(tmp_path / "disk", str(size)) as disk:
         result = run_cli("--config", CONFIG, *args, *TINY, "--set", f"checkpoint.dir={disk}",
                          "--set", f"logging.tensorboard_dir={tmp_path / 'runs'}")
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert "error: cannot save sac_video_step100.replay.pt: the disk holding" in result.stderr
         assert "is full" in result.stderr and "the previous checkpoint is intact" in result.stderr
-        assert sorted(p.name for p in disk.iterdir()) == [".sac_video.lock", "sac_video_ep1.pt", "sac_video_latest.pt",
-                                                           "sac_video_step50.replay.pt"], "no temporary file left"
+        files = [".sac_video.lock", "sac_video_best.pt", "sac_video_ep1.pt", "sac_video_latest.pt",
+                 "sac_video_step50.replay.pt"]
+        assert sorted(p.name for p in disk.iterdir()) == files, "no temporary file left"
         data, replay_state = checkpoint.load(disk / "sac_video_latest.pt")
         assert data["progress"]["episode"] == 1 and replay_state["count"] > 0
 

@@ -131,6 +131,7 @@ class Trainer:
         self.saved_step = self.progress.env_step
         # of the last save, or the start: checkpoint.every_minutes counts from it
         self.saved_at = time.monotonic()
+        self.best_due = False  # a new best evaluation whose save, at this episode end, has not run yet
         # (path, episode, step) of the newest checkpoint written or resumed, for a diverged run's message
         self.last_saved = (found[0], self.saved_episode, self.saved_step) if found else None
         self.learning_steps = 0  # agent steps taken since updates began; floor(sac.updates_per_step * it) are due
@@ -228,9 +229,10 @@ class Trainer:
             self.opened.callback(camera.close)
         return env, camera
 
-    def save(self, final_of_episode: bool, *, best: bool = False) -> Path:
-        """`best`: `<run>_best.pt` too, for the evaluation just run (`save_if_best`)."""
+    def save(self, final_of_episode: bool) -> Path:
+        """`<run>_best.pt` too when a new best evaluation awaits its save (`save_if_best`)."""
         self.check_finite()
+        best, self.best_due = self.best_due, False
         start = time.perf_counter()
         state = build_payload(
             config=to_dict(self.cfg), agent_state=self.agent.state_dict(), progress=self.progress,
@@ -485,7 +487,7 @@ class Trainer:
         if crossed(cfg.checkpoint.every_episodes, before, progress.episode):
             self.save(final_of_episode=True)
         # at an episode end, so a resume is exact; the run's end saves anyway
-        elif overdue(cfg.checkpoint.every_minutes, self.saved_at) and not complete:
+        elif (self.best_due or overdue(cfg.checkpoint.every_minutes, self.saved_at)) and not complete:
             self.save(final_of_episode=False)
         return complete
 
@@ -520,13 +522,13 @@ class Trainer:
         return True
 
     def save_if_best(self, mean_return: float) -> None:
-        """An evaluation that beats the best so far (a tie keeps the earlier) is saved now, as `<run>_best.pt` too:
-        evaluations run at episode ends, where a checkpoint resumes exactly."""
+        """An evaluation that beats the best so far (a tie keeps the earlier) makes the next save, due at this
+        episode end, write `<run>_best.pt` too: one save, whether or not another was due here anyway."""
         best = self.progress.best_return
         if not math.isfinite(mean_return) or best is not None and mean_return <= best:  # a checkpoint holds no inf
             return
         self.progress.best_return = mean_return
-        self.save(final_of_episode=False, best=True)
+        self.best_due = True
 
     def close(self) -> None:
         """Flush logs, release the renderers and env workers, wait for pending uploads, then release the run's lock."""
