@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from bench.common import positive  # noqa: E402
-from bench.learn import (  # noqa: E402
+from bench.common import positive
+from bench.learn import (
     Run,
     add_runner_arguments,
     check_runner_arguments,
@@ -46,12 +46,12 @@ from bench.learn import (  # noqa: E402
     train_runs,
     warp_share,
 )
-from bench.references import FRAMES, PUBLISHED, SOURCES  # noqa: E402
-from errors import UserError  # noqa: E402
-from file_ops import atomic_write  # noqa: E402
-from trainer.config.load import Config, load_config  # noqa: E402
-from trainer.process.cli import error_exit  # noqa: E402
-from trainer.run.curves import draw_curves, plt, save_figure  # noqa: E402
+from bench.references import FRAMES, PUBLISHED, SOURCES
+from errors import UserError
+from file_ops import atomic_write
+from trainer.config.load import Config, load_config
+from trainer.process.cli import error_exit
+from trainer.run.curves import draw_curves, plt, save_figure
 
 TASKS = ("cartpole_swingup", "reacher_easy", "cheetah_run", "finger_spin", "walker_walk", "ball_in_cup_catch")
 INPUTS = {"state": "the simulator state", "pixels": "pixels"}

@@ -19,10 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import cpu_name  # noqa: E402
-from encoders import build_encoder  # noqa: E402
-from encoders.config import EncoderConfig  # noqa: E402
-from envs.config import EnvConfig  # noqa: E402
+from bench.common import cpu_name
+from encoders import build_encoder
+from encoders.config import EncoderConfig
+from envs.config import EnvConfig
 
 ROWS = [  # (arch, settings): each arch's defaults, and the settings its example config in configs/dmc/ uses
     ("simple2dcnn", {}),

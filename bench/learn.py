@@ -30,13 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from bench.references import FRAMES, PUBLISHED  # noqa: E402
-from errors import UserError  # noqa: E402
-from trainer.config.load import Config, load_config  # noqa: E402
-from trainer.process.cli import error_exit  # noqa: E402
-from trainer.process.device import resolve_device  # noqa: E402
-from trainer.process.signals import GracefulStop, Interrupted, die_with_parent, interrupted, interrupts  # noqa: E402
-from trainer.run.curves import plot_curves, read_rows  # noqa: E402
+from bench.references import FRAMES, PUBLISHED
+from errors import UserError
+from trainer.config.load import Config, load_config
+from trainer.process.cli import error_exit
+from trainer.process.device import resolve_device
+from trainer.process.signals import GracefulStop, Interrupted, die_with_parent, interrupted, interrupts
+from trainer.run.curves import plot_curves, read_rows
 
 
 def main() -> None:

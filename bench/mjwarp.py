@@ -33,23 +33,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's modules sit at the repo root
 
-from trainer.process.cli import configure_script  # noqa: E402
+from trainer.process.cli import configure_script
 
 configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import mujoco
+import numpy as np
+import torch
 
-from bench.common import cpu_name, positive  # noqa: E402
-from envs.make import make_batched_env, make_env, make_vector_env  # noqa: E402
-from envs.pixels import Camera, mujoco_handles  # noqa: E402
-from errors import UserError  # noqa: E402
-from sac.replay import ReplayBuffer, frame_bytes  # noqa: E402
-from trainer.config.checks import validate  # noqa: E402
-from trainer.config.load import Config  # noqa: E402
-from trainer.process.cli import error_exit, explain  # noqa: E402
-from trainer.process.device import replay_frames_device  # noqa: E402
+from bench.common import cpu_name, positive
+from envs.make import make_batched_env, make_env, make_vector_env
+from envs.pixels import Camera, mujoco_handles
+from errors import UserError
+from sac.replay import ReplayBuffer, frame_bytes
+from trainer.config.checks import validate
+from trainer.config.load import Config
+from trainer.process.cli import error_exit, explain
+from trainer.process.device import replay_frames_device
 
 TASKS = ("Dishwashing-v0", "dm_control/cartpole-swingup-v0")
 SLOTS_PER_ENV = 64  # replay slots per env ring: the ring wraps, which costs what a large buffer's writes cost

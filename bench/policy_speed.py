@@ -25,13 +25,13 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import cpu_name, positive  # noqa: E402
-from encoders import build_encoder  # noqa: E402
-from encoders.frozen import ProjectedEncoder  # noqa: E402
-from sac.agent import Actor  # noqa: E402
-from trainer.config.load import load_config  # noqa: E402
-from trainer.policy import export  # noqa: E402
-from trainer.policy.trained import PolicyNet, Spec  # noqa: E402
+from bench.common import cpu_name, positive
+from encoders import build_encoder
+from encoders.frozen import ProjectedEncoder
+from sac.agent import Actor
+from trainer.config.load import load_config
+from trainer.policy import export
+from trainer.policy.trained import PolicyNet, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = {  # name -> (config, --set overrides)

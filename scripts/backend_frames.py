@@ -20,15 +20,15 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.config.load import load_config  # noqa: E402
-from trainer.process.cli import configure_script  # noqa: E402
+from trainer.config.load import load_config
+from trainer.process.cli import configure_script
 
 configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
-from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.make import make_batched_env, make_env  # noqa: E402
-from envs.pixels import mujoco_handles  # noqa: E402
-from scripts.frame_grid import join  # noqa: E402
+from envs.dishwashing.scripted import scripted_action
+from envs.make import make_batched_env, make_env
+from envs.pixels import mujoco_handles
+from scripts.frame_grid import join
 
 PUSH_STEPS = 12  # agent steps between the cartpole push's flips: about the pole's swing at action repeat 8
 CPU = torch.device("cpu")

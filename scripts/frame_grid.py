@@ -20,13 +20,13 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.config.load import load_config  # noqa: E402
-from trainer.process.cli import configure_script  # noqa: E402
+from trainer.config.load import load_config
+from trainer.process.cli import configure_script
 
 configure_script()  # before mujoco loads: its import raises on a bad MUJOCO_GL
 
-from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.make import make_env  # noqa: E402
+from envs.dishwashing.scripted import scripted_action
+from envs.make import make_env
 
 CAMERAS = ("overview", "close")
 GAP = 4  # white pixels between tiles

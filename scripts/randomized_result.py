@@ -22,7 +22,7 @@ from statistics import mean
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainer.run.curves import read_rows  # noqa: E402
+from trainer.run.curves import read_rows
 
 LAST = 5  # evaluations averaged: success swings between evaluations (docs/dishwashing.md)
 FIXED_SCENE = Path("fixed_scene") / "episodes.csv"

@@ -20,11 +20,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envs.rendering import configure  # noqa: E402
-from errors import UserError  # noqa: E402
-from trainer.config.load import load_config  # noqa: E402
-from trainer.process.cli import run_command  # noqa: E402
-from trainer.run.encoder_setup import build_encoders  # noqa: E402
+from envs.rendering import configure
+from errors import UserError
+from trainer.config.load import load_config
+from trainer.process.cli import run_command
+from trainer.run.encoder_setup import build_encoders
 
 FIRST_SCENE = 10_000  # scene seeds FIRST_SCENE.. : apart from the episodes' own seeds 0..
 

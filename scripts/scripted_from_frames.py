@@ -27,10 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envs.rendering import configure  # noqa: E402
-from errors import UserError  # noqa: E402
-from trainer.config.load import EVAL_SEED_OFFSET, load_config  # noqa: E402
-from trainer.process.cli import run_command  # noqa: E402
+from envs.rendering import configure
+from errors import UserError
+from trainer.config.load import EVAL_SEED_OFFSET, load_config
+from trainer.process.cli import run_command
 
 REPORTED = ("plate - gripper", "slot - plate", "gripper position")
 SCENES = ("fixed", "train", "heldout")
