@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project's mo
 from bench.references import FRAMES, PUBLISHED
 from errors import UserError
 from trainer.config.load import Config, load_config
+from trainer.process import signals
 from trainer.process.cli import error_exit
 from trainer.process.device import resolve_device
-from trainer.process.signals import GracefulStop, Interrupted, die_with_parent, interrupted, interrupts
 from trainer.run.curves import plot_curves, read_rows
 
 
@@ -159,14 +159,14 @@ def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, th
     them all, each saving `_latest`, and returns once they have."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     pending, running, failed = list(runs), {}, []
-    with GracefulStop() as stop:
+    with signals.GracefulStop() as stop:
         while (pending or running) and not stop.requested:
             while pending and len(running) < parallel:
                 run = pending.pop(0)
                 log = open(out / f"{run.name}.log", "a")
                 # its own session: Ctrl-C reaches this process alone, which passes one SIGTERM on (two stop at once)
                 process = subprocess.Popen(command(run, out, sets), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True, preexec_fn=die_with_parent)
+                                           start_new_session=True, preexec_fn=signals.die_with_parent)
                 running[run.name] = (run, process, time.time(), log)
             for name, (run, process, start, log) in list(running.items()):
                 if process.poll() is None:
@@ -182,12 +182,13 @@ def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, th
         for _, process, _, _ in running.values():
             process.send_signal(signal.SIGTERM)
         try:
-            with interrupts():  # a second signal stops the wait; the runs, their parent gone, get a second SIGTERM
+            # a second signal stops the wait; the runs, their parent gone, get a second SIGTERM
+            with signals.interrupts():
                 for _, process, _, log in running.values():
                     process.wait()
                     log.close()
-        except Interrupted as again:
-            sys.exit(interrupted(again, "the runs were saving, and stop at once now"))
+        except signals.Interrupted as again:
+            sys.exit(signals.interrupted(again, "the runs were saving, and stop at once now"))
     return Ended(failed, stop.signum)
 
 
