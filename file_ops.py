@@ -1,6 +1,6 @@
-"""The file operations every layer's writers share, at the bottom of the import graph beside errors.py (the
-standard library only): the atomic write every file the product writes goes through, and the new folder that files
-moved aside go into.
+"""The file operations every layer's writers share, at the bottom of the import graph beside
+errors.py (the standard library only): the atomic write every file the product writes goes through,
+and the new folder that files moved aside go into.
 """
 
 import itertools
@@ -12,9 +12,9 @@ from typing import BinaryIO
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """`write(f)` into `.<name>.tmp<pid>` beside `path`, fsync, rename over `path`, fsync the folder: a kill at any
-    instant leaves the previous file or the new one, whole. On any failure the temporary file is removed, `path` is
-    left as it was, and the error propagates."""
+    """`write(f)` into `.<name>.tmp<pid>` beside `path`, fsync, rename over `path`, fsync the
+    folder: a kill at any instant leaves the previous file or the new one, whole. On any failure the
+    temporary file is removed, `path` is left as it was, and the error propagates."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -33,8 +33,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 
 def new_aside_folder(parent: Path, stem: str) -> Path:
-    """A new, empty folder `<stem>-<time>` in `parent` (`-2`, `-3`, ... when that second already has one): files
-    moved aside must never land on those an earlier move put there."""
+    """A new, empty folder `<stem>-<time>` in `parent` (`-2`, `-3`, ... when that second already has
+    one): files moved aside must never land on those an earlier move put there."""
     base = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in itertools.count(1):
         folder = parent / (base if n == 1 else f"{base}-{n}")

@@ -1,6 +1,7 @@
-"""What the benchmarks share: the CPU's name for their reports (timings are read beside the CPU that made them), an
-argparse type for their counts and durations, and the GPU's utilisation while one runs. Standard library only (NVML
-is imported when measured): gpu_check imports it before anything heavy."""
+"""What the benchmarks share: the CPU's name for their reports (timings are read beside the CPU that
+made them), an argparse type for their counts and durations, and the GPU's utilisation while one
+runs. Standard library only (NVML is imported when measured): gpu_check imports it before anything
+heavy."""
 
 import argparse
 import math
@@ -11,15 +12,18 @@ from pathlib import Path
 
 
 def cpu_name() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (e.g. "AMD EPYC 9B14"), else what `platform` knows."""
+    """The CPU's model name as /proc/cpuinfo gives it (e.g. "AMD EPYC 9B14"), else what `platform`
+    knows."""
     try:
-        return re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
+        return re.search(r"model name\s*:\s*(.+)",
+                         Path("/proc/cpuinfo").read_text()).group(1).strip()
     except (OSError, AttributeError):
         return platform.processor() or platform.machine()
 
 
 def positive(kind):
-    """An argparse type: `kind` (int or float) finite and above zero, else a one-line usage error."""
+    """An argparse type: `kind` (int or float) finite and above zero, else a one-line usage
+    error."""
     def parse(text: str):
         value = kind(text)
         if not 0 < value < math.inf:
@@ -30,7 +34,8 @@ def positive(kind):
 
 
 class Utilisation:
-    """Mean NVML GPU utilisation over its lifetime, sampled every 0.1 s in a thread; None without NVML or CUDA."""
+    """Mean NVML GPU utilisation over its lifetime, sampled every 0.1 s in a thread; None without
+    NVML or CUDA."""
 
     def __init__(self, device):
         self.samples, self.handle, self.done = [], None, threading.Event()
@@ -51,7 +56,8 @@ class Utilisation:
             self.samples.append(pynvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
 
     def stop(self, *, skip: float = 0.0) -> float | None:
-        """The mean, leaving out the first `skip` fraction of the samples (a training run's start and seed steps)."""
+        """The mean, leaving out the first `skip` fraction of the samples (a training run's start
+        and seed steps)."""
         if self.handle is None:
             return None
         self.done.set()

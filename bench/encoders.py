@@ -1,11 +1,13 @@
-"""Encoder cost on this machine: parameters and milliseconds for one forward + backward pass at batch 32 on the
-CPU, on uint8 (B, T, C, H, W) stacks of the default env (3 frames of 84 x 84 RGB).
+"""Encoder cost on this machine: parameters and milliseconds for one forward + backward pass at
+batch 32 on the CPU, on uint8 (B, T, C, H, W) stacks of the default env (3 frames of 84 x 84 RGB).
 
-    OMP_NUM_THREADS=1 python3 bench/encoders.py [--batch 32] [--repeats 3] [--only r3d18 timesformer]
+    OMP_NUM_THREADS=1 python3 bench/encoders.py [--batch 32] [--repeats 3] \\
+        [--only r3d18 timesformer]
 
-Each row builds an arch from the config defaults plus the settings shown, from scratch (weights do not change the
-cost). One warm-up pass, then the median of --repeats passes of forward + backward of features.sum(); frozen rows
-time the forward only, which is all an update computes for them. Prints a Markdown table, then one JSON line per row.
+Each row builds an arch from the config defaults plus the settings shown, from scratch (weights do
+not change the cost). One warm-up pass, then the median of --repeats passes of forward + backward of
+features.sum(); frozen rows time the forward only, which is all an update computes for them. Prints
+a Markdown table, then one JSON line per row.
 """
 
 import argparse
@@ -24,7 +26,8 @@ from encoders import build_encoder
 from encoders.config import EncoderConfig
 from envs.config import EnvConfig
 
-ROWS = [  # (arch, settings): each arch's defaults, and the settings its example config in configs/dmc/ uses
+# (arch, settings): each arch's defaults, and the settings its example config in configs/dmc/ uses
+ROWS = [
     ("simple2dcnn", {}),
     ("simple3dcnn", {}),
     ("r3d18", {}),
@@ -70,7 +73,8 @@ def measure(arch: str, settings: dict, batch: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", nargs="+", metavar="ARCH", help="measure only these archs")
@@ -79,14 +83,15 @@ def main() -> None:
     rows = [(arch, settings) for arch, settings in ROWS if not args.only or arch in args.only]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
           f"{cpu_name()}, batch {args.batch}, CPU\n")
-    print("| arch | settings | params | repr_dim | pass | ms |\n| --- | --- | ---: | ---: | --- | ---: |", flush=True)
+    print("| arch | settings | params | repr_dim | pass | ms |\n| --- | --- | ---: | ---: | --- | "
+          "---: |", flush=True)
     results = []
     for arch, settings in rows:
         result = measure(arch, settings, args.batch, args.repeats)
         results.append(result)
         shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "defaults"
-        print(f"| {arch} | {shown} | {result['params'] / 1e6:.2f} M | {result['repr_dim']} | {result['pass']} "
-              f"| {result['ms']} |", flush=True)
+        print(f"| {arch} | {shown} | {result['params'] / 1e6:.2f} M | {result['repr_dim']} | "
+              f"{result['pass']} | {result['ms']} |", flush=True)
     print()
     for result in results:
         print(json.dumps(result))

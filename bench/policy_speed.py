@@ -1,14 +1,15 @@
-"""A deployed policy's speed: batch-1 actions per second per encoder at 84 px, in eager PyTorch, TorchScript
-(policy.pt) and ONNX Runtime (policy.onnx), as python3 -m trainer.policy.export writes them. A robot's control loop
-needs each action well under its 20-50 ms period.
+"""A deployed policy's speed: batch-1 actions per second per encoder at 84 px, in eager PyTorch,
+TorchScript (policy.pt) and ONNX Runtime (policy.onnx), as python3 -m trainer.policy.export writes
+them. A robot's control loop needs each action well under its 20-50 ms period.
 
     python3 bench/policy_speed.py [--threads 1] [--seconds 3] [--only simple2dcnn state]
 
-Each row is the dishwashing policy's network (its config's SAC heads, 4 actions) with freshly initialised weights
-(weights do not change the cost): uint8 frame stacks (3 frames of 84 x 84 RGB) or the 26-number state in, bounded
-actions out. Frozen: simple2dcnn under a 256-unit projection, as dishwashing_video_frozen.yaml's pretrained trunk.
-Per runtime: warm-up, then as many single-observation calls as fit in --seconds; the median call time gives the
-rate. Prints a Markdown table, then one JSON line per row.
+Each row is the dishwashing policy's network (its config's SAC heads, 4 actions) with freshly
+initialised weights (weights do not change the cost): uint8 frame stacks (3 frames of 84 x 84 RGB)
+or the 26-number state in, bounded actions out. Frozen: simple2dcnn under a 256-unit projection, as
+dishwashing_video_frozen.yaml's pretrained trunk. Per runtime: warm-up, then as many
+single-observation calls as fit in --seconds; the median call time gives the rate. Prints a Markdown
+table, then one JSON line per row.
 """
 
 import argparse
@@ -56,7 +57,8 @@ def policy_net(name: str) -> tuple[PolicyNet, Spec]:
     actor = Actor(encoder.repr_dim, action_dim=ACTIONS, cfg=cfg.sac, pixels=cfg.pixels)
     low = -np.ones(ACTIONS, np.float32)
     net = PolicyNet(encoder, actor, low=low, high=-low, float16_features=frozen, unit_actions=False)
-    spec = Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=low.tolist(), action_high=(-low).tolist(),
+    spec = Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=low.tolist(),
+                action_high=(-low).tolist(),
                 task=cfg.env.id, encoder=name, action_repeat=cfg.env.action_repeat)
     return net, spec
 
@@ -86,7 +88,8 @@ def measure(name: str, threads: int, seconds: float) -> dict:
         for runtime in export.FORMATS:
             try:
                 export.write_format(runtime, net, spec, Path(folder))
-            except Exception as err:  # an encoder that does not export to this format: said in its cell
+            except Exception as err:
+                # an encoder that does not export to this format: said in its cell
                 row[runtime] = str(err).strip().splitlines()[0][:80]
                 continue
             if runtime == "torchscript":
@@ -96,30 +99,36 @@ def measure(name: str, threads: int, seconds: float) -> dict:
             else:
                 options = onnxruntime.SessionOptions()
                 options.intra_op_num_threads = options.inter_op_num_threads = threads
-                session = onnxruntime.InferenceSession(str(Path(folder) / export.FILES[runtime]), options,
+                session = onnxruntime.InferenceSession(str(Path(folder) / export.FILES[runtime]),
+                                                       options,
                                                        providers=["CPUExecutionProvider"])
                 row[runtime] = rate(lambda x: session.run(None, {"obs": x}), obs.numpy(), seconds)
     return row
 
 
 def cell(value) -> str:
-    return f"{value[0]:,.0f}/s ({value[1]:.2f} ms)" if isinstance(value, tuple) else f"fails: {value}"
+    return (f"{value[0]:,.0f}/s ({value[1]:.2f} ms)" if isinstance(value, tuple)
+            else f"fails: {value}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=positive(int), default=1, help="torch and ONNX Runtime threads")
-    parser.add_argument("--seconds", type=positive(float), default=3.0, help="timed calls per runtime")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=positive(int), default=1,
+                        help="torch and ONNX Runtime threads")
+    parser.add_argument("--seconds", type=positive(float), default=3.0,
+                        help="timed calls per runtime")
     parser.add_argument("--only", nargs="+", choices=list(ROWS), help="these encoders only")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = [measure(name, args.threads, args.seconds) for name in args.only or ROWS]
-    print(f"CPU: {cpu_name()}, {args.threads} thread(s), torch {torch.__version__}, batch 1, 84 px\n")
+    print(f"CPU: {cpu_name()}, {args.threads} thread(s), torch {torch.__version__}, batch 1, 84 "
+          "px\n")
     print("| encoder | parameters | eager PyTorch | TorchScript | ONNX Runtime |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for row in rows:
-        print(f"| {row['encoder']} | {row['params']:,} | {cell(row['eager'])} | {cell(row['torchscript'])} | "
-              f"{cell(row['onnx'])} |")
+        print(f"| {row['encoder']} | {row['params']:,} | {cell(row['eager'])} | "
+              f"{cell(row['torchscript'])} | {cell(row['onnx'])} |")
     for row in rows:
         print(json.dumps(row | {"cpu": cpu_name(), "threads": args.threads}))
     return 0

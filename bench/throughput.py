@@ -1,39 +1,51 @@
-"""Throughput and memory, side by side: this trainer against raw MuJoCo and Stable-Baselines3 on the same pixel task.
+"""Throughput and memory, side by side: this trainer against raw MuJoCo and Stable-Baselines3 on the
+same pixel task.
 
-    python3 -m bench.throughput                       # HalfCheetah-v5, 84x84, stack 3, batch 32 (see --help)
+    python3 -m bench.throughput    # HalfCheetah-v5, 84x84, stack 3, batch 32 (see --help)
 
-Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers included) with the same task and
-settings, and prints one JSON line; a last line holds the ratios the README reports. Where a row compares several
-contenders it alternates between them in chunks, so that load from other jobs on a shared machine hits all alike.
-Rows:
-  raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer (same render
-                    quality, same camera), against make_env(...).step: the wrapper overhead
-  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into the replay):
-                    1 env against 2 env workers; `collect_1thread` with LP_NUM_THREADS=0 (each software renderer
-                    draws in its process's own thread, in the 1-env process too: one core per env)
-  train             one update per env step, each contender timed after --seed-steps random steps and one untimed
-                    episode of updates (allocations, compiling), chunks of one episode:
-                      train             this trainer, the config's algorithm in float32, uncompiled (whatever its
-                                        profile says): DrQ, whose target critic has its own encoder
-                      train_drqv2       the same with sac.target_encoder=false: one encoder pass fewer per update
-                      train_fast        train_drqv2 with the speed options: channels-last, compile, and bf16 autocast
-                                        on the encoder where the device computes bf16 natively (emulated, it is
-                                        several times slower)
-                      sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as features_extractor_class
+Every row runs in its own subprocess (so `peak_rss_mb` is that row's, workers included) with the
+same task and settings, and prints one JSON line; a last line holds the ratios the README reports.
+Where a row compares several contenders it alternates between them in chunks, so that load from
+other jobs on a shared machine hits all alike. Rows:
+  raw_vs_wrapper    the task's model stepped with mujoco.mj_step and drawn by a bare mujoco.Renderer
+                    (same render quality, same camera), against make_env(...).step: the wrapper
+                    overhead
+  collect           the trainer's own loop (`Trainer.run`), random actions, no updates (frames into
+                    the replay): 1 env against 2 env workers; `collect_1thread` with
+                    LP_NUM_THREADS=0 (each software renderer draws in its process's own thread, in
+                    the 1-env process too: one core per env)
+  train             one update per env step, each contender timed after --seed-steps random steps
+                    and one untimed episode of updates (allocations, compiling), chunks of one
+                    episode:
+                      train             this trainer, the config's algorithm in float32, uncompiled
+                                        (whatever its profile says): DrQ, whose target critic has
+                                        its own encoder
+                      train_drqv2       the same with sac.target_encoder=false: one encoder pass
+                                        fewer per update
+                      train_fast        train_drqv2 with the speed options: channels-last, compile,
+                                        and bf16 autocast on the encoder where the device computes
+                                        bf16 natively (emulated, it is several times slower)
+                      sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as
+                                        features_extractor_class
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
-  frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes per hour of
-                    training (--episode-steps agent steps each, one update per step) two ways, in one run:
-                      in_update  the trunk inside every update, on a replay of frames (the plain way to train
-                                 on a frozen trunk), composed from the same public classes: SAC over the frozen
-                                 encoder, frame ReplayBuffer, env; timed over --frozen-before-steps steps (seconds
-                                 to minutes each)
-                      stored     this trainer: the trunk once per agent step, features in the replay, updates on the
-                                 heads only; timed over whole episodes (--steps, at least one)
-                    and the replay's bytes per stored transition of each. E.g. for R3D-18 at 112 px on dishwashing:
-                      python3 -m bench.throughput --rows frozen --config configs/dishwashing_video.yaml \
-                        --batch-size 128 --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
-  phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder forward
-                    (the config's passes per update) and backward, optimiser steps, and one whole update
+  frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes
+                    per hour of training (--episode-steps agent steps each, one update per step) two
+                    ways, in one run:
+                      in_update  the trunk inside every update, on a replay of frames (the plain way
+                                 to train on a frozen trunk), composed from the same public classes:
+                                 SAC over the frozen encoder, frame ReplayBuffer, env; timed over
+                                 --frozen-before-steps steps (seconds to minutes each)
+                      stored     this trainer: the trunk once per agent step, features in the
+                                 replay, updates on the heads only; timed over whole episodes
+                                 (--steps, at least one)
+                    and the replay's bytes per stored transition of each. E.g. for R3D-18 at
+                    112 px on dishwashing:
+                      python3 -m bench.throughput --rows frozen \\
+                        --config configs/dishwashing_video.yaml --batch-size 128 \\
+                        --set encoder.video.arch=r3d18 --set encoder.video.input_size=112
+  phases            per-phase milliseconds: physics, render, replay sampling, augmentation, encoder
+                    forward (the config's passes per update) and backward, optimiser steps, and one
+                    whole update
 SB3 is a benchmark-only dependency: pip install -r requirements-bench.txt.
 """
 
@@ -57,26 +69,32 @@ OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
     # + autocast where bf16 is native
-    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True, "training.compile": True},
+    "train_fast": {"sac.target_encoder": False, "encoder.video.channels_last": True,
+                   "training.compile": True},
 }
-ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}  # Mesa's software renderer otherwise draws each frame with every core
+# Mesa's software renderer otherwise draws each frame with every core
+ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}
 
 
 def config(args, **overrides):
     from trainer.config.load import load_config
 
     sets = {
-        "env.image_size": args.image_size, "env.action_repeat": 1, "env.max_episode_steps": args.episode_steps,
+        "env.image_size": args.image_size, "env.action_repeat": 1,
+        "env.max_episode_steps": args.episode_steps,
         "sac.batch_size": args.batch_size,
-        "sac.buffer_size": args.seed_steps + args.episode_steps + max(args.steps, args.collect_steps) + 10,
+        "sac.buffer_size": args.seed_steps + args.episode_steps
+        + max(args.steps, args.collect_steps) + 10,
         "training.seed_steps": args.seed_steps, "training.device": "cpu" if args.cpu else "auto",
         "training.eval_every_episodes": 10**6, "checkpoint.every_episodes": 10**6,
-        "logging.tensorboard": False, "logging.progress": False, "logging.curve": False, "logging.eval_video": False,
+        "logging.tensorboard": False, "logging.progress": False, "logging.curve": False,
+        "logging.eval_video": False,
         # float32 unless a row says otherwise, whatever the profile
         "training.autocast": False, "training.compile": False,
         **overrides,
     }
-    for key in ("checkpoint.dir", "logging.tensorboard_dir"):  # a folder of its own, unless the caller names one
+    # a folder of its own, unless the caller names one
+    for key in ("checkpoint.dir", "logging.tensorboard_dir"):
         if key not in sets:
             sets[key] = tempfile.mkdtemp()
     return load_config(args.config, [f"{key}={value}" for key, value in sets.items()] + args.set)
@@ -87,9 +105,10 @@ def rate(steps: int, seconds: float) -> dict:
 
 
 def raw_vs_wrapper(args) -> dict:
-    """The same model, camera and render quality stepped and drawn two ways, alternating in chunks so that load from
-    other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene + render into a preallocated
-    buffer, and `make_env(...).step` (Gymnasium wrappers, action scaling, frame stack)."""
+    """The same model, camera and render quality stepped and drawn two ways, alternating in chunks
+    so that load from other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene
+    + render into a preallocated buffer, and `make_env(...).step` (Gymnasium wrappers, action
+    scaling, frame stack)."""
     import mujoco
 
     from envs.make import make_env
@@ -98,7 +117,8 @@ def raw_vs_wrapper(args) -> dict:
     cfg = config(args)
     env = make_env(cfg.env, cfg.pixels)
     base = env.unwrapped
-    model, data = base.model, base.data  # the wrapper's own model: its render quality is already set
+    # the wrapper's own model: its render quality is already set
+    model, data = base.model, base.data
     camera = resolve_camera(model, cfg.env.camera, base.mujoco_renderer.default_cam_config)
     renderer = mujoco.Renderer(model, cfg.env.image_size, cfg.env.image_size)
     frame = np.empty((cfg.env.image_size, cfg.env.image_size, 3), np.uint8)
@@ -118,7 +138,8 @@ def raw_vs_wrapper(args) -> dict:
             physics += middle - start
         start = time.perf_counter()
         for _ in range(chunk):
-            _, _, terminated, truncated, _ = env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
+            _, _, terminated, truncated, _ = env.step(
+                rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
             if terminated or truncated:
                 env.reset()
         wrapped += time.perf_counter() - start
@@ -135,24 +156,28 @@ def raw_vs_wrapper(args) -> dict:
 
 def timed_run(trainer, steps: int) -> tuple[int, int, float]:
     """`Trainer.run` for `steps` more agent steps: (steps, updates, seconds)."""
-    start, step_before, updates_before = time.perf_counter(), trainer.progress.env_step, trainer.agent.updates
+    start, step_before, updates_before = (time.perf_counter(), trainer.progress.env_step,
+                                          trainer.agent.updates)
     trainer.run(steps)
-    return trainer.progress.env_step - step_before, trainer.agent.updates - updates_before, time.perf_counter() - start
+    return (trainer.progress.env_step - step_before, trainer.agent.updates - updates_before,
+            time.perf_counter() - start)
 
 
 def collect(args, chunks: int = 10) -> dict:
     """1 env (in process) against 2 env workers, random actions, no updates."""
-    contenders = {n: OurTrainer(args, {"env.num_envs": n, "training.seed_steps": 10**9}) for n in (1, 2)}
+    contenders = {n: OurTrainer(args, {"env.num_envs": n, "training.seed_steps": 10**9})
+                  for n in (1, 2)}
     totals = interleave(contenders, chunks, args.collect_steps // chunks)
     rates = {n: steps / seconds for n, (steps, seconds) in totals.items()}
-    return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1), "steps_2env": totals[2][0],
+    return {"steps_1env": totals[1][0], "steps_per_s_1env": round(rates[1], 1),
+            "steps_2env": totals[2][0],
             "steps_per_s_2env": round(rates[2], 1), "scaling": round(rates[2] / rates[1], 2),
             "render_threads": os.environ.get("LP_NUM_THREADS", "Mesa default")}
 
 
 def interleave(contenders: dict, rounds: int, steps: int) -> dict:
-    """Each contender `steps` more agent steps per round, in turn, so that load from other jobs on a shared machine
-    hits all alike; closes them after. {name: [steps run, seconds]}."""
+    """Each contender `steps` more agent steps per round, in turn, so that load from other jobs on a
+    shared machine hits all alike; closes them after. {name: [steps run, seconds]}."""
     totals = {name: [0, 0.0] for name in contenders}
     for _ in range(rounds):
         for name, contender in contenders.items():
@@ -165,9 +190,9 @@ def interleave(contenders: dict, rounds: int, steps: int) -> dict:
 
 
 class OurTrainer:
-    """This trainer as a contender of the `train`, `collect` and `frozen` rows, with its config's settings plus
-    `overrides`, warmed up untimed by the seed steps and one episode. Its config schedules no evaluation or
-    checkpoint."""
+    """This trainer as a contender of the `train`, `collect` and `frozen` rows, with its config's
+    settings plus `overrides`, warmed up untimed by the seed steps and one episode. Its config
+    schedules no evaluation or checkpoint."""
 
     def __init__(self, args, overrides: dict):
         from trainer.run.loop import Trainer
@@ -191,7 +216,9 @@ def train(args) -> dict:
 
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
     contenders = {
-        name: OurTrainer(args, overrides | ({"training.autocast": True} if name == "train_fast" and autocast else {}))
+        name: OurTrainer(args,
+                         overrides | ({"training.autocast": True} if name == "train_fast"
+                                      and autocast else {}))
         for name, overrides in OURS.items()
     }
     contenders |= {
@@ -201,12 +228,14 @@ def train(args) -> dict:
     replay_bytes = {name: contender.replay_bytes() for name, contender in contenders.items()}
     totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
     return {
-        name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]} for name in contenders
+        name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]}
+        for name in contenders
     } | {"train_fast_autocast": autocast}
 
 
 def frozen(args) -> dict:
-    """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored features."""
+    """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored
+    features."""
     import torch
 
     from envs.make import make_env
@@ -221,19 +250,23 @@ def frozen(args) -> dict:
     shape, action_dim = env.observation_space.shape, env.action_space.shape[0]
     device = resolve_device("cpu" if args.cpu else "auto")
     torch.manual_seed(cfg.training.seed)
-    agent = SAC(build_video_encoder(cfg.encoder, shape), action_dim, cfg.sac, device=device, pixels=True,
+    agent = SAC(build_video_encoder(cfg.encoder, shape), action_dim, cfg.sac, device=device,
+                pixels=True,
                 autocast=cfg.training.autocast)
     frames = ReplayBuffer(capacity=cfg.sac.buffer_size, frame_shape=shape[1:], frame_dtype=np.uint8,
-                          action_dim=action_dim, frame_stack=cfg.env.frame_stack, seed=cfg.training.seed,
+                          action_dim=action_dim, frame_stack=cfg.env.frame_stack,
+                          seed=cfg.training.seed,
                           discount=cfg.sac.discount, nstep=cfg.sac.nstep)
     rng = np.random.default_rng(cfg.training.seed)
     obs, _ = env.reset(seed=cfg.training.seed)
     frames.add_first(obs)
-    for step in range(args.seed_steps + args.frozen_before_steps + 1):  # seed steps, one untimed step, the timed ones
+    # seed steps, one untimed step, the timed ones
+    for step in range(args.seed_steps + args.frozen_before_steps + 1):
         if step == args.seed_steps + 1:
             start = time.perf_counter()
         seeding = step < args.seed_steps
-        action = rng.uniform(-1, 1, action_dim).astype(np.float32) if seeding else agent.act(obs[None], sample=True)[0]
+        action = (rng.uniform(-1, 1, action_dim).astype(np.float32) if seeding
+                  else agent.act(obs[None], sample=True)[0])
         obs, reward, terminated, truncated, _ = env.step(action)
         frames.add(action, reward, terminated, obs)
         if terminated or truncated:
@@ -248,14 +281,18 @@ def frozen(args) -> dict:
     features_bytes = stored.replay_bytes()
     stored.close()
     per_hour = {name: 3600 / (args.episode_steps * seconds_per_step)
-                for name, seconds_per_step in (("in_update", in_update), ("stored", seconds / steps))}
+                for name, seconds_per_step in (("in_update", in_update),
+                                               ("stored", seconds / steps))}
     return {
-        "arch": cfg.encoder.video.arch, "input_size": cfg.encoder.video.input_size, "batch": cfg.sac.batch_size,
-        "autocast": cfg.training.autocast, "in_update_steps": args.frozen_before_steps, "stored_steps": steps,
+        "arch": cfg.encoder.video.arch, "input_size": cfg.encoder.video.input_size,
+        "batch": cfg.sac.batch_size,
+        "autocast": cfg.training.autocast, "in_update_steps": args.frozen_before_steps,
+        "stored_steps": steps,
         "in_update_s_per_step": round(in_update, 3), "stored_s_per_step": round(seconds / steps, 3),
         **{f"{name}_episodes_per_hour": round(value, 2) for name, value in per_hour.items()},
         "speedup": round(per_hour["stored"] / per_hour["in_update"], 1),
-        "frames_bytes_per_transition": frames.bytes_per_slot, "features_bytes_per_transition": features_bytes,
+        "frames_bytes_per_transition": frames.bytes_per_slot,
+        "features_bytes_per_transition": features_bytes,
     }
 
 
@@ -266,7 +303,8 @@ def phases(args) -> dict:
     from sac.augment import random_shift
     from trainer.run.loop import Trainer
 
-    cfg = config(args, **{"training.seed_steps": 10**9})  # random actions, no updates: just fill the replay
+    # random actions, no updates: just fill the replay
+    cfg = config(args, **{"training.seed_steps": 10**9})
     trainer = Trainer(cfg)
     trainer.run(4 * args.batch_size)
     agent, device = trainer.agent, trainer.device
@@ -299,12 +337,14 @@ def phases(args) -> dict:
         agent.critic_opt.step()
         agent.actor_opt.step()
 
-    agent.update(batch)  # every parameter has a gradient and optimiser state for the optimiser timing
+    # every parameter has a gradient and optimiser state for the optimiser timing
+    agent.update(batch)
     row = {
         "replay_sample_ms": ms(lambda: trainer.replay.sample(args.batch_size, device)),
         "augment_ms": ms(
             lambda: (
-                random_shift(batch["obs"], cfg.sac.augment_pad), random_shift(batch["next_obs"], cfg.sac.augment_pad)
+                random_shift(batch["obs"], cfg.sac.augment_pad),
+                random_shift(batch["next_obs"], cfg.sac.augment_pad)
             )
         ),
         "encoder_forward_ms": ms(forward_passes),
@@ -318,7 +358,8 @@ def phases(args) -> dict:
 
 
 def channels_stacked(env):
-    """SB3 sees images as (C, H, W): the (T, 3, H, W) frame stack becomes (3T, H, W), channel order kept."""
+    """SB3 sees images as (C, H, W): the (T, 3, H, W) frame stack becomes (3T, H, W), channel order
+    kept."""
     import gymnasium as gym
 
     shape = env.observation_space.shape
@@ -327,8 +368,8 @@ def channels_stacked(env):
 
 
 class SB3Trainer:
-    """Stable-Baselines3 SAC on the same task and settings as a `train` contender: this project's conv stack as its
-    features extractor (equal_encoder) or its default CnnPolicy."""
+    """Stable-Baselines3 SAC on the same task and settings as a `train` contender: this project's
+    conv stack as its features extractor (equal_encoder) or its default CnnPolicy."""
 
     def __init__(self, args, equal_encoder: bool):
         import torch
@@ -343,8 +384,9 @@ class SB3Trainer:
         stack_shape = cfg.env.stack_shape
 
         class Simple2DCNNExtractor(BaseFeaturesExtractor):
-            """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as an SB3 extractor.
-            SB3 hands it floats in [0, 1]; the conv stack gets them centred, as Simple2DCNN does with uint8."""
+            """This project's conv stack and trunk (Linear, LayerNorm, tanh to sac.feature_dim) as
+            an SB3 extractor. SB3 hands it floats in [0, 1]; the conv stack gets them centred, as
+            Simple2DCNN does with uint8."""
 
             def __init__(self, observation_space):
                 super().__init__(observation_space, cfg.sac.feature_dim)
@@ -364,7 +406,8 @@ class SB3Trainer:
             policy_kwargs["features_extractor_class"] = Simple2DCNNExtractor
         self.model = SB3SAC(
             "CnnPolicy", self.env, batch_size=args.batch_size, buffer_size=cfg.sac.buffer_size,
-            learning_starts=args.seed_steps, train_freq=1, gradient_steps=1, learning_rate=cfg.sac.lr,
+            learning_starts=args.seed_steps, train_freq=1, gradient_steps=1,
+            learning_rate=cfg.sac.lr,
             policy_kwargs=policy_kwargs, seed=cfg.training.seed,
             device="cpu" if args.cpu else "auto", verbose=0,
         )
@@ -378,7 +421,8 @@ class SB3Trainer:
     def replay_bytes(self) -> int:
         buffer = self.model.replay_buffer
         arrays = [
-            buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts
+            buffer.observations, buffer.next_observations, buffer.actions, buffer.rewards,
+            buffer.dones, buffer.timeouts
         ]
         return sum(a.nbytes for a in arrays) // buffer.buffer_size
 
@@ -388,12 +432,14 @@ class SB3Trainer:
 
 def run_row(name: str, args) -> dict:
     functions = {
-        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect, "train": train,
+        "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect,
+        "train": train,
         "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
     peak_kb = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     )
     return {"row": name, **row, "peak_rss_mb": round(peak_kb / 1024)}
 
@@ -402,13 +448,15 @@ def summary(rows: dict) -> dict:
     trained = rows.get("train", {})
 
     def ratio(a: str, b: str, key: str = "steps_per_s"):
-        return round(trained[a][key] / trained[b][key], 2) if a in trained and b in trained else None
+        return (round(trained[a][key] / trained[b][key], 2) if a in trained and b in trained
+                else None)
 
     return {
         "row": "summary",
         **{f"{name}_vs_sb3_equal_encoder": ratio(name, "sb3_equal_encoder") for name in OURS},
         "train_vs_sb3_cnnpolicy": ratio("train", "sb3_cnnpolicy"),
-        "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train", "replay_bytes_per_transition"),
+        "sb3_replay_bytes_vs_ours": ratio("sb3_equal_encoder", "train",
+                                          "replay_bytes_per_transition"),
         "wrapper_overhead_vs_raw": rows.get("raw_vs_wrapper", {}).get("wrapper_overhead"),
         "collect_2env_vs_1env": rows.get("collect", {}).get("scaling"),
         "collect_2env_vs_1env_1thread": rows.get("collect_1thread", {}).get("scaling"),
@@ -417,7 +465,8 @@ def summary(rows: dict) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/half_cheetah_video.yaml")
     parser.add_argument("--image-size", type=int, default=84)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -427,16 +476,19 @@ def main() -> None:
         help="timed agent steps per env count in the collect rows (cheap: no updates)",
     )
     parser.add_argument(
-        "--seed-steps", type=int, default=100, help="random-action steps before the timed training steps"
+        "--seed-steps", type=int, default=100,
+        help="random-action steps before the timed training steps"
     )
     parser.add_argument("--episode-steps", type=int, default=100, help="env.max_episode_steps")
     parser.add_argument("--frozen-before-steps", type=int, default=3,
                         help="timed agent steps of the frozen row's in-update contender")
-    parser.add_argument("--cpu", action="store_true", help="train on the CPU even when CUDA is available")
+    parser.add_argument("--cpu", action="store_true",
+                        help="train on the CPU even when CUDA is available")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="config override for our rows, after the benchmark's own (e.g. training.autocast=true)",
+        help="config override for our rows, after the benchmark's own (e.g. "
+             "training.autocast=true)",
     )
     parser.add_argument("--row", choices=ROWS, help=argparse.SUPPRESS)  # one row, in this process
     args = parser.parse_args()
@@ -448,7 +500,9 @@ def main() -> None:
     from trainer.process.cli import explain
 
     try:  # once here, not once per row: every row would print the same error
-        config(args, **{"checkpoint.dir": tempfile.gettempdir(), "logging.tensorboard_dir": tempfile.gettempdir()})
+        config(args,
+               **{"checkpoint.dir": tempfile.gettempdir(),
+                  "logging.tensorboard_dir": tempfile.gettempdir()})
     except UserError as err:
         parser.error(explain(err))
     rows = {}
@@ -460,8 +514,11 @@ def main() -> None:
             capture_output=True, text=True, env=env,
         )
         if result.returncode != 0:
-            errors = [line for line in result.stderr.splitlines() if re.match(r"[\w.]+(Error|Exception)\b", line)]
-            print(json.dumps({"row": name, "error": (errors or [f"exit status {result.returncode}"])[0]}), flush=True)
+            errors = [line for line in result.stderr.splitlines()
+                      if re.match(r"[\w.]+(Error|Exception)\b", line)]
+            print(json.dumps({"row": name,
+                              "error": (errors or [f"exit status {result.returncode}"])[0]}),
+                  flush=True)
             continue
         rows[name] = json.loads(result.stdout.strip().splitlines()[-1])
         print(json.dumps(rows[name]), flush=True)

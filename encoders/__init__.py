@@ -1,5 +1,5 @@
-"""Observation encoders and their registry: a video arch takes uint8 (B, T, C, H, W) and returns float (B, repr_dim).
-Adding an arch is one file in this folder plus one line in ARCHS."""
+"""Observation encoders and their registry: a video arch takes uint8 (B, T, C, H, W) and returns
+float (B, repr_dim). Adding an arch is one file in this folder plus one line in ARCHS."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 
     from encoders.config import EncoderConfig
 
-ARCHS = {  # name -> class, imported when chosen: torchvision and transformers take seconds to import
+# name -> class, imported when chosen: torchvision and transformers take seconds to import
+ARCHS = {
     "simple2dcnn": "encoders.simple2dcnn.Simple2DCNN",
     "simple3dcnn": "encoders.simple3dcnn.Simple3DCNN",
     "r3d18": "encoders.r3d18.R3D18",

@@ -1,4 +1,5 @@
-"""The `encoder` config section: which encoder turns observations into features, and a video encoder's shape."""
+"""The `encoder` config section: which encoder turns observations into features, and a video
+encoder's shape."""
 
 from dataclasses import dataclass, field
 
@@ -15,7 +16,8 @@ class VideoEncoderConfig:
     pretrained: bool = False
     weights: str | None = None
     freeze: bool = False
-    # what a frozen trunk stores: its pretraining head's first layer, or the state that head estimates (its readout)
+    # what a frozen trunk stores: its pretraining head's first layer, or the state that head
+    # estimates (its readout)
     frozen_features: str = setting("projection", choices=("projection", "state_estimate"))
     input_size: int | None = setting(None, ge=32, le=1024, note="null = frames as rendered")
     preset: str = setting("small", choices=("tiny", "small", "base"))

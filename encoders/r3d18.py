@@ -1,5 +1,6 @@
-"""torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: features are the pooled 512-d output, and
-Kinetics-400 weights load with `pretrained` (docs/encoders.md#pretrained-weights-offline)."""
+"""torchvision's R3D-18 (Tran et al., 2018), a 3D ResNet, as the trunk: features are the pooled
+512-d output, and Kinetics-400 weights load with `pretrained`
+(docs/encoders.md#pretrained-weights-offline)."""
 
 import urllib.error
 from pathlib import Path
@@ -20,9 +21,11 @@ def default_weights_path() -> Path:
 
 
 def download(path: Path) -> str | None:
-    """Fetch the Kinetics-400 file into torch's hub cache as torchvision does; None when it arrived, else why not."""
+    """Fetch the Kinetics-400 file into torch's hub cache as torchvision does; None when it arrived,
+    else why not."""
     try:
-        torch.hub.download_url_to_file(KINETICS.url, str(path), hash_prefix=path.stem.rsplit("-", 1)[-1])
+        torch.hub.download_url_to_file(KINETICS.url, str(path),
+                                       hash_prefix=path.stem.rsplit("-", 1)[-1])
     except (urllib.error.URLError, OSError, RuntimeError) as err:
         path.unlink(missing_ok=True)
         return str(getattr(err, "reason", err)).strip().splitlines()[0] or type(err).__name__
@@ -30,7 +33,8 @@ def download(path: Path) -> str | None:
 
 
 def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
-    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache; UserError if neither."""
+    """The Kinetics-400 state dict without its classifier, from `weights` or the hub cache;
+    UserError if neither."""
     path = Path(weights) if weights else default_weights_path()
     failed = None
     if not weights and not path.is_file():
@@ -39,15 +43,18 @@ def read_weights(weights: str | None) -> dict[str, torch.Tensor]:
     if not path.is_file():
         offline = f" and could not be downloaded ({failed})" if failed else ""
         raise UserError(
-            f"r3d18 pretrained weights not found at {path}{offline}; on a connected machine download {KINETICS.url} "
-            f"(or run: python -c \"import torchvision; torchvision.models.video.r3d_18(weights='KINETICS400_V1')\" "
-            f"and take it from ~/.cache/torch/hub/checkpoints/), then copy it to {path} or set `weights`=<file>"
+            f"r3d18 pretrained weights not found at {path}{offline}; on a connected machine "
+            f"download {KINETICS.url} (or run: python -c \"import torchvision; "
+            "torchvision.models.video.r3d_18(weights='KINETICS400_V1')\" and take it from "
+            f"~/.cache/torch/hub/checkpoints/), then copy it to {path} or set `weights`=<file>"
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for a damaged or foreign file; all mean the same here
+    except Exception as err:
+        # torch raises many types for a damaged or foreign file; all mean the same here
         raise UserError(
-            f"cannot read r3d18 weights {path} ({type(err).__name__}); replace it with {KINETICS.url}"
+            f"cannot read r3d18 weights {path} ({type(err).__name__}); replace it with "
+            f"{KINETICS.url}"
         ) from None
     return {key: value for key, value in state.items() if not key.startswith(CLASSIFIER)}
 
@@ -58,7 +65,8 @@ class R3D18(VideoEncoder):
     PRETRAINED = True
 
     def build(self, cfg: VideoEncoderConfig) -> int:
-        assert self.input_shape[1] == len(self.MEAN), f"r3d18 takes RGB frames, got {self.input_shape[1]} channels"
+        assert self.input_shape[1] == len(self.MEAN), (
+            f"r3d18 takes RGB frames, got {self.input_shape[1]} channels")
         self.net = r3d_18()
         repr_dim = self.net.fc.in_features
         self.net.fc = torch.nn.Identity()

@@ -1,5 +1,6 @@
-"""DrQ's conv stack: the frames of a stack are concatenated on the channel axis and seen by a 2D conv net.
-Cheap enough for CPU training and the encoder behind the published DrQ/CURL pixel-SAC results."""
+"""DrQ's conv stack: the frames of a stack are concatenated on the channel axis and seen by a 2D
+conv net. Cheap enough for CPU training and the encoder behind the published DrQ/CURL pixel-SAC
+results."""
 
 import torch
 from torch import nn

@@ -1,5 +1,6 @@
-"""A small 3D conv net over (C, T, H, W): every layer's kernels see neighbouring frames, so motion is learnt at every
-depth, not mixed into channels once as in a 2D net. DrQ's widths and depth; the first two layers halve the image."""
+"""A small 3D conv net over (C, T, H, W): every layer's kernels see neighbouring frames, so motion
+is learnt at every depth, not mixed into channels once as in a 2D net. DrQ's widths and depth; the
+first two layers halve the image."""
 
 import torch
 from torch import nn
@@ -19,7 +20,8 @@ class Simple3DCNN(VideoEncoder):
         layers, width = [], channels
         for i in range(cfg.num_layers):
             stride = (1, 2, 2) if i < STRIDED_LAYERS else 1
-            layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride, padding=(KERNEL[0] // 2, 0, 0)),
+            layers += [nn.Conv3d(width, cfg.num_filters, KERNEL, stride=stride,
+                                 padding=(KERNEL[0] // 2, 0, 0)),
                        nn.ReLU()]
             width = cfg.num_filters
         self.convs = nn.Sequential(*layers, nn.Flatten())

@@ -1,5 +1,6 @@
-"""The vector path: the simulator's state vector, or a frozen trunk's stored features (encoders/frozen.py, float16),
-is already a representation, so the encoder only checks it and casts it to float32; the SAC heads do the rest."""
+"""The vector path: the simulator's state vector, or a frozen trunk's stored features
+(encoders/frozen.py, float16), is already a representation, so the encoder only checks it and casts
+it to float32; the SAC heads do the rest."""
 
 import torch
 from torch import nn

@@ -1,7 +1,9 @@
-"""TimeSformer (Bertasius et al., 2021), divided space-time attention, as Hugging Face transformers' `TimesformerModel`.
+"""TimeSformer (Bertasius et al., 2021), divided space-time attention, as Hugging Face transformers'
+`TimesformerModel`.
 
-This module picks the size (`preset`) and loads the public Kinetics-400 checkpoint, resizing its time and position
-embeddings to ours as TimeSformer's own code does. Features: the final CLS token, (B, hidden_size)."""
+This module picks the size (`preset`) and loads the public Kinetics-400 checkpoint, resizing its
+time and position embeddings to ours as TimeSformer's own code does. Features: the final CLS token,
+(B, hidden_size)."""
 
 from pathlib import Path
 
@@ -16,8 +18,11 @@ from encoders.config import VideoEncoderConfig
 from encoders.video_encoder import VideoEncoder
 from errors import UserError
 
-PRESET_KEYS = ("patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-PRESETS = {  # the tiny and small ones tile 84 px frames with 7 x 7 patches; base is the public checkpoint's shape
+PRESET_KEYS = ("patch_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+               "intermediate_size")
+# the tiny and small ones tile 84 px frames with 7 x 7 patches; base is the public checkpoint's
+# shape
+PRESETS = {
     name: dict(zip(PRESET_KEYS, sizes, strict=True)) for name, sizes in {
         "tiny": (12, 96, 2, 3, 384),
         "small": (12, 192, 4, 3, 768),
@@ -45,13 +50,14 @@ def find_checkpoint(weights: str | None) -> Path:
     except LocalEntryNotFoundError:
         pass
     try:
-        return Path(snapshot_download(PUBLIC_CHECKPOINT, allow_patterns=["config.json", WEIGHT_FILES[0]]))
+        return Path(snapshot_download(PUBLIC_CHECKPOINT,
+                                      allow_patterns=["config.json", WEIGHT_FILES[0]]))
     except (LocalEntryNotFoundError, OSError) as err:
         raise UserError(
-            f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face cache "
-            f"{constants.HF_HUB_CACHE} and could not be downloaded ({type(err).__name__}); "
-            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache here, "
-            "or set `weights`=<checkpoint dir>"
+            f"pretrained timesformer weights ({PUBLIC_CHECKPOINT}) are not in the Hugging Face "
+            f"cache {constants.HF_HUB_CACHE} and could not be downloaded ({type(err).__name__}); "
+            f"on a connected machine run `hf download {PUBLIC_CHECKPOINT}` and copy that cache "
+            "here, or set `weights`=<checkpoint dir>"
         ) from None
 
 
@@ -68,13 +74,17 @@ def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:
                 raise UserError(f"cannot read {path} ({type(err).__name__}); download the full "
                                 f"checkpoint ({PUBLIC_CHECKPOINT}) again") from None
     raise UserError(
-        f"{directory} holds no {' or '.join(WEIGHT_FILES)}; download the full checkpoint ({PUBLIC_CHECKPOINT})"
+        f"{directory} holds no {' or '.join(WEIGHT_FILES)}; download the full checkpoint "
+        f"({PUBLIC_CHECKPOINT})"
     )
 
 
-def adapt(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Map the checkpoint's keys to TimesformerModel's and resize its time and position embeddings to ours."""
-    state = {key.removeprefix(BACKBONE): value for key, value in state.items() if not key.startswith(CLASSIFIER)}
+def adapt(state: dict[str, torch.Tensor],
+          target: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map the checkpoint's keys to TimesformerModel's and resize its time and position embeddings
+    to ours."""
+    state = {key.removeprefix(BACKBONE): value for key, value in state.items()
+             if not key.startswith(CLASSIFIER)}
     time, pos = "embeddings.time_embeddings", "embeddings.position_embeddings"
     if time in state and state[time].shape != target[time].shape:  # (1, frames, D)
         state[time] = F.interpolate(
@@ -82,29 +92,36 @@ def adapt(state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]) -> di
         ).transpose(1, 2)
     if pos in state and state[pos].shape != target[pos].shape:  # (1, 1 + grid * grid, D), CLS first
         cls, grid = state[pos][:, :1], state[pos][:, 1:]
-        old, new, dim = round(grid.shape[1] ** 0.5), round((target[pos].shape[1] - 1) ** 0.5), grid.shape[2]
-        grid = F.interpolate(grid.transpose(1, 2).reshape(1, dim, old, old), size=(new, new), mode="nearest")
+        old, new, dim = (round(grid.shape[1] ** 0.5), round((target[pos].shape[1] - 1) ** 0.5),
+                         grid.shape[2])
+        grid = F.interpolate(grid.transpose(1, 2).reshape(1, dim, old, old), size=(new, new),
+                             mode="nearest")
         state[pos] = torch.cat([cls, grid.flatten(2).transpose(1, 2)], dim=1)
     return state
 
 
 class TimeSformer(VideoEncoder):
-    MEAN, STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)  # TimeSformer's Kinetics normalisation (DATA.MEAN/STD)
+    # TimeSformer's Kinetics normalisation (DATA.MEAN/STD)
+    MEAN, STD = (0.45, 0.45, 0.45), (0.225, 0.225, 0.225)
     PRETRAINED = True
 
     def build(self, cfg: VideoEncoderConfig) -> int:
         if cfg.preset not in PRESETS:
-            raise UserError(f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
+            raise UserError(
+                f"unknown `preset` '{cfg.preset}' for timesformer; allowed: {', '.join(PRESETS)}")
         if cfg.pretrained and cfg.preset != "base":
             raise UserError(
-                f"pretrained timesformer weights have the base preset's shape; set `preset`=base (got '{cfg.preset}')"
+                "pretrained timesformer weights have the base preset's shape; set `preset`=base "
+                f"(got '{cfg.preset}')"
             )
         checkpoint = find_checkpoint(cfg.weights) if cfg.pretrained else None
         # no dropout: the critic's targets need a deterministic encoder
-        arch = TimesformerConfig.from_pretrained(checkpoint) if checkpoint else TimesformerConfig(**PRESETS[cfg.preset])
+        arch = (TimesformerConfig.from_pretrained(checkpoint) if checkpoint
+                else TimesformerConfig(**PRESETS[cfg.preset]))
         frames, channels, size, _ = self.input_shape
         arch.update({"num_frames": frames, "image_size": size, "num_channels": channels,
-                     "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0, "drop_path_rate": 0})
+                     "hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0,
+                     "drop_path_rate": 0})
         if arch.attention_type != DIVIDED:
             raise UserError(
                 f"{checkpoint} is a TimeSformer with {arch.attention_type} attention; "

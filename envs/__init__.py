@@ -1,4 +1,5 @@
-"""Environments: MuJoCo and dm_control tasks as Gymnasium envs of camera frames or state vectors (envs/make.py)."""
+"""Environments: MuJoCo and dm_control tasks as Gymnasium envs of camera frames or state vectors
+(envs/make.py)."""
 
 from envs import rendering
 

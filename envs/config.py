@@ -1,4 +1,5 @@
-"""The `env` config section: the task, how its frames are rendered, and the scenes drawn per episode."""
+"""The `env` config section: the task, how its frames are rendered, and the scenes drawn per
+episode."""
 
 from dataclasses import dataclass, field
 
@@ -11,7 +12,8 @@ MAX_WORLDS = 65536
 
 def frame_settings(backend: str) -> tuple[str, ...]:
     """The `env` settings that frames depend on beyond their size, for `env.backend` = `backend`."""
-    return ("camera", "backend", *(("warp_shadows", "warp_skybox") if backend == "mujoco_warp" else ()))
+    return ("camera", "backend",
+            *(("warp_shadows", "warp_skybox") if backend == "mujoco_warp" else ()))
 
 
 def frames_of(env) -> dict:
@@ -41,7 +43,8 @@ class EnvConfig:
     camera: str | int | None = setting(None, ge=-1, le=1000)
     frame_stack: int = setting(3, ge=1, le=64)
     action_repeat: int = setting(1, ge=1, le=1000)
-    max_episode_steps: int | None = setting(None, ge=1, le=MILLION, note="null = the task's own limit")
+    max_episode_steps: int | None = setting(None, ge=1, le=MILLION,
+                                            note="null = the task's own limit")
     render_shadow_size: int = setting(512, ge=1, le=16384)
     render_offsamples: int = setting(0, ge=0, le=16)
     num_envs: int = setting(1, ge=1, le=MAX_WORLDS)
@@ -53,5 +56,6 @@ class EnvConfig:
 
     @property
     def stack_shape(self) -> tuple[int, int, int, int]:
-        """One observation as the pixel encoders take it: (frame_stack, 3, image_size, image_size)."""
+        """One observation as the pixel encoders take it: (frame_stack, 3, image_size,
+        image_size)."""
         return (self.frame_stack, 3, self.image_size, self.image_size)

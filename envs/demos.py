@@ -1,8 +1,10 @@
-"""Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into training the same way.
+"""Demonstrations on disk as Minari datasets, so any Minari dataset of the same env plugs into
+training the same way.
 
-Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as `trainer/tools/record.py` writes them,
-{"state": float32 (S,), "pixels": uint8 (C, H, W)} and, recorded with --views K, "views": uint8 (K - 1, C, H, W), the
-same step in other scenes. Frames are stored singly and losslessly (no JPEG)."""
+Observations: a plain Box (state vector or one uint8 (C, H, W) frame) or, as
+`trainer/tools/record.py` writes them, {"state": float32 (S,), "pixels": uint8 (C, H, W)} and,
+recorded with --views K, "views": uint8 (K - 1, C, H, W), the same step in other scenes. Frames are
+stored singly and losslessly (no JPEG)."""
 
 import hashlib
 import os
@@ -16,7 +18,8 @@ import numpy as np
 
 from errors import UserError, check_writable_folder
 
-RECORDING_KEY = "recording"  # metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
+# metadata entry: {"env_id", "camera", "image_size", "action_repeat", "backend"}
+RECORDING_KEY = "recording"
 STATE, PIXELS, VIEWS = "state", "pixels", "views"
 DATA_DIR = "data"
 
@@ -68,7 +71,8 @@ def check_new(path: str | Path) -> None:
         raise UserError("the dataset folder is empty; pass one to create, e.g. --out datasets/mine")
     target = Path(path).expanduser()
     if (target / DATA_DIR).exists():
-        raise UserError(f"a dataset already exists at {path}; pass another --out or delete it first")
+        raise UserError(
+            f"a dataset already exists at {path}; pass another --out or delete it first")
     if target.exists() and not target.is_dir():
         raise UserError(f"{path} is a file, not a dataset folder; pass a folder to create as --out")
     check_writable_folder(target, what=f"create {path}", fix="pass --out under one")
@@ -90,7 +94,8 @@ def write(
     check_new(path)
     target = Path(path).expanduser().resolve()  # Minari joins relative paths twice
     target.mkdir(parents=True, exist_ok=True)
-    # written whole beside it, then renamed into place: an interrupted write leaves no dataset, not a partial one
+    # written whole beside it, then renamed into place: an interrupted write leaves no dataset, not
+    # a partial one
     staging = target.parent / f".{target.name}.tmp{os.getpid()}"
     try:
         staging.mkdir()
@@ -124,7 +129,8 @@ def write(
 
 
 def read(path: str | Path) -> Demonstrations:
-    """The whole dataset in memory (demonstrations are small: 20 episodes of 84x84 frames are ~20 MB)."""
+    """The whole dataset in memory (demonstrations are small: 20 episodes of 84x84 frames are ~20
+    MB)."""
     from minari import MinariDataset
 
     where = data_path(path).resolve()
@@ -134,19 +140,23 @@ def read(path: str | Path) -> Demonstrations:
             "python3 -m trainer.tools.record --out PATH, or fix the path"
         )
     try:
-        with warnings.catch_warnings():  # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
+        # Minari reads Box bounds back as float64 lists: gymnasium warns on the cast
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
             dataset = MinariDataset(where)
         space, metadata = dataset.observation_space, dataset.storage.metadata
         raw = list(dataset.iterate_episodes())
     except (OSError, ValueError, KeyError, TypeError) as err:
         reason = " ".join(str(err).split())[:200]
-        raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: {reason}); it is damaged: "
-                        "record it again with python3 -m trainer.tools.record") from None
+        raise UserError(f"cannot read the Minari dataset at {path} ({type(err).__name__}: "
+                        f"{reason}); it is damaged: record it again with python3 -m "
+                        "trainer.tools.record") from None
     if not raw:
-        raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was interrupted?); move it "
-                        "aside and record it again with python3 -m trainer.tools.record")
-    if isinstance(space, gym.spaces.Box):  # a single observation: a frame if it is an image, else a state vector
+        raise UserError(f"the Minari dataset at {path} holds no episodes (a recording that was "
+                        "interrupted?); move it aside and record it again with python3 -m "
+                        "trainer.tools.record")
+    # a single observation: a frame if it is an image, else a state vector
+    if isinstance(space, gym.spaces.Box):
         key = PIXELS if space.dtype == np.uint8 and len(space.shape) == 3 else STATE
         space = gym.spaces.Dict({key: space})
         unwrap = lambda obs: {key: np.asarray(obs)}  # noqa: E731
@@ -154,7 +164,8 @@ def read(path: str | Path) -> Demonstrations:
         unwrap = lambda obs: {k: np.asarray(v) for k, v in obs.items()}  # noqa: E731
     else:
         raise UserError(
-            f"dataset {path} has {type(space).__name__} observations; the trainer reads Box or Dict(state, pixels)"
+            f"dataset {path} has {type(space).__name__} observations; the trainer reads Box or "
+            "Dict(state, pixels)"
         )
     episodes = [
         Episode(
@@ -167,5 +178,6 @@ def read(path: str | Path) -> Demonstrations:
         for e in raw
     ]
     return Demonstrations(
-        episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}), fingerprint(path), Path(path)
+        episodes, space, dataset.action_space, dict(metadata.get(RECORDING_KEY) or {}),
+        fingerprint(path), Path(path)
     )

@@ -1,8 +1,10 @@
-"""Env worker processes stepped in turn, each sent its next action the moment its step returns, and one env in this
-process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
+"""Env worker processes stepped in turn, each sent its next action the moment its step returns, and
+one env in this process behind the same interface (`InProcessEnv`), so the trainer has a single
+acting loop.
 
-Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in docs/guide.md):
-each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price of one step of policy lag."""
+Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in
+docs/guide.md): each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price
+of one step of policy lag."""
 
 import atexit
 import contextlib
@@ -30,7 +32,8 @@ class WorkerDied(UserError):
 
 @contextlib.contextmanager
 def stop_signals_blocked():
-    """Around starting worker processes: they inherit the blocked stop signals until they ignore them."""
+    """Around starting worker processes: they inherit the blocked stop signals until they ignore
+    them."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -40,10 +43,12 @@ def stop_signals_blocked():
 
 @contextlib.contextmanager
 def stop_signals_held():
-    """`stop_signals_blocked`, and a stop signal that arrives meanwhile is raised again once every worker has started
-    (another thread may take it despite the mask, and its handler would orphan a worker half started)."""
+    """`stop_signals_blocked`, and a stop signal that arrives meanwhile is raised again once every
+    worker has started (another thread may take it despite the mask, and its handler would orphan a
+    worker half started)."""
     held = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum)) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+                for sig in STOP_SIGNALS}
     try:
         with stop_signals_blocked():
             yield
@@ -67,16 +72,18 @@ def how_it_ended(process) -> str:
 
 
 def worker_died(index: int, process, *, fewer: str = "num_envs") -> WorkerDied:
-    """The one-line error for worker `index` found dead mid-run; `fewer`: the parameter that lowers its memory."""
-    return WorkerDied(f"env worker {index} (pid {process.pid}) died ({how_it_ended(process)}: the out-of-memory "
-                      f"killer, or a kill); the last checkpoint is intact: continue with --resume auto, with fewer "
-                      f"`{fewer}` if memory ran out")
+    """The one-line error for worker `index` found dead mid-run; `fewer`: the parameter that lowers
+    its memory."""
+    return WorkerDied(f"env worker {index} (pid {process.pid}) died ({how_it_ended(process)}: the "
+                      "out-of-memory killer, or a kill); the last checkpoint is intact: continue "
+                      f"with --resume auto, with fewer `{fewer}` if memory ran out")
 
 
 def _shielded(make_env: Callable[[], gym.Env]) -> gym.Env:
     if multiprocessing.parent_process() is not None:
         ignore_stop_signals()
-        # its exit skips the last garbage collections (~1 s each, and workers close one after another)
+        # its exit skips the last garbage collections (~1 s each, and workers close one after
+        # another)
         atexit.register(gc.freeze)
     return make_env()
 
@@ -103,7 +110,8 @@ class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
         shielded = functools.partial(_shielded, make_env)
         self.workers: list[gym.vector.AsyncVectorEnv] = []
-        # workers ignore SIGTERM, so the libraries' exit clean-up (terminate, join) would wait forever: kill them first
+        # workers ignore SIGTERM, so the libraries' exit clean-up (terminate, join) would wait
+        # forever: kill them first
         self._finalizer = weakref.finalize(self, kill_workers, self.workers)
         self.in_flight = [False] * num_envs
         self.dead: set[int] = set()
@@ -114,20 +122,25 @@ class EnvWorkers:
                         [shielded], shared_memory=True, copy=False, context="spawn",
                         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP))
             base = self.workers[0]  # asked before any step is in flight: a call waits for none
-            self.terminates_on_success = bool(base.call("has_wrapper_attr", "terminates_on_success")[0]
+            self.terminates_on_success = bool(base.call("has_wrapper_attr",
+                                                        "terminates_on_success")[0]
                                               and base.get_attr("terminates_on_success")[0])
-        except BaseException:  # one failed to start, or a stop signal came meanwhile: the caller gets none to close
+        except BaseException:
+            # one failed to start, or a stop signal came meanwhile: the caller gets none to close
             self.close()
             raise
         self.num_envs = num_envs
         self.single_observation_space = self.workers[0].single_observation_space
         self.single_action_space = self.workers[0].single_action_space
-        self.obs = np.zeros((num_envs, *self.single_observation_space.shape), self.single_observation_space.dtype)
-        self.states = None  # (N, S) float32: each env's newest info["state"] (pixel envs give one), else None
+        self.obs = np.zeros((num_envs, *self.single_observation_space.shape),
+                            self.single_observation_space.dtype)
+        # (N, S) float32: each env's newest info["state"] (pixel envs give one), else None
+        self.states = None
         self.actions = np.zeros((num_envs, *self.single_action_space.shape), np.float32)
 
     def reset(self, seed: int) -> np.ndarray:
-        """Worker i starts an episode from `seed + i`; a step still in flight is finished and dropped first."""
+        """Worker i starts an episode from `seed + i`; a step still in flight is finished and
+        dropped first."""
         self._drain()
         for i, worker in enumerate(self.workers):
             with self._alive(i):
@@ -139,12 +152,16 @@ class EnvWorkers:
             self._keep_state(i, info)
         return self.obs.copy()
 
-    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
-        """One step of every worker: (actions taken, obs, reward, terminated, truncated), (N, ...) each. `observe`
-        maps observations to what `act` reads and the step returns (by default a copy out of shared memory); `act`
-        maps those to actions. Autoreset is NEXT_STEP: after an episode ends the next result is the reset frame."""
-        if not any(self.in_flight):  # after a reset, each env's first frame acted on alone, as every later one is:
-            for i in range(self.num_envs):  # a batch of all would round otherwise than one env in this process
+    def step(self, act: Callable[[np.ndarray], np.ndarray],
+             observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+        """One step of every worker: (actions taken, obs, reward, terminated, truncated), (N, ...)
+        each. `observe` maps observations to what `act` reads and the step returns (by default a
+        copy out of shared memory); `act` maps those to actions. Autoreset is NEXT_STEP: after an
+        episode ends the next result is the reset frame."""
+        # after a reset, each env's first frame acted on alone, as every later one is:
+        if not any(self.in_flight):
+            # a batch of all would round otherwise than one env in this process
+            for i in range(self.num_envs):
                 self.actions[i] = act(observe(self.obs[i:i + 1]))[0]
                 self._send(i)
         taken = self.actions.copy()
@@ -156,7 +173,8 @@ class EnvWorkers:
             self.in_flight[i] = False
             with self._alive(i):
                 obs, rewards, terminations, truncations, info = worker.step_wait()
-            self.obs[i], reward[i], terminated[i], truncated[i] = obs[0], rewards[0], terminations[0], truncations[0]
+            self.obs[i], reward[i], terminated[i], truncated[i] = (obs[0], rewards[0],
+                                                                   terminations[0], truncations[0])
             self._keep_state(i, info)
             observed.append(observe(self.obs[i:i + 1]))
             self.actions[i] = act(observed[-1])[0]
@@ -183,8 +201,9 @@ class EnvWorkers:
             raise worker_died(i, self.workers[i].processes[0]) from None
 
     def _drain(self) -> None:
-        """Read and drop every step or reset a worker still owes, also one a stop signal cut short or a worker's error
-        ended (gymnasium's close would wait for it with a warning on stderr, a reset would refuse)."""
+        """Read and drop every step or reset a worker still owes, also one a stop signal cut short
+        or a worker's error ended (gymnasium's close would wait for it with a warning on stderr, a
+        reset would refuse)."""
         for i, worker in enumerate(self.workers):
             self.in_flight[i] = False
             with self._alive(i):
@@ -209,15 +228,18 @@ class EnvWorkers:
 
 
 class InProcessEnv:
-    """One env in this process with EnvWorkers' interface. It reseeds every episode (`seed`, `seed + 1`, ... from the
-    last `reset(seed)`), so a run resumed at an episode boundary continues exactly; a resetting step calls no `act`."""
+    """One env in this process with EnvWorkers' interface. It reseeds every episode (`seed`, `seed +
+    1`, ... from the last `reset(seed)`), so a run resumed at an episode boundary continues exactly;
+    a resetting step calls no `act`."""
 
     def __init__(self, env: gym.Env):
         self.env, self.num_envs = env, 1
         self.terminates_on_success = getattr(env.unwrapped, "terminates_on_success", False)
-        self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
+        self.single_observation_space, self.single_action_space = (env.observation_space,
+                                                                   env.action_space)
         self.obs = self.states = None  # states: as EnvWorkers'
-        self.observed = None  # what `observe` made of it; None after `reset(seed)`, until the next step observes it
+        # what `observe` made of it; None after `reset(seed)`, until the next step observes it
+        self.observed = None
         self.seed, self.resetting = 0, False
 
     def reset(self, seed: int) -> np.ndarray:
@@ -226,20 +248,24 @@ class InProcessEnv:
         self.obs, self.states = obs[None], self._states(info)
         return self.obs
 
-    def step(self, act: Callable[[np.ndarray], np.ndarray], observe: Callable[[np.ndarray], np.ndarray] = np.copy):
+    def step(self, act: Callable[[np.ndarray], np.ndarray],
+             observe: Callable[[np.ndarray], np.ndarray] = np.copy):
         """As `EnvWorkers.step`, for one env."""
         if self.resetting:
             self.reset(self.seed + 1)
             self.observed = observe(self.obs)
-            return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed, np.zeros(1),
+            return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed,
+                    np.zeros(1),
                     np.zeros(1, bool), np.zeros(1, bool))
         if self.observed is None:
             self.observed = observe(self.obs)
         action = np.array(act(self.observed), dtype=np.float32)
         obs, reward, terminated, truncated, info = self.env.step(action[0])
-        self.obs, self.states, self.resetting = obs[None], self._states(info), terminated or truncated
+        self.obs, self.states, self.resetting = (obs[None], self._states(info), terminated
+                                                 or truncated)
         self.observed = observe(self.obs)
-        return action, self.observed, np.array([reward], dtype=float), np.array([terminated]), np.array([truncated])
+        return (action, self.observed, np.array([reward], dtype=float), np.array([terminated]),
+                np.array([truncated]))
 
     @staticmethod
     def _states(info: dict) -> np.ndarray | None:

@@ -1,5 +1,5 @@
-"""DrQ's random shift: replicate-pad by `pad` pixels, crop back at a random offset, one shift per sample. Stays uint8:
-one gather over a strided view of every window."""
+"""DrQ's random shift: replicate-pad by `pad` pixels, crop back at a random offset, one shift per
+sample. Stays uint8: one gather over a strided view of every window."""
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,8 @@ def random_shift(obs: torch.Tensor, pad: int) -> torch.Tensor:
     s_batch, s_channel, s_row, s_col = padded.stride()
     offsets = 2 * pad + 1
     windows = padded.as_strided((batch, offsets, offsets, frames * channels, height, width),
-                                (s_batch, s_row, s_col, s_channel, s_row, s_col))  # [b, dy, dx] = crop at (dy, dx)
+                                # [b, dy, dx] = crop at (dy, dx)
+                                (s_batch, s_row, s_col, s_channel, s_row, s_col))
     shifts = torch.randint(0, offsets, (batch, 2), device=obs.device)
-    return windows[torch.arange(batch, device=obs.device), shifts[:, 0], shifts[:, 1]].unflatten(1, (frames, channels))
+    return windows[torch.arange(batch, device=obs.device), shifts[:, 0],
+                   shifts[:, 1]].unflatten(1, (frames, channels))

@@ -25,8 +25,10 @@ class SACConfig:
     log_std_max: float = setting(2.0, ge=-20, le=20)
     augment_pad: int = setting(4, ge=0, le=512)
     augment_samples: int = setting(1, ge=1, le=16)
-    updates_per_step: float = setting(1.0, gt=0, le=100, note="fractions allowed: 0.25 = one update per 4 agent steps")
+    updates_per_step: float = setting(1.0, gt=0, le=100,
+                                      note="fractions allowed: 0.25 = one update per 4 agent steps")
     target_encoder: bool = True
     critic_layer_norm: bool = False
     critic_input: str = setting("features", choices=("features", "state"),
-                                note="state: the critic reads the simulator state, the actor the frames' features")
+                                note="state: the critic reads the simulator state, the actor the "
+                                     "frames' features")

@@ -1,5 +1,6 @@
-"""Demonstrations as RLPD uses them: a store the replay never evicts, a share of every batch drawn from it. The
-store is a second ReplayBuffer, so demonstrations go through the same sampling code (docs/algorithm.md)."""
+"""Demonstrations as RLPD uses them: a store the replay never evicts, a share of every batch drawn
+from it. The store is a second ReplayBuffer, so demonstrations go through the same sampling code
+(docs/algorithm.md)."""
 
 from collections.abc import Sequence
 
@@ -19,7 +20,8 @@ def fill_store(
     nstep: int,
     frames_on: torch.device | None,
 ) -> ReplayBuffer:
-    """A ReplayBuffer of exactly these episodes: (observations (L + 1, ...), actions, rewards, terminations)."""
+    """A ReplayBuffer of exactly these episodes: (observations (L + 1, ...), actions, rewards,
+    terminations)."""
     observations = [episode[0] for episode in episodes]
     frames = sum(len(obs) for obs in observations)
     first = observations[0]
@@ -35,7 +37,8 @@ def fill_store(
         frames_on=frames_on,
     )
     for obs, actions, rewards, terminations in episodes:
-        if frame_stack:  # the store keeps the last frame of the stack it is given: a one-frame stack per step
+        # the store keeps the last frame of the stack it is given: a one-frame stack per step
+        if frame_stack:
             obs = obs[:, None]
         store.add_first(obs[0])
         for t in range(len(actions)):
@@ -48,7 +51,8 @@ def demo_count(batch_size: int, share: float) -> int:
 
 
 def mixed_sample(
-    replay: ReplayBuffer, *, demos: ReplayBuffer, batch_size: int, share: float, device: torch.device | str = "cpu"
+    replay: ReplayBuffer, *, demos: ReplayBuffer, batch_size: int, share: float,
+    device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """`batch_size` transitions, the demonstrations' share last."""
     from_demos = demo_count(batch_size, share)

@@ -1,23 +1,29 @@
-"""The SAC update as CUDA graphs, captured once and replayed as one launch per update. Not torch.compile's
-"reduce-overhead" mode, which compiles every network first (minutes) and recompiles on any change of shape."""
+"""The SAC update as CUDA graphs, captured once and replayed as one launch per update. Not
+torch.compile's "reduce-overhead" mode, which compiles every network first (minutes) and recompiles
+on any change of shape."""
 
 import torch
 
-WARMUP_UPDATES = 3  # eager updates before a capture: optimiser states, cuBLAS workspaces, autograd's lazy setup
+# eager updates before a capture: optimiser states, cuBLAS workspaces, autograd's lazy setup
+WARMUP_UPDATES = 3
 
 
 class UpdateGraphs:
-    """One graph per (actor due, target due, batch shapes), each with static inputs that every call copies into."""
+    """One graph per (actor due, target due, batch shapes), each with static inputs that every call
+    copies into."""
 
     def __init__(self):
         self.graphs = {}
         self.warmups = 0
 
-    def run(self, step, batch: dict[str, torch.Tensor], *, actor_due: bool, target_due: bool) -> dict:
-        key = (actor_due, target_due, *((name, tuple(value.shape)) for name, value in batch.items()))
+    def run(self, step, batch: dict[str, torch.Tensor], *, actor_due: bool,
+            target_due: bool) -> dict:
+        key = (actor_due, target_due,
+               *((name, tuple(value.shape)) for name, value in batch.items()))
         if key not in self.graphs and self.warmups < WARMUP_UPDATES:
             self.warmups += 1
-            return self.on_side_stream(lambda: step(batch, actor_due=actor_due, target_due=target_due))
+            return self.on_side_stream(lambda: step(batch, actor_due=actor_due,
+                                                    target_due=target_due))
         if key not in self.graphs:
             static = {name: value.clone() for name, value in batch.items()}
             graph = torch.cuda.CUDAGraph()

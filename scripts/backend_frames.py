@@ -1,9 +1,10 @@
-"""Show what differs between the two backends' frames: the same states rasterised by OpenGL (`env.backend: mujoco`)
-and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`) as it renders by default and with `env.warp_shadows` and
-`env.warp_skybox` on, at the configs' camera and resolution. For each task, an episode runs in the ordinary env
-(dishwashing: the scripted policy; cartpole: a push that flips every `PUSH_STEPS` steps, so the pole swings); at
-evenly spaced moments its positions are copied into a MuJoCo Warp world per look, which render them too. Rows: per
-task, OpenGL then the MuJoCo Warp looks; columns: the moments. Pixels are enlarged without smoothing.
+"""Show what differs between the two backends' frames: the same states rasterised by OpenGL
+(`env.backend: mujoco`) and ray-traced by MuJoCo Warp (`env.backend: mujoco_warp`) as it renders by
+default and with `env.warp_shadows` and `env.warp_skybox` on, at the configs' camera and resolution.
+For each task, an episode runs in the ordinary env (dishwashing: the scripted policy; cartpole: a
+push that flips every `PUSH_STEPS` steps, so the pole swings); at evenly spaced moments its
+positions are copied into a MuJoCo Warp world per look, which render them too. Rows: per task,
+OpenGL then the MuJoCo Warp looks; columns: the moments. Pixels are enlarged without smoothing.
 
     python3 scripts/backend_frames.py [--out docs/warp_frames.png]
 """
@@ -30,28 +31,34 @@ from envs.make import make_batched_env, make_env
 from envs.pixels import mujoco_handles
 from scripts.frame_grid import join
 
-PUSH_STEPS = 12  # agent steps between the cartpole push's flips: about the pole's swing at action repeat 8
+# agent steps between the cartpole push's flips: about the pole's swing at action repeat 8
+PUSH_STEPS = 12
 CPU = torch.device("cpu")
 
 
 def push(env, step: int) -> np.ndarray:
-    return np.full(env.action_space.shape, 1.0 if (step // PUSH_STEPS) % 2 == 0 else -1.0, dtype=np.float32)
+    return np.full(env.action_space.shape, 1.0 if (step // PUSH_STEPS) % 2 == 0 else -1.0,
+                   dtype=np.float32)
 
 
 def scripted(env, step: int) -> np.ndarray:
     return scripted_action(env.unwrapped.observation())
 
 
-POLICIES = {"dmc/cartpole_swingup.yaml": push, "dishwashing_video.yaml": scripted}  # config -> (env, step) -> action
-LOOKS = {"MuJoCo Warp": {}, "MuJoCo Warp, shadows and skybox": {"warp_shadows": True, "warp_skybox": True}}
+# config -> (env, step) -> action
+POLICIES = {"dmc/cartpole_swingup.yaml": push, "dishwashing_video.yaml": scripted}
+LOOKS = {"MuJoCo Warp": {},
+         "MuJoCo Warp, shadows and skybox": {"warp_shadows": True, "warp_skybox": True}}
 
 
 def backend_frames(config: str, *, moments: int, seed: int) -> dict[str, list[np.ndarray]]:
-    """The same `moments` states of one episode as "OpenGL" and each of LOOKS renders them, uint8 (H, W, 3) each."""
+    """The same `moments` states of one episode as "OpenGL" and each of LOOKS renders them, uint8
+    (H, W, 3) each."""
     cfg = load_config(ROOT / "configs" / config, [])
     env = make_env(cfg.env, True)
     # the simulations the backend renders through, built as it builds them
-    sims = {look: make_batched_env(dataclasses.replace(cfg.env, backend="mujoco_warp", num_envs=1, warp_processes=1,
+    sims = {look: make_batched_env(dataclasses.replace(cfg.env, backend="mujoco_warp", num_envs=1,
+                                                       warp_processes=1,
                                                        **settings), True, CPU).sim
             for look, settings in LOOKS.items()}
     _, data, _ = mujoco_handles(env)
@@ -75,10 +82,12 @@ def backend_frames(config: str, *, moments: int, seed: int) -> dict[str, list[np
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(ROOT / "docs" / "warp_frames.png"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--moments", type=int, default=5, help="columns: evenly spaced steps, first and last included")
+    parser.add_argument("--moments", type=int, default=5,
+                        help="columns: evenly spaced steps, first and last included")
     parser.add_argument("--scale", type=int, default=2, help="pixel enlargement for viewing")
     args = parser.parse_args()
 

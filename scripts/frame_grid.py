@@ -1,12 +1,15 @@
-"""Show what the video encoder sees on the dishwashing task: the last frame of each observation, for each camera,
-rendered through make_env's video path at the config's resolution, at evenly spaced moments of a scripted episode.
-Rows are cameras, columns moments; pixels are enlarged without smoothing.
+"""Show what the video encoder sees on the dishwashing task: the last frame of each observation, for
+each camera, rendered through make_env's video path at the config's resolution, at evenly spaced
+moments of a scripted episode. Rows are cameras, columns moments; pixels are enlarged without
+smoothing.
 
-    python3 scripts/frame_grid.py [--config configs/dishwashing_video.yaml] [--out docs/dishwashing_frames.png]
+    python3 scripts/frame_grid.py [--config configs/dishwashing_video.yaml] \\
+        [--out docs/dishwashing_frames.png]
 
-`--scenes N`: instead, the first frame of N episodes in randomised scenes (the config's env.randomize ranges; top row
-training scenes, seeds 0..N-1, bottom row held-out scenes of the same seeds), from the config's own camera:
-    python3 scripts/frame_grid.py --config configs/dishwashing_video_randomized.yaml --scenes 6 \
+`--scenes N`: instead, the first frame of N episodes in randomised scenes (the config's
+env.randomize ranges; top row training scenes, seeds 0..N-1, bottom row held-out scenes of the same
+seeds), from the config's own camera:
+    python3 scripts/frame_grid.py --config configs/dishwashing_video_randomized.yaml --scenes 6 \\
         --out docs/dishwashing_randomized_frames.png
 """
 
@@ -47,8 +50,9 @@ def episode_frames(config: str, camera: str, seed: int) -> list[np.ndarray]:
 
 
 def scene_rows(config: str, scenes: int, moment: int) -> list[np.ndarray]:
-    """[training scenes, held-out scenes]: each a list of the frames the encoder gets at step `moment` of a scripted
-    episode from seeds 0..scenes-1 (the same starts: only the scene differs between the rows)."""
+    """[training scenes, held-out scenes]: each a list of the frames the encoder gets at step
+    `moment` of a scripted episode from seeds 0..scenes-1 (the same starts: only the scene differs
+    between the rows)."""
     cfg = load_config(config, ["env.randomize.enabled=true"])
     rows = []
     for heldout in (False, True):
@@ -73,34 +77,41 @@ def join(images: list[np.ndarray], axis: int) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "dishwashing_video.yaml"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "dishwashing_frames.png"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--moments", type=int, default=6, help="columns: evenly spaced steps, first and last included")
+    parser.add_argument("--moments", type=int, default=6,
+                        help="columns: evenly spaced steps, first and last included")
     parser.add_argument("--scale", type=int, default=2, help="pixel enlargement for viewing")
-    parser.add_argument("--scenes", type=int, default=0, help="randomised scenes per row (0: cameras and moments)")
-    parser.add_argument("--moment", type=int, default=12, help="with --scenes: the scripted episode's step shown")
+    parser.add_argument("--scenes", type=int, default=0,
+                        help="randomised scenes per row (0: cameras and moments)")
+    parser.add_argument("--moment", type=int, default=12,
+                        help="with --scenes: the scripted episode's step shown")
     args = parser.parse_args()
     if args.scenes:
         rows = scene_rows(args.config, args.scenes, args.moment)
         enlarge = np.ones((args.scale, args.scale, 1), np.uint8)
-        grid = join([join([np.kron(frame, enlarge) for frame in row], axis=1) for row in rows], axis=0)
+        grid = join([join([np.kron(frame, enlarge) for frame in row], axis=1) for row in rows],
+                    axis=0)
         Image.fromarray(grid).save(args.out, optimize=True)
-        print(f"wrote {args.out}: training scenes 0..{args.scenes - 1} (top), held-out scenes of the same seeds "
-              f"(bottom), step {args.moment}")
+        print(f"wrote {args.out}: training scenes 0..{args.scenes - 1} (top), held-out scenes of "
+              f"the same seeds (bottom), step {args.moment}")
         return
 
     rows = []
     for camera in CAMERAS:
         frames = episode_frames(args.config, camera, args.seed)
         picks = np.linspace(0, len(frames) - 1, args.moments).round().astype(int)
-        rows.append(join([np.kron(frames[i], np.ones((args.scale, args.scale, 1), np.uint8)) for i in picks], axis=1))
+        rows.append(join([np.kron(frames[i], np.ones((args.scale, args.scale, 1), np.uint8))
+                          for i in picks], axis=1))
     grid = join(rows, axis=0)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(grid).save(args.out, optimize=True)
     steps = ", ".join(map(str, picks))
-    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {steps} of {len(frames) - 1} (columns)")
+    print(f"wrote {args.out}: cameras {', '.join(CAMERAS)} (rows), steps {steps} of "
+          f"{len(frames) - 1} (columns)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Shared helpers: run the real command line in a subprocess with `--set` overrides, tiny network sizes for speed,
-and encoder config blocks. Rendering is configured here, as the command line does, before any test module imports
-mujoco."""
+"""Shared helpers: run the real command line in a subprocess with `--set` overrides, tiny network
+sizes for speed, and encoder config blocks. Rendering is configured here, as the command line does,
+before any test module imports mujoco."""
 
 import errno
 import os
@@ -25,8 +25,9 @@ from trainer.process.signals import STOP_SIGNALS
 
 @pytest.fixture(autouse=True)
 def stop_signals_as_found():
-    """Every test gets the stop signals' handlers and mask as the process had them: a test that ran a command in this
-    process (which takes them over) or a compile (which blocks them while it runs) leaves nothing to the next."""
+    """Every test gets the stop signals' handlers and mask as the process had them: a test that ran
+    a command in this process (which takes them over) or a compile (which blocks them while it runs)
+    leaves nothing to the next."""
     handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
@@ -36,8 +37,9 @@ def stop_signals_as_found():
 
 
 configure()
-# every config's `profile: auto` is cpu here, in this process and the commands it starts: a test must not train
-# another profile (compiled, in bfloat16) on a CPU that has bfloat16 units; tests of auto itself unset it
+# every config's `profile: auto` is cpu here, in this process and the commands it starts: a test
+# must not train another profile (compiled, in bfloat16) on a CPU that has bfloat16 units; tests of
+# auto itself unset it
 os.environ[AUTO_PROFILE_VARIABLE] = "cpu"
 # a hangup stops a run as a terminal delivers it; a suite started under nohup would inherit SIGHUP
 # ignored, and the trainer rightly keeps a nohup's choice (tests of nohup itself set SIG_IGN)
@@ -48,12 +50,14 @@ DEFAULT_CONFIG = str(ROOT / "configs" / "default.yaml")
 
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True,
                           timeout=timeout)
 
 
 def popen_cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, str(ROOT / "train_sac.py"), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -67,7 +71,8 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
 
 
 def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    """Until `proc` holds the lock file `lock` (trainer/process/lock.py: the holder writes its pid into it)."""
+    """Until `proc` holds the lock file `lock` (trainer/process/lock.py: the holder writes its pid
+    into it)."""
     deadline = time.time() + timeout
     while not (lock.exists() and f"pid {proc.pid} " in lock.read_text()):
         assert proc.poll() is None, proc.communicate()
@@ -76,8 +81,8 @@ def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> N
 
 
 def pause(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGSTOP `proc`, then wait until the kernel shows it stopped: the signal lands a moment later, and a file it
-    writes until then would change under a test's snapshot."""
+    """SIGSTOP `proc`, then wait until the kernel shows it stopped: the signal lands a moment later,
+    and a file it writes until then would change under a test's snapshot."""
     proc.send_signal(signal.SIGSTOP)
     stat = Path(f"/proc/{proc.pid}/stat")
     deadline = time.time() + timeout
@@ -87,11 +92,14 @@ def pause(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 
 def sets(**overrides) -> list[str]:
-    """--set arguments from keyword pairs; '__' stands for '.' (checkpoint__dir -> checkpoint.dir)."""
-    return [arg for key, value in overrides.items() for arg in ("--set", f"{key.replace('__', '.')}={value}")]
+    """--set arguments from keyword pairs; '__' stands for '.' (checkpoint__dir ->
+    checkpoint.dir)."""
+    return [arg for key, value in overrides.items()
+            for arg in ("--set", f"{key.replace('__', '.')}={value}")]
 
 
-TINY = sets(env__image_size=64, sac__hidden_dim=64, sac__feature_dim=16, logging__log_every_updates=5)  # fast networks
+TINY = sets(env__image_size=64, sac__hidden_dim=64, sac__feature_dim=16,
+            logging__log_every_updates=5)  # fast networks
 
 
 def encoder_config(arch: str, **video) -> EncoderConfig:
@@ -123,29 +131,36 @@ class Unpickled:
 def agent_state(step: int) -> dict:
     """Laid out as SAC.state_dict, with one weight tensor per network: `step` three times."""
     network, optimiser = {"w": torch.full((3,), float(step))}, {"state": {}, "param_groups": []}
-    return {"critic": network, "critic_target": dict(network), "actor": dict(network), "log_alpha": torch.zeros(()),
-            "critic_opt": optimiser, "actor_opt": dict(optimiser), "alpha_opt": dict(optimiser), "updates": step}
+    return {"critic": network, "critic_target": dict(network), "actor": dict(network),
+            "log_alpha": torch.zeros(()),
+            "critic_opt": optimiser, "actor_opt": dict(optimiser), "alpha_opt": dict(optimiser),
+            "updates": step}
 
 
 def replay_state(step: int) -> dict:
     """A replay of one env's `step` state frames 0, 1, ..., step - 1."""
-    replay = ReplayBuffer(capacity=step + 8, frame_shape=(1,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
+    replay = ReplayBuffer(capacity=step + 8, frame_shape=(1,), frame_dtype=np.float32, action_dim=1,
+                          frame_stack=None,
                           seed=0, discount=0.99)
     for i in range(step):
-        replay.add_batch(np.full((1, 1), i, np.float32), np.zeros((1, 1)), np.zeros(1), np.zeros(1, bool),
+        replay.add_batch(np.full((1, 1), i, np.float32), np.zeros((1, 1)), np.zeros(1),
+                         np.zeros(1, bool),
                          np.array([i == 0]))
     return replay.state_dict()
 
 
 @contextmanager
 def tmpfs(folder: Path, size: str):
-    """A real tmpfs of `size` mounted at `folder` (made if missing) while inside. Mounting needs root, which CI runs
-    as: without it the test fails here, loudly, rather than skipping what it exists to show."""
+    """A real tmpfs of `size` mounted at `folder` (made if missing) while inside. Mounting needs
+    root, which CI runs as: without it the test fails here, loudly, rather than skipping what it
+    exists to show."""
     folder.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
                              capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs at {folder} ({mounted.stderr.strip()}): this test needs root, as CI has")
+        pytest.fail(
+            f"cannot mount a tmpfs at {folder} ({mounted.stderr.strip()}): this test needs root, "
+            "as CI has")
     try:
         yield folder
     finally:

@@ -1,11 +1,11 @@
 """SkyPilot task files and the sweep launcher in scripts/cloud/.
 
-SkyPilot is a launcher-side CLI that brings ~100 packages (an API server, databases, cloud SDKs), so it is not
-installed with the project (`make setup` runs on every GPU pod) but in the tools venv `make tools` builds: the task
-files are parsed there by SkyPilot's own parser and the W&B sweep files checked by W&B's sweep engine
-(scripts/cloud/check.py). Their `run` commands are executed with a stand-in python to see what they would train, the
-launchers with a stand-in `sky` and `wandb` to see what they would launch, and a W&B agent's command line is built by
-wandb's own agent code."""
+SkyPilot is a launcher-side CLI that brings ~100 packages (an API server, databases, cloud SDKs), so
+it is not installed with the project (`make setup` runs on every GPU pod) but in the tools venv
+`make tools` builds: the task files are parsed there by SkyPilot's own parser and the W&B sweep
+files checked by W&B's sweep engine (scripts/cloud/check.py). Their `run` commands are executed with
+a stand-in python to see what they would train, the launchers with a stand-in `sky` and `wandb` to
+see what they would launch, and a W&B agent's command line is built by wandb's own agent code."""
 
 import json
 import os
@@ -42,9 +42,11 @@ def executable(path, text: str):
 
 
 def recorder(path, calls) -> None:
-    """A stand-in program that appends its working directory and arguments to `calls`, one JSON line per call."""
+    """A stand-in program that appends its working directory and arguments to `calls`, one JSON line
+    per call."""
     executable(path, f"#!{sys.executable}\nimport json, os, sys\n"
-                     f"open({str(calls)!r}, 'a').write(json.dumps([os.getcwd(), *sys.argv[1:]]) + '\\n')\n")
+                     f"open({str(calls)!r}, 'a')"
+                     ".write(json.dumps([os.getcwd(), *sys.argv[1:]]) + '\\n')\n")
 
 
 def recorded(calls) -> list[list[str]]:
@@ -52,11 +54,14 @@ def recorded(calls) -> list[list[str]]:
 
 
 def check_with_the_tools(*paths) -> tuple[int, dict]:
-    """scripts/cloud/check.py in the tools venv (`make tools`): SkyPilot's and W&B's sweep engine's own parsers."""
+    """scripts/cloud/check.py in the tools venv (`make tools`): SkyPilot's and W&B's sweep engine's
+    own parsers."""
     assert TOOLS_PYTHON.is_file(), f"{TOOLS_PYTHON} is missing: run `make tools` (make test does)"
-    result = subprocess.run([str(TOOLS_PYTHON), str(CLOUD / "check.py"), *map(str, paths)], cwd=ROOT,
+    result = subprocess.run([str(TOOLS_PYTHON), str(CLOUD / "check.py"), *map(str, paths)],
+                            cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
-    return result.returncode, {Path(r["file"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+    return result.returncode, {Path(r["file"]).name: r
+                               for r in map(json.loads, result.stdout.splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +85,20 @@ def test_skypilot_rejects_a_misspelt_resources_key(tmp_path):
     typo["resources"]["disk_sise"] = 100
     (tmp_path / "typo.yaml").write_text(yaml.safe_dump(typo))
     status, reports = check_with_the_tools(tmp_path / "typo.yaml")
-    assert status == 1 and "Instead of 'disk_sise', did you mean 'disk_size'?" in reports["typo.yaml"]["error"]
+    assert (status == 1
+            and "Instead of 'disk_sise', did you mean "
+                "'disk_size'?" in reports["typo.yaml"]["error"])
 
 
 def test_sweep_cluster_only_sets_up_and_each_agent_runs_wandb_agent_on_one_gpu(checked):
     cluster, agent = checked["sweep-cluster.yaml"], checked["sweep-agent.yaml"]
     assert cluster["run"] is None and cluster["setup"] == checked["train.yaml"]["setup"]
-    assert list(cluster["storage_mounts"]) == list(checked["train.yaml"]["storage_mounts"])  # trials write there
+    # trials write there
+    assert list(cluster["storage_mounts"]) == list(checked["train.yaml"]["storage_mounts"])
     assert cluster["file_mounts"] == {"~/.netrc": "~/.netrc"}  # W&B's key from `wandb login`
     assert agent["setup"] is None and agent["accelerators"] == ["{'A100': 1}"]
-    assert agent["run"].split()[:2] == [".venv/bin/wandb", "agent"] and '"$SWEEP_ID"' in agent["run"]
+    assert (agent["run"].split()[:2] == [".venv/bin/wandb", "agent"]
+            and '"$SWEEP_ID"' in agent["run"])
 
 
 @pytest.mark.parametrize("name", SWEEP_FILES)
@@ -112,20 +121,25 @@ def test_wandb_sweep_engine_rejects_a_misspelt_method_and_distribution(tmp_path)
 @pytest.mark.parametrize("name", TASK_FILES)
 def test_task_file_installs_the_gpu_stack_and_mounts_a_bucket_the_user_must_name(name):
     spec = task(name)
-    assert "REQUIREMENTS=requirements-gpu.txt" in spec["setup"] and (ROOT / "requirements-gpu.txt").is_file()
+    assert ("REQUIREMENTS=requirements-gpu.txt" in spec["setup"]
+            and (ROOT / "requirements-gpu.txt").is_file())
     assert spec["workdir"] == "."
-    assert spec["envs"]["BUCKET"] is None  # SkyPilot refuses to launch until --env BUCKET=... is given
+    # SkyPilot refuses to launch until --env BUCKET=... is given
+    assert spec["envs"]["BUCKET"] is None
     [mount] = spec["file_mounts"].values()
     assert mount["name"] == "${BUCKET}" and mount["persistent"] is True
-    assert mount["mode"] == "MOUNT_CACHED"  # TensorBoard appends to its event files, which MOUNT cannot do
+    # TensorBoard appends to its event files, which MOUNT cannot do
+    assert mount["mode"] == "MOUNT_CACHED"
 
 
 def run_command(tmp_path, name: str, **overrides: str) -> list[str]:
-    """train_sac.py's arguments as the task's `run` would pass them, with SkyPilot's env handling."""
+    """train_sac.py's arguments as the task's `run` would pass them, with SkyPilot's env
+    handling."""
     calls = tmp_path / "calls.jsonl"
     recorder(tmp_path / ".venv" / "bin" / "python", calls)
     spec = task(name)
-    env = {**os.environ, **{key: value or "" for key, value in spec["envs"].items()}, "BUCKET": "b", **overrides}
+    env = {**os.environ, **{key: value or "" for key, value in spec["envs"].items()}, "BUCKET": "b",
+           **overrides}
     subprocess.run(["bash", "-c", spec["run"]], cwd=tmp_path, env=env, check=True)
     [[_, script, *args]] = recorded(calls)
     assert script == "train_sac.py"
@@ -138,10 +152,13 @@ def test_run_trains_the_chosen_config_and_resumes_from_checkpoints_in_the_bucket
                        ARGS="--set training.seed=2 --set training.episodes=7")
     options = list(zip(args[::2], args[1::2]))
     assert len(args) % 2 == 0 and {option for option, _ in options} <= TRAIN_OPTIONS, args
-    assert ("--config", "configs/dmc/cheetah_run.yaml") in options and ("--resume", "auto") in options
-    cfg = load_config(ROOT / "configs/dmc/cheetah_run.yaml", [value for option, value in options if option == "--set"])
+    assert ("--config",
+            "configs/dmc/cheetah_run.yaml") in options and ("--resume", "auto") in options
+    cfg = load_config(ROOT / "configs/dmc/cheetah_run.yaml",
+                      [value for option, value in options if option == "--set"])
     [mount] = task(name)["file_mounts"]
-    assert cfg.checkpoint.dir.startswith(f"{mount}/") and cfg.logging.tensorboard_dir.startswith(f"{mount}/")
+    assert (cfg.checkpoint.dir.startswith(f"{mount}/")
+            and cfg.logging.tensorboard_dir.startswith(f"{mount}/"))
     assert (cfg.run_name, cfg.training.seed, cfg.training.episodes) == ("cheetah_seed2", 2, 7)
 
 
@@ -154,21 +171,25 @@ def test_run_keeps_the_config_own_run_name_by_default(tmp_path, name):
 
 
 def test_every_config_the_cloud_files_name_exists():
-    named = {match for path in CLOUD.iterdir() for match in re.findall(r"configs/[\w/.-]+\.yaml", path.read_text())}
+    named = {match for path in CLOUD.iterdir()
+             for match in re.findall(r"configs/[\w/.-]+\.yaml", path.read_text())}
     assert "configs/default.yaml" in named
     assert [config for config in sorted(named) if not (ROOT / config).is_file()] == []
 
 
 def test_on_demand_cluster_is_deleted_once_idle_after_the_run():
     autostop = task("train.yaml")["resources"]["autostop"]
-    assert autostop["down"] is True and isinstance(autostop["idle_minutes"], int) and autostop["idle_minutes"] > 0
+    assert (autostop["down"] is True and isinstance(autostop["idle_minutes"], int)
+            and autostop["idle_minutes"] > 0)
 
 
 def test_spot_variant_is_a_recovering_managed_job_that_runs_exactly_what_train_yaml_runs():
     spot, on_demand = task("train-spot.yaml"), task("train.yaml")
     resources = spot["resources"]
-    assert resources["use_spot"] is True and "autostop" not in resources  # managed jobs delete their own clusters
-    assert resources["job_recovery"]["strategy"] and resources["job_recovery"]["max_restarts_on_errors"] >= 1
+    # managed jobs delete their own clusters
+    assert resources["use_spot"] is True and "autostop" not in resources
+    assert (resources["job_recovery"]["strategy"]
+            and resources["job_recovery"]["max_restarts_on_errors"] >= 1)
     for key in ("workdir", "envs", "file_mounts", "setup", "run"):
         assert spot[key] == on_demand[key], key
     assert resources["any_of"] == on_demand["resources"]["any_of"]
@@ -183,12 +204,14 @@ def fake_sky(tmp_path):
 
 
 def sweep(env: dict, *args: str, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([str(CLOUD / "sweep.sh"), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return subprocess.run([str(CLOUD / "sweep.sh"), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True)
 
 
 def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_run(fake_sky):
     env, calls = fake_sky
-    configs = [str(ROOT / "configs/dmc/cheetah_run.yaml"), "dmc/walker_walk.yaml"]  # the second from cwd
+    # the second from cwd
+    configs = [str(ROOT / "configs/dmc/cheetah_run.yaml"), "dmc/walker_walk.yaml"]
     result = sweep({**env, "SEEDS": "1 2"}, "my-bucket", *configs, cwd=ROOT / "configs")
     assert result.returncode == 0, result.stderr
     launches = recorded(calls)
@@ -203,30 +226,38 @@ def test_sweep_launches_one_managed_spot_job_per_config_and_seed_each_its_own_ru
         seed = envs["ARGS"].removeprefix("--set training.seed=")
         assert envs["RUN"] == f"{envs['CONFIG'].split('/')[-1].removesuffix('.yaml')}_seed{seed}"
         runs.add(envs["RUN"])
-    assert runs == {"cheetah_run_seed1", "cheetah_run_seed2", "walker_walk_seed1", "walker_walk_seed2"}
+    assert runs == {"cheetah_run_seed1", "cheetah_run_seed2", "walker_walk_seed1",
+                    "walker_walk_seed2"}
 
 
 @pytest.mark.parametrize("args, extra_env, expected", [
-    ([], {}, "error: a bucket and at least one config are needed; usage: scripts/cloud/sweep.sh BUCKET CONFIG"),
-    (["b", "configs/default.yaml", "configs/nope.yaml"], {}, "error: config file not found: configs/nope.yaml; usage:"),
+    ([], {},
+     "error: a bucket and at least one config are needed; usage: scripts/cloud/sweep.sh BUCKET "
+     "CONFIG"),
+    (["b", "configs/default.yaml", "configs/nope.yaml"], {},
+     "error: config file not found: configs/nope.yaml; usage:"),
     (["b", "configs/default.yaml"], {"SEEDS": "1 two"},
      "error: SEEDS must be whole numbers separated by spaces, got 'two'"),
 ])
 def test_sweep_rejects_bad_arguments_before_launching_anything(fake_sky, args, extra_env, expected):
     env, calls = fake_sky
     result = sweep({**env, **extra_env}, *args)
-    assert result.returncode == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
+    assert (result.returncode == 2 and result.stderr.startswith(expected)
+            and result.stderr.count("\n") == 1)
     assert recorded(calls) == []
 
 
-SAMPLED = {"sac.lr": 0.00042, "sac.alpha_lr": 0.0011, "sac.batch_size": 128, "env.action_repeat": 4, "sac.nstep": 3,
+SAMPLED = {"sac.lr": 0.00042, "sac.alpha_lr": 0.0011, "sac.batch_size": 128, "env.action_repeat": 4,
+           "sac.nstep": 3,
            "sac.augment_pad": 6, "sac.augment_samples": 2, "encoder.video.arch": "simple3dcnn"}
 
 
-def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_them(tmp_path, monkeypatch):
-    """wandb's own agent (0.31.0) expands the sweep file's command and starts it, as `wandb agent` does for each value
-    set the controller sends: the trial wrapper hands train_sac.py the values as KEY=VALUE, which become exactly
-    those config values, in a resumable run in the bucket whose name depends on the values alone."""
+def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_them(
+    tmp_path, monkeypatch):
+    """wandb's own agent (0.31.0) expands the sweep file's command and starts it, as `wandb agent`
+    does for each value set the controller sends: the trial wrapper hands train_sac.py the values as
+    KEY=VALUE, which become exactly those config values, in a resumable run in the bucket whose name
+    depends on the values alone."""
     from wandb.wandb_agent import Agent
 
     sweep = task("sweep.yaml")
@@ -235,9 +266,11 @@ def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_
     monkeypatch.chdir(ROOT)  # the agent runs in the cluster's workdir, the repository
     for name, value in {"PYTHON": tmp_path / "python", "WANDB_DIR": tmp_path, "WANDB_RUN_ID": "",
                         "WANDB_SWEEP_PARAM_PATH": ""}.items():
-        monkeypatch.setenv(name, str(value))  # restored after the test; the agent sets the last two itself
+        # restored after the test; the agent sets the last two itself
+        monkeypatch.setenv(name, str(value))
     agent = Agent(api=None, queue=None)
-    agent._sweep_command = sweep["command"]  # what the agent takes from the sweep the controller describes
+    # what the agent takes from the sweep the controller describes
+    agent._sweep_command = sweep["command"]
     other = {**SAMPLED, "sac.lr": 0.0003}
     for run_id, values in (("run1", SAMPLED), ("run2", SAMPLED), ("run3", other)):
         agent._command_run({"run_id": run_id, "program": sweep["program"],
@@ -255,16 +288,21 @@ def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_
         for part in rest:
             node = getattr(node, part)
         assert node == value, key
-    assert cfg.checkpoint.dir == "/checkpoints/checkpoints" and cfg.logging.tensorboard_dir == "/checkpoints/runs"
+    assert (cfg.checkpoint.dir == "/checkpoints/checkpoints"
+            and cfg.logging.tensorboard_dir == "/checkpoints/runs")
     assert cfg.logging.wandb is True and cfg.run_name.startswith("cartpole_swingup_")
-    names = [load_config(ROOT / a.config, a.set).run_name for a in map(train_sac.parse_args, (second[2:], third[2:]))]
-    assert names[0] == cfg.run_name != names[1]  # the same values continue the same run; others are another
+    names = [load_config(ROOT / a.config, a.set).run_name
+             for a in map(train_sac.parse_args, (second[2:], third[2:]))]
+    # the same values continue the same run; others are another
+    assert names[0] == cfg.run_name != names[1]
 
 
 def test_trial_wrapper_rejects_a_command_without_the_config_first(tmp_path):
-    result = subprocess.run(["bash", str(CLOUD / "sweep-trial.sh"), "sac.lr=0.001"], cwd=ROOT, capture_output=True,
+    result = subprocess.run(["bash", str(CLOUD / "sweep-trial.sh"), "sac.lr=0.001"], cwd=ROOT,
+                            capture_output=True,
                             text=True, env={**os.environ, "PYTHON": str(tmp_path / "missing")})
-    assert result.returncode == 2 and result.stderr.startswith("error: expected --config CONFIG KEY=VALUE")
+    assert (result.returncode == 2
+            and result.stderr.startswith("error: expected --config CONFIG KEY=VALUE"))
 
 
 @pytest.fixture
@@ -274,30 +312,37 @@ def fake_sky_and_wandb(fake_sky, tmp_path):
     wandb_calls = tmp_path / "wandb_calls.jsonl"
     executable(tmp_path / "bin" / "wandb",
                f"#!{sys.executable}\nimport json, os, sys\n"
-               f"open({str(wandb_calls)!r}, 'a').write(json.dumps([os.getcwd(), *sys.argv[1:]]) + '\\n')\n"
+               f"open({str(wandb_calls)!r}, 'a')"
+               ".write(json.dumps([os.getcwd(), *sys.argv[1:]]) + '\\n')\n"
                "print('wandb: Creating sweep with ID: abc123')\n"
                "print('wandb: Run sweep agent with: wandb agent me/pixel-sac/abc123')\n")
     return env, calls, wandb_calls
 
 
-def test_sweep_launch_creates_the_sweep_provisions_once_and_starts_one_agent_per_gpu(fake_sky_and_wandb):
+def test_sweep_launch_creates_the_sweep_provisions_once_and_starts_one_agent_per_gpu(
+    fake_sky_and_wandb):
     env, calls, wandb_calls = fake_sky_and_wandb
     result = subprocess.run([str(CLOUD / "sweep-launch.sh"), "A100:3"], cwd=ROOT / "configs",
                             env={**env, "BUCKET": "my-bucket"}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     [[cwd, *create]] = recorded(wandb_calls)
-    assert cwd == str(ROOT) and create == ["sweep", "--project", "pixel-sac", "scripts/cloud/sweep.yaml"]
+    assert cwd == str(ROOT) and create == ["sweep", "--project", "pixel-sac",
+                                           "scripts/cloud/sweep.yaml"]
     launch, *agents = recorded(calls)
-    assert launch[1:] == ["launch", "-c", "sac-sweep", "scripts/cloud/sweep-cluster.yaml", "--gpus", "A100:3",
+    assert launch[1:] == ["launch", "-c", "sac-sweep", "scripts/cloud/sweep-cluster.yaml", "--gpus",
+                          "A100:3",
                           "--env", "BUCKET=my-bucket", "--yes"]
-    assert [a[1:] for a in agents] == [["exec", "sac-sweep", "scripts/cloud/sweep-agent.yaml", "--gpus", "A100:1",
+    assert [a[1:] for a in agents] == [["exec", "sac-sweep", "scripts/cloud/sweep-agent.yaml",
+                                        "--gpus", "A100:1",
                                         "--env", "SWEEP_ID=me/pixel-sac/abc123", "-d"]] * 3
-    assert all(cwd == str(ROOT) for cwd, *_ in recorded(calls))  # SkyPilot uploads the working directory
+    # SkyPilot uploads the working directory
+    assert all(cwd == str(ROOT) for cwd, *_ in recorded(calls))
 
 
 def test_sweep_launch_adds_agents_to_an_existing_sweep_without_creating_one(fake_sky_and_wandb):
     env, calls, wandb_calls = fake_sky_and_wandb
-    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), "L4:1"], cwd=ROOT, capture_output=True, text=True,
+    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), "L4:1"], cwd=ROOT, capture_output=True,
+                            text=True,
                             env={**env, "BUCKET": "b", "SWEEP_ID": "me/p/xyz", "CLUSTER": "more"})
     assert result.returncode == 0, result.stderr
     assert recorded(wandb_calls) == []
@@ -309,21 +354,26 @@ def test_sweep_launch_adds_agents_to_an_existing_sweep_without_creating_one(fake
     ([], {"BUCKET": "b"}, "error: one argument GPU_TYPE:COUNT is needed, got ''"),
     (["A100"], {"BUCKET": "b"}, "error: one argument GPU_TYPE:COUNT is needed, got 'A100'"),
     (["A100:8"], {}, "error: BUCKET is not set; usage:"),
-    (["A100:8"], {"BUCKET": "b", "SWEEP_FILE": "nope.yaml"}, "error: sweep file not found: nope.yaml"),
+    (["A100:8"], {"BUCKET": "b", "SWEEP_FILE": "nope.yaml"},
+     "error: sweep file not found: nope.yaml"),
 ])
-def test_sweep_launch_rejects_bad_arguments_before_launching_anything(fake_sky_and_wandb, args, extra_env, expected):
+def test_sweep_launch_rejects_bad_arguments_before_launching_anything(fake_sky_and_wandb, args,
+                                                                      extra_env, expected):
     env, calls, wandb_calls = fake_sky_and_wandb
     env = {key: value for key, value in env.items() if key != "BUCKET"}
-    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), *args], cwd=ROOT, env={**env, **extra_env},
+    result = subprocess.run([str(CLOUD / "sweep-launch.sh"), *args], cwd=ROOT,
+                            env={**env, **extra_env},
                             capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr.startswith(expected) and result.stderr.count("\n") == 1
+    assert (result.returncode == 2 and result.stderr.startswith(expected)
+            and result.stderr.count("\n") == 1)
     assert recorded(calls) == [] and recorded(wandb_calls) == []
 
 
 def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path):
     from tests.conftest import run_cli
 
-    result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set", "training.episodes=5",
+    result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set",
+                     "training.episodes=5",
                      "training.episodes=0")
     assert result.returncode == 2 and result.stderr == (
         "error: config key 'training.episodes' must be in [1, 10000000], got 0\n"

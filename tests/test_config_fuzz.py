@@ -1,9 +1,9 @@
-"""Bad config values, files and `--set` arguments, as a careful user would try them: each is a one-line
-error with exit status 2 and no traceback from the real command line, before anything is built or written. Every
-case runs against a folder that holds a good checkpoint of the same run (its folder, name and config), typed as a
-user would (`--resume auto` to continue it, or a fresh start); afterwards the run's files are byte for byte what they
-were and its checkpoints load. And a property-based test over every key of the config dataclasses, valid and invalid
-values alike."""
+"""Bad config values, files and `--set` arguments, as a careful user would try them: each is a
+one-line error with exit status 2 and no traceback from the real command line, before anything is
+built or written. Every case runs against a folder that holds a good checkpoint of the same run (its
+folder, name and config), typed as a user would (`--resume auto` to continue it, or a fresh start);
+afterwards the run's files are byte for byte what they were and its checkpoints load. And a
+property-based test over every key of the config dataclasses, valid and invalid values alike."""
 
 import dataclasses
 import hashlib
@@ -36,25 +36,32 @@ HUGE = str(10**12)
 # Only refused values belong here: each case meets the good run's checkpoint (good_run below).
 SET_CASES = [
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be")
-      for key in ("sac.lr", "encoder.lr", "sac.alpha_lr") for value in ("-1", ".nan", ".inf", "1e300", "0")],
-    *[(f"sac.init_temperature={value}", [f"sac.init_temperature={value}"], "'sac.init_temperature' must be")
+      for key in ("sac.lr", "encoder.lr", "sac.alpha_lr")
+      for value in ("-1", ".nan", ".inf", "1e300", "0")],
+    *[(f"sac.init_temperature={value}", [f"sac.init_temperature={value}"],
+       "'sac.init_temperature' must be")
       for value in ("0", "-1", ".nan", ".inf", "1e300")],
     *[(f"sac.alpha_beta={value}", [f"sac.alpha_beta={value}"], "'sac.alpha_beta' must be in [0, 1)")
       for value in ("-0.1", "1", "1.5", ".nan")],
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be")
-      for key in ("sac.log_std_min", "sac.log_std_max") for value in ("1e300", "-1e300", ".nan", ".inf")],
-    ("log_std_min>max", ["sac.log_std_min=1", "sac.log_std_max=0"], "sac.log_std_min must be below sac.log_std_max"),
+      for key in ("sac.log_std_min", "sac.log_std_max")
+      for value in ("1e300", "-1e300", ".nan", ".inf")],
+    ("log_std_min>max", ["sac.log_std_min=1", "sac.log_std_max=0"],
+     "sac.log_std_min must be below sac.log_std_max"),
     *[(f"training.seed={value}", [f"training.seed={value}"], "'training.seed' must be in [0, ")
       for value in ("-1", str(2**30), str(2**32), str(2**64))],
     *[(f"{key}={value}", [f"{key}={value}"], f"'{key}' must be in [1, ")
-      for key in ("encoder.video.num_filters", "encoder.video.num_layers", "sac.hidden_depth", "sac.hidden_dim",
+      for key in ("encoder.video.num_filters", "encoder.video.num_layers", "sac.hidden_depth",
+                  "sac.hidden_dim",
                   "sac.feature_dim", "sac.nstep", "training.episodes",
                   "env.action_repeat", "logging.video_max_frames")
       for value in ("0", "-1", HUGE)],
-    *[(f"sac.updates_per_step={value}", [f"sac.updates_per_step={value}"], "'sac.updates_per_step' must be in (0, ")
+    *[(f"sac.updates_per_step={value}", [f"sac.updates_per_step={value}"],
+       "'sac.updates_per_step' must be in (0, ")
       for value in ("0", "-1", HUGE)],  # a ratio: fractions allowed, no learning at all is not
     ("sac.augment_pad=-1", ["sac.augment_pad=-1"], "'sac.augment_pad' must be in [0, "),
-    ("sac.augment_pad>image", ["sac.augment_pad=50"], "sac.augment_pad must be at most half of env.image_size"),
+    ("sac.augment_pad>image", ["sac.augment_pad=50"],
+     "sac.augment_pad must be at most half of env.image_size"),
     *[(f"env.max_episode_steps={value}", [f"env.max_episode_steps={value}"],
        "'env.max_episode_steps' must be in [1, ") for value in ("-1", "0", HUGE)],
     ("max_episode_steps*action_repeat", ["env.max_episode_steps=1000000", "env.action_repeat=1000"],
@@ -65,10 +72,13 @@ SET_CASES = [
     ("logging.video_size=0", ["logging.video_size=0"], "'logging.video_size' must be in ["),
     *[(f"{key}={HUGE}", [f"{key}={HUGE}"], f"'{key}' must be in [")
       for key in ("env.image_size", "encoder.video.input_size")],
-    ("input_size<arch minimum", ["encoder.video.num_layers=30"], "encoder.video.num_layers=30 leaves no pixels"),
-    ("replay memory", ["sac.buffer_size=100000000", "env.image_size=512"], "frames of the replay buffer would take"),
+    ("input_size<arch minimum", ["encoder.video.num_layers=30"],
+     "encoder.video.num_layers=30 leaves no pixels"),
+    ("replay memory", ["sac.buffer_size=100000000", "env.image_size=512"],
+     "frames of the replay buffer would take"),
     ("training.seed_steps=-1", ["training.seed_steps=-1"], "'training.seed_steps' must be in [0, "),
-    *[(f"training.eval_episodes={value}", [f"training.eval_episodes={value}"], "'training.eval_episodes' must be in [")
+    *[(f"training.eval_episodes={value}", [f"training.eval_episodes={value}"],
+       "'training.eval_episodes' must be in [")
       for value in ("-1", HUGE)],
     *[(f"training.max_env_steps={value}", [f"training.max_env_steps={value}"],
        "'training.max_env_steps' must be in [1, ")
@@ -80,13 +90,19 @@ SET_CASES = [
     ("checkpoint.name=a:b", ["checkpoint.name=a:b"], "checkpoint.name 'a:b'"),
     ("checkpoint.dir empty", ["checkpoint.dir="], "'checkpoint.dir' must be str"),
     ("checkpoint.dir ''", ["checkpoint.dir=''"], "'checkpoint.dir' must be a non-empty"),
-    ("logging.tensorboard_dir ''", ["logging.tensorboard_dir=''"], "'logging.tensorboard_dir' must be a non-empty"),
-    ("checkpoint.dir no fsspec package", ["checkpoint.dir=nosuchfs://bucket/runs"], "checkpoint.dir nosuchfs://bucket/runs"),
-    ("env.id CartPole-v1", ["env.id=CartPole-v1"], "env.id 'CartPole-v1' is a Gymnasium classic_control task"),
+    ("logging.tensorboard_dir ''", ["logging.tensorboard_dir=''"],
+     "'logging.tensorboard_dir' must be a non-empty"),
+    ("checkpoint.dir no fsspec package", ["checkpoint.dir=nosuchfs://bucket/runs"],
+     "checkpoint.dir nosuchfs://bucket/runs"),
+    ("env.id CartPole-v1", ["env.id=CartPole-v1"],
+     "env.id 'CartPole-v1' is a Gymnasium classic_control task"),
     ("env.id ''", ["env.id=''"], "'env.id' must be a non-empty"),
-    ("encoder.video.preset", ["encoder.video.preset=huge"], "'encoder.video.preset' must be one of"),
-    ("training.auto_shutdown ''", ["training.auto_shutdown=''"], "'training.auto_shutdown' must be a non-empty"),
-    ("profiles via --set", ["profiles.cpu.sac.batch_size=8"], "profiles cannot be changed with --set"),
+    ("encoder.video.preset", ["encoder.video.preset=huge"],
+     "'encoder.video.preset' must be one of"),
+    ("training.auto_shutdown ''", ["training.auto_shutdown=''"],
+     "'training.auto_shutdown' must be a non-empty"),
+    ("profiles via --set", ["profiles.cpu.sac.batch_size=8"],
+     "profiles cannot be changed with --set"),
     ("--set =1", ["=1"], "--set expects key=value"),
     ("--set sac..lr=1", ["sac..lr=1"], "--set key 'sac..lr' has an empty part"),
     ("--set sac.lr=[1]", ["sac.lr=[1]"], "'sac.lr' must be float"),
@@ -98,7 +114,8 @@ FILE_CASES = [
     ("binary", "random.yaml", bytes(range(256)) * 4, "is not UTF-8 text"),
     ("not UTF-8", "latin1.yaml", "sac: {lr: 1}  # réglé\n".encode("latin-1"), "is not UTF-8 text"),
     ("NUL byte", "nul.yaml", b"sac:\x00 {}\n", "cannot parse"),
-    ("duplicate section", "dup.yaml", b"sac: {lr: 0.1}\nenv: {}\nsac: {nstep: 3}\n", "duplicate key 'sac'"),
+    ("duplicate section", "dup.yaml", b"sac: {lr: 0.1}\nenv: {}\nsac: {nstep: 3}\n",
+     "duplicate key 'sac'"),
     ("deeply nested", "deep.yaml", b"[" * 100_000, "cannot parse"),
     ("a list", "list.yaml", b"- sac\n", "must hold a mapping of config keys"),
 ]
@@ -108,16 +125,19 @@ def assert_one_line_error(result, expected: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (
+        result.stderr[-2000:])
 
 
 def good_run_args(folder: Path) -> list[str]:
-    """test_loop's tiny run (a later --set wins) cut to one episode of one agent step: the least that saves."""
+    """test_loop's tiny run (a later --set wins) cut to one episode of one agent step: the least
+    that saves."""
     return run_args(folder, 1) + sets(env__max_episode_steps=1)
 
 
 def digests(folder: Path) -> dict[str, str]:
-    """Not the run's lock file: every process that takes the lock writes its pid there (trainer/process/lock.py)."""
+    """Not the run's lock file: every process that takes the lock writes its pid there
+    (trainer/process/lock.py)."""
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".lock"}
 
@@ -131,7 +151,8 @@ class GoodRun:
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory) -> GoodRun:
-    """One real run of configs/default.yaml (the cases' config and run name, sac_video), made once for the module."""
+    """One real run of configs/default.yaml (the cases' config and run name, sac_video), made once
+    for the module."""
     folder = tmp_path_factory.mktemp("good_run")
     result = run_cli("--config", DEFAULT_CONFIG, *good_run_args(folder))
     assert result.returncode == 0, result.stderr
@@ -139,41 +160,51 @@ def good_run(tmp_path_factory) -> GoodRun:
 
 
 def assert_intact(run: GoodRun) -> None:
-    assert digests(run.folder) == run.files, "a refused command wrote, changed or removed a file of the run"
+    assert digests(run.folder) == run.files, (
+        "a refused command wrote, changed or removed a file of the run")
     for name in checkpoint_files.run_files(os.listdir(run.folder / "ckpt"), "sac_video"):
         if not name.endswith(".replay.pt"):
             payload, replay = checkpoint.load(run.folder / "ckpt" / name)
-            assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False, "next_seed": 0}, name
+            assert payload["progress"] == {"episode": 1, "env_step": 1, "evaluation_due": False,
+                                           "next_seed": 0}, name
             assert replay["num_transitions"] == 1, name
 
 
-# Keys a resumed run may not change (check_compatible refuses them) and the run's name are what a user types to start
-# a run, so those cases start without --resume, over the run's checkpoints; all others continue the run.
+# Keys a resumed run may not change (check_compatible refuses them) and the run's name are what a
+# user types to start a run, so those cases start without --resume, over the run's checkpoints; all
+# others continue the run.
 FRESH_START_KEYS = {*saved_config.STRUCTURAL_KEYS, *saved_config.PIXEL_KEYS, "checkpoint.name"}
 
 
 def as_typed(items: list[str]) -> list[str]:
-    """A case's --set arguments, with --resume auto where a user continuing the run would type them."""
+    """A case's --set arguments, with --resume auto where a user continuing the run would type
+    them."""
     fresh = {item.partition("=")[0] for item in items} & FRESH_START_KEYS
-    return [arg for item in items for arg in ("--set", item)] + ([] if fresh else ["--resume", "auto"])
+    return [arg for item in items
+            for arg in ("--set", item)] + ([] if fresh else ["--resume", "auto"])
 
 
 def test_the_cases_meet_the_good_run_both_ways_it_is_typed(good_run, tmp_path):
-    """Controls for the tests below: without --resume the cases' arguments name this run's folder and name (the
-    start is refused over its checkpoints), and with --resume auto they continue its checkpoint (on a copy)."""
+    """Controls for the tests below: without --resume the cases' arguments name this run's folder
+    and name (the start is refused over its checkpoints), and with --resume auto they continue its
+    checkpoint (on a copy)."""
     refused = run_cli("--config", DEFAULT_CONFIG, *good_run.args, timeout=120)
-    assert_one_line_error(refused, f"run 'sac_video' already has checkpoints in {good_run.folder / 'ckpt'}")
+    assert_one_line_error(refused,
+                          f"run 'sac_video' already has checkpoints in {good_run.folder / 'ckpt'}")
     assert_intact(good_run)
 
     copy = tmp_path / "copy"
     shutil.copytree(good_run.folder, copy)
-    resumed = run_cli("--config", DEFAULT_CONFIG, *good_run_args(copy), "--set", "training.episodes=2",
+    resumed = run_cli("--config", DEFAULT_CONFIG, *good_run_args(copy), "--set",
+                      "training.episodes=2",
                       "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed from {copy / 'ckpt' / 'sac_video_latest.pt'}: episode 1, step 1" in resumed.stdout
+    assert (f"resumed from {copy / 'ckpt' / 'sac_video_latest.pt'}: episode 1, step "
+            "1" in resumed.stdout)
 
 
-@pytest.mark.parametrize("items, expected", [case[1:] for case in SET_CASES], ids=[case[0] for case in SET_CASES])
+@pytest.mark.parametrize("items, expected", [case[1:] for case in SET_CASES],
+                         ids=[case[0] for case in SET_CASES])
 def test_a_bad_set_value_is_a_one_line_error_that_leaves_the_run_intact(good_run, items, expected):
     result = run_cli("--config", DEFAULT_CONFIG, *good_run.args, *as_typed(items), timeout=60)
     assert_one_line_error(result, expected)
@@ -182,24 +213,31 @@ def test_a_bad_set_value_is_a_one_line_error_that_leaves_the_run_intact(good_run
 
 @pytest.mark.parametrize("name, data, expected", [case[1:] for case in FILE_CASES],
                          ids=[case[0] for case in FILE_CASES])
-def test_a_bad_config_file_is_a_one_line_error_that_leaves_the_run_intact(good_run, tmp_path, name, data, expected):
+def test_a_bad_config_file_is_a_one_line_error_that_leaves_the_run_intact(good_run, tmp_path, name,
+                                                                          data, expected):
     """The run's config file edited badly, then the run continued."""
     (tmp_path / name).write_bytes(data)
-    result = run_cli("--config", str(tmp_path / name), *good_run.args, "--resume", "auto", timeout=60)
+    result = run_cli("--config", str(tmp_path / name), *good_run.args, "--resume", "auto",
+                     timeout=60)
     assert_one_line_error(result, expected)
     assert_intact(good_run)
 
 
 @pytest.mark.parametrize("missing, items, expected", [
     ("wandb", ["logging.wandb=true"], "logging.wandb is true but wandb is not installed"),
-    ("s3fs", ["checkpoint.dir=s3://bucket/runs"], "checkpoint.dir s3://bucket/runs needs a filesystem package"),
+    ("s3fs", ["checkpoint.dir=s3://bucket/runs"],
+     "checkpoint.dir s3://bucket/runs needs a filesystem package"),
 ])
-def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(good_run, tmp_path, missing, items,
+def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(good_run, tmp_path,
+                                                                              missing, items,
                                                                               expected):
-    """A machine without the package: sitecustomize makes its import fail in the real command line's process."""
+    """A machine without the package: sitecustomize makes its import fail in the real command line's
+    process."""
     (tmp_path / "sitecustomize.py").write_text(f"import sys\nsys.modules[{missing!r}] = None\n")
-    result = subprocess.run([sys.executable, str(ROOT / "train_sac.py"), "--config", DEFAULT_CONFIG, *good_run.args,
-                             *as_typed(items)], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    result = subprocess.run([sys.executable, str(ROOT / "train_sac.py"), "--config", DEFAULT_CONFIG,
+                             *good_run.args,
+                             *as_typed(items)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60,
                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert_one_line_error(result, expected)
     assert_intact(good_run)
@@ -208,10 +246,12 @@ def test_a_package_the_config_needs_and_the_machine_lacks_is_a_one_line_error(go
 @pytest.mark.parametrize("path, expected", [
     ("", "--config is empty"),
     ("configs", "is a folder, not a config file"),
-    ("/proc/self/mem", "cannot read /proc/self/mem"),  # a file that exists and fails to read, even for root
+    # a file that exists and fails to read, even for root
+    ("/proc/self/mem", "cannot read /proc/self/mem"),
 ])
 def test_a_config_path_that_cannot_be_read_is_a_one_line_error(good_run, path, expected):
-    assert_one_line_error(run_cli("--config", path, *good_run.args, "--resume", "auto", timeout=60), expected)
+    assert_one_line_error(run_cli("--config", path, *good_run.args, "--resume", "auto", timeout=60),
+                          expected)
     assert_intact(good_run)
 
 
@@ -227,7 +267,8 @@ def leaf_keys(node=Config(), prefix=""):
 
 
 KEYS = list(leaf_keys())
-NUMERIC = [(key, rule) for key, hint, rule in KEYS if set(typing.get_args(hint) or (hint,)) & {int, float}
+NUMERIC = [(key, rule) for key, hint, rule in KEYS
+           if set(typing.get_args(hint) or (hint,)) & {int, float}
            and typing.Any not in (typing.get_args(hint) or (hint,))]
 
 
@@ -238,11 +279,14 @@ def nested(key: str, value) -> dict:
 
 
 def test_every_numeric_key_declares_its_range_and_every_choice_key_its_choices():
-    assert {"sac.lr", "env.camera", "env.max_episode_steps", "training.seed"} <= {key for key, _ in NUMERIC}
-    undeclared = [key for key, rule in NUMERIC if (rule.get("ge") is None and rule.get("gt") is None)
+    assert {"sac.lr", "env.camera", "env.max_episode_steps",
+            "training.seed"} <= {key for key, _ in NUMERIC}
+    undeclared = [key for key, rule in NUMERIC
+                  if (rule.get("ge") is None and rule.get("gt") is None)
                   or (rule.get("le") is None and rule.get("lt") is None)]
     assert undeclared == []
-    for key in ("profile", "encoder.type", "encoder.video.preset", "training.device", "replay.device"):
+    for key in ("profile", "encoder.type", "encoder.video.preset", "training.device",
+                "replay.device"):
         assert dict(KEYS_BY_NAME[key])["choices"], key
 
 
@@ -258,7 +302,8 @@ def limits(rule):
 @pytest.mark.parametrize("key, rule", NUMERIC, ids=[key for key, _ in NUMERIC])
 def test_values_outside_a_declared_range_are_refused_naming_the_key(tmp_path, key, rule):
     low, high = limits(rule)
-    step = 1 if isinstance(low, int) and isinstance(high, int) else 1e-9 * max(1, abs(low), abs(high))
+    step = (1 if isinstance(low, int) and isinstance(high, int)
+            else 1e-9 * max(1, abs(low), abs(high)))
     below = low - step if rule.get("ge") is not None else low
     above = high + step if rule.get("le") is not None else high
     for value in (below, above, math.nan, math.inf, -math.inf):
@@ -277,7 +322,8 @@ ANYTHING = st.one_of(
 
 
 def values(rule):
-    """Anything at all, plus values near the declared range or among the declared choices: valid ones get through."""
+    """Anything at all, plus values near the declared range or among the declared choices: valid
+    ones get through."""
     near = []
     if rule.get("choices"):
         near.append(st.sampled_from(rule["choices"]))
@@ -302,10 +348,12 @@ def check_accepted_or_one_line_error(path, overrides=()):
     return cfg
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(draws=DRAWS)
 def test_any_values_for_any_keys_load_or_fail_with_the_one_line_error(tmp_path, draws):
-    """load_config raises nothing but UserError (pytest reports any other exception as this test's failure)."""
+    """load_config raises nothing but UserError (pytest reports any other exception as this test's
+    failure)."""
     data: dict = {}
     for key, value in draws:
         data = config_yaml._merge(data, nested(key, value))
@@ -313,16 +361,20 @@ def test_any_values_for_any_keys_load_or_fail_with_the_one_line_error(tmp_path, 
     path.write_text(yaml.safe_dump(data))
     cfg = check_accepted_or_one_line_error(path, ["profile=cpu"])
     if cfg is not None:
-        for key, value in dict(draws).items():  # an accepted value is the value used (profile: --set's cpu)
+        # an accepted value is the value used (profile: --set's cpu)
+        for key, value in dict(draws).items():
             if key == "profile":
                 continue
             got = _resolved(cfg, key)
-            assert got == value or (isinstance(value, float) and math.isnan(value) and math.isnan(got)), key
+            assert got == value or (isinstance(value, float) and math.isnan(value)
+                                    and math.isnan(got)), key
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sets=st.lists(st.one_of(st.text(max_size=30),
-                               st.tuples(st.sampled_from([key for key, _, _ in KEYS]), st.text(max_size=20))
+                               st.tuples(st.sampled_from([key for key, _, _ in KEYS]),
+                                         st.text(max_size=20))
                                .map("=".join)), min_size=1, max_size=3))
 def test_any_set_arguments_load_or_fail_with_the_one_line_error(tmp_path, sets):
     check_accepted_or_one_line_error(DEFAULT_CONFIG, [*sets, "profile=cpu"])

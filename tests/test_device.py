@@ -1,5 +1,6 @@
-"""Hardware questions: bfloat16 counts as native on a CPU only with bfloat16 units, replay frames stay in host
-memory without a GPU, and compiling on a CPU needs the C++ compiler that torch.compile would call."""
+"""Hardware questions: bfloat16 counts as native on a CPU only with bfloat16 units, replay frames
+stay in host memory without a GPU, and compiling on a CPU needs the C++ compiler that torch.compile
+would call."""
 
 import os
 import platform
@@ -12,7 +13,13 @@ import torch
 
 from errors import UserError
 from sac.replay import host_bytes_per_slot
-from trainer.process.device import can_compile, check_host_memory, native_bfloat16, oom_error, replay_frames_device
+from trainer.process.device import (
+    can_compile,
+    check_host_memory,
+    native_bfloat16,
+    oom_error,
+    replay_frames_device,
+)
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not Path("/proc/cpuinfo").exists(),
@@ -36,17 +43,21 @@ def test_plain_avx512_does_not_count_as_native_bfloat16_although_onednn_runs_it(
 def test_a_replay_buffer_larger_than_free_ram_is_refused_before_allocation():
     with pytest.raises(UserError, match=r"needs .* GiB .* lower sac.buffer_size to at most \d+"):
         check_host_memory(buffer_size=10**9,
-                          slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
+                          slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6,
+                                                         frames_on_host=True))
     check_host_memory(buffer_size=1000,
-                      slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6, frames_on_host=True))
+                      slot_bytes=host_bytes_per_slot((3, 84, 84), np.uint8, action_dim=6,
+                                                     frames_on_host=True))
 
 
-def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(monkeypatch):
+def test_replay_frames_stay_in_host_memory_without_a_gpu_and_asking_for_cuda_there_is_a_clear_error(
+    monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert replay_frames_device("auto", torch.device("cpu"), 10**6) is None
     assert replay_frames_device("cpu", torch.device("cpu"), 10**6) is None
     with pytest.raises(UserError,
-                       match="replay.device is cuda but no CUDA device is available; use replay.device=auto or cpu"):
+                       match="replay.device is cuda but no CUDA device is available; use "
+                             "replay.device=auto or cpu"):
         replay_frames_device("cuda", torch.device("cpu"), 10**6)
 
 
@@ -62,14 +73,18 @@ def test_compiling_on_a_cpu_needs_the_compiler_named_by_cxx(monkeypatch, tmp_pat
 
 
 def test_cuda_out_of_memory_names_the_setting_and_a_batch_that_fits():
-    """The commonest GPU problem, out of memory: one line, the key to lower and a value scaled from the peak reached."""
+    """The commonest GPU problem, out of memory: one line, the key to lower and a value scaled from
+    the peak reached."""
     gib = 2**30
     message = str(oom_error(batch_size=512, free=1 * gib, total=24 * gib, peak=60 * gib))
-    assert "\n" not in message and "sac.batch_size=512" in message and "1.0 of 24.0 GiB free" in message
+    assert ("\n" not in message and "sac.batch_size=512" in message
+            and "1.0 of 24.0 GiB free" in message)
     assert "lower sac.batch_size to 184 or less" in message  # 512 * 0.9 * 24 / 60
     small_peak = str(oom_error(batch_size=512, free=0, total=24 * gib, peak=8 * gib))
-    assert "lower sac.batch_size to 256 or less" in small_peak, "never more than half the batch that failed"
-    assert "lower sac.batch_size to 1 or less" in str(oom_error(batch_size=1, free=0, total=gib, peak=gib))
+    assert "lower sac.batch_size to 256 or less" in small_peak, (
+        "never more than half the batch that failed")
+    assert "lower sac.batch_size to 1 or less" in str(oom_error(batch_size=1, free=0, total=gib,
+                                                                peak=gib))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="an out-of-memory needs a CUDA device")
@@ -77,9 +92,11 @@ def test_an_update_that_runs_out_of_cuda_memory_is_one_line_and_exit_2(tmp_path)
     from tests.conftest import DEFAULT_CONFIG, run_cli, sets
 
     free = torch.cuda.mem_get_info()[0]
-    batch = int(free // (3 * 3 * 84 * 84 * 4)) * 4  # float frames of this many stacks alone exceed the free memory
+    # float frames of this many stacks alone exceed the free memory
+    batch = int(free // (3 * 3 * 84 * 84 * 4)) * 4
     result = run_cli("--config", DEFAULT_CONFIG, *sets(
-        training__device="cuda", sac__batch_size=batch, sac__buffer_size=batch + 100, training__seed_steps=batch + 10,
+        training__device="cuda", sac__batch_size=batch, sac__buffer_size=batch + 100,
+        training__seed_steps=batch + 10,
         training__episodes=1, env__max_episode_steps=batch + 20, checkpoint__dir=tmp_path / "ckpt",
         logging__tensorboard_dir=tmp_path / "runs", replay__device="cpu"))
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr

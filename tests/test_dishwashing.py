@@ -1,5 +1,6 @@
-"""The dishwashing task: a Gymnasium env that passes the API checker, reproduces episodes from a seed, is solvable
-by the scripted policy in both variants, shows the plate to the cameras, and rejects bad scenes and cameras."""
+"""The dishwashing task: a Gymnasium env that passes the API checker, reproduces episodes from a
+seed, is solvable by the scripted policy in both variants, shows the plate to the cameras, and
+rejects bad scenes and cameras."""
 
 import warnings
 
@@ -36,8 +37,11 @@ def test_env_passes_the_gymnasium_checker_without_warnings(env_id):
     env = gym.make(env_id, render_mode="rgb_array").unwrapped
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        # velocities have no bound, so the state space is unbounded, as in Gymnasium's own MuJoCo tasks
-        warnings.filterwarnings("ignore", message=".*Box observation space (minimum|maximum) value is .*infinity")
+        # velocities have no bound, so the state space is unbounded, as in Gymnasium's own MuJoCo
+        # tasks
+        warnings.filterwarnings("ignore",
+                                message=".*Box observation space (minimum|maximum) value is "
+                                        ".*infinity")
         check_env(env)
 
 
@@ -97,11 +101,13 @@ def test_release_pays_for_loosening_the_fingers_only_once_the_plate_is_in_the_sl
     obs, _ = firm.reset(seed=0)
     loose.reset(seed=0)
     shut, still_shut = np.array([0, 0, 0, 1], np.float32), np.array([0, 0, 0, 0.2], np.float32)
-    assert firm.step(shut)[4]["reward_release"] == loose.step(still_shut)[4]["reward_release"] == 0.0, (
+    assert firm.step(shut)[4]["reward_release"] == loose.step(still_shut)[4][
+        "reward_release"] == 0.0, (
         "away from the slot")
 
     obs = firm.unwrapped.observation()
-    while (action := scripted_action(obs))[3] > 0:  # carry and lower until the scripted policy would let go
+    # carry and lower until the scripted policy would let go
+    while (action := scripted_action(obs))[3] > 0:
         obs, *_ = firm.step(action)
         loose.step(action)
     *_, firm_info = firm.step(shut)
@@ -131,7 +137,8 @@ def test_opening_the_fingers_drops_the_plate():
 def test_render_mode_rgb_array_follows_size_and_camera():
     frames = {}
     for camera in CAMERAS:
-        env = gym.make("Dishwashing-v0", render_mode="rgb_array", width=96, height=64, camera_name=camera)
+        env = gym.make("Dishwashing-v0", render_mode="rgb_array", width=96, height=64,
+                       camera_name=camera)
         env.reset(seed=0)
         frames[camera] = env.render()
         env.close()
@@ -149,21 +156,24 @@ def plate_mask(env: gym.Env, camera: str, size: int) -> np.ndarray:
     renderer.close()
     geoms = ids[types == mujoco.mjtObj.mjOBJ_GEOM]
     mask = np.zeros((size, size), bool)
-    mask[types == mujoco.mjtObj.mjOBJ_GEOM] = base.model.geom_bodyid[geoms] == base.model.body("plate").id
+    mask[types == mujoco.mjtObj.mjOBJ_GEOM] = (base.model.geom_bodyid[geoms]
+                                               == base.model.body("plate").id)
     return mask
 
 
 @pytest.mark.parametrize("size", [64, 84])
 @pytest.mark.parametrize("camera", CAMERAS)
 def test_video_frames_show_the_plate_and_change_where_it_moves(camera, size):
-    cfg = load_config(ROOT / "configs" / "dishwashing_video.yaml", [f"env.camera={camera}", f"env.image_size={size}"])
+    cfg = load_config(ROOT / "configs" / "dishwashing_video.yaml",
+                      [f"env.camera={camera}", f"env.image_size={size}"])
     env = make_env(cfg.env, cfg.pixels)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (cfg.env.frame_stack, 3, size, size) and obs.dtype == np.uint8
     before, mask_before = obs[-1].transpose(1, 2, 0).copy(), plate_mask(env, camera, size)
 
     base = env.unwrapped
-    base.data.joint("plate").qpos[:3] = base.slot  # only the plate moves: from the basin to the rack
+    # only the plate moves: from the basin to the rack
+    base.data.joint("plate").qpos[:3] = base.slot
     mujoco.mj_forward(base.model, base.data)
     after, mask_after = env.camera.render().copy(), plate_mask(env, camera, size)
 
@@ -182,19 +192,25 @@ def test_feasible_config_builds_a_state_env():
 
 
 def test_unknown_camera_names_the_scene_cameras():
-    with pytest.raises(UserError, match="unknown dishwashing camera 'top'; this scene's cameras: overview, close"):
+    with pytest.raises(UserError,
+                       match="unknown dishwashing camera 'top'; this scene's cameras: overview, "
+                             "close"):
         DishwashingEnv(render_mode="rgb_array", camera_name="top")
 
 
 def test_missing_scene_file_is_a_clear_error(tmp_path):
-    with pytest.raises(UserError, match="dishwashing scene not found: .*nowhere.xml; pass model_path="):
+    with pytest.raises(UserError,
+                       match="dishwashing scene not found: .*nowhere.xml; pass model_path="):
         DishwashingEnv(model_path=tmp_path / "nowhere.xml")
 
 
 def test_scene_with_a_missing_asset_is_a_clear_error(tmp_path):
     scene = tmp_path / "scene.xml"
-    scene.write_text(SCENE.read_text().replace("<asset>", '<asset>\n    <mesh name="cup" file="cup.stl"/>'))
-    with pytest.raises(UserError, match=r"cannot load dishwashing scene .*scene.xml: .*cup.stl.*; fix the MJCF file"):
+    scene.write_text(SCENE.read_text().replace("<asset>",
+                                               '<asset>\n    <mesh name="cup" file="cup.stl"/>'))
+    with pytest.raises(UserError,
+                       match=r"cannot load dishwashing scene .*scene.xml: .*cup.stl.*; fix the "
+                             r"MJCF file"):
         DishwashingEnv(model_path=scene)
 
 
@@ -206,5 +222,6 @@ def test_scene_without_an_element_the_task_needs_is_a_clear_error(tmp_path):
 
 
 def test_unknown_variant_is_a_clear_error():
-    with pytest.raises(UserError, match="unknown dishwashing variant 'easy'; use one of full, feasible"):
+    with pytest.raises(UserError,
+                       match="unknown dishwashing variant 'easy'; use one of full, feasible"):
         DishwashingEnv(variant="easy")

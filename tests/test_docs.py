@@ -1,9 +1,11 @@
-"""Every relative link in README.md and docs/*.md, and every `README.md#...`/`docs/<page>.md#...` reference in the
-repository's code and configs, reaches an existing file and, where it names one, a heading of that page.
+"""Every relative link in README.md and docs/*.md, and every `README.md#...`/`docs/<page>.md#...`
+reference in the repository's code and configs, reaches an existing file and, where it names one, a
+heading of that page.
 
-Anchors follow GitHub's rule: the heading's text lowercased, punctuation other than '-' and '_' dropped, each space
-a '-', and '-1', '-2', ... appended to repeats. Hand-written because the link checkers on PyPI (e.g. linkchecker)
-fetch rendered HTML, and GitHub's anchor rule lives in its renderer, not in a Markdown library.
+Anchors follow GitHub's rule: the heading's text lowercased, punctuation other than '-' and '_'
+dropped, each space a '-', and '-1', '-2', ... appended to repeats. Hand-written because the link
+checkers on PyPI (e.g. linkchecker) fetch rendered HTML, and GitHub's anchor rule lives in its
+renderer, not in a Markdown library.
 """
 
 import re
@@ -63,7 +65,8 @@ def check_target(page: Path, target: str, *, root: Path = ROOT) -> str | None:
     if SCHEME.match(target):
         return None
     path, _, anchor = target.partition("#")
-    dest = (root / path.lstrip("/")) if path.startswith("/") else (page.parent / path if path else page)
+    dest = ((root / path.lstrip("/")) if path.startswith("/")
+            else (page.parent / path if path else page))
     where = page.relative_to(root)
     if not dest.exists():
         return f"{where}: link {target!r}: no file {path!r}"
@@ -87,12 +90,15 @@ def test_slug_follows_githubs_rule():
         "pixel-sac-on-deepmind-control-cartpoleswingup-at-100k-frames"
     )
     assert slug("Which implementations, and why") == "which-implementations-and-why"
-    assert slug("State-mode SAC learns (InvertedPendulum-v5)") == "state-mode-sac-learns-invertedpendulum-v5"
+    assert (slug("State-mode SAC learns (InvertedPendulum-v5)")
+            == "state-mode-sac-learns-invertedpendulum-v5")
     assert slug("`cpu_bf16` and [GPU settings](guide.md)") == "cpu_bf16-and-gpu-settings"
 
 
 def test_code_reference_pattern():
-    comment = "# see docs/encoders.md#pretrained-weights-offline (or README.md#pixel-sac), not xdocs/a.md#b"
+    comment = (
+        "# see docs/encoders.md#pretrained-weights-offline (or README.md#pixel-sac), not "
+        "xdocs/a.md#b")
     assert CODE_REF.findall(comment) == [
         ("docs/encoders.md", "pretrained-weights-offline"),
         ("README.md", "pixel-sac"),
@@ -101,7 +107,8 @@ def test_code_reference_pattern():
 
 def test_checker_reports_missing_files_and_anchors(tmp_path):
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "guide.md").write_text("# Guide\n\n## Checkpoints and resume\n\n## Repeat\n\n## Repeat\n")
+    (tmp_path / "docs" / "guide.md").write_text(
+        "# Guide\n\n## Checkpoints and resume\n\n## Repeat\n\n## Repeat\n")
     page = tmp_path / "README.md"
     page.write_text(
         "See [the guide](docs/guide.md#checkpoints-and-resume), [again](docs/guide.md#repeat-1).\n"
@@ -122,11 +129,13 @@ def test_links_and_anchors_resolve(page):
 
 
 def test_page_references_in_code_resolve():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
     problems = []
     for name in tracked:
         path = ROOT / name
-        if path.suffix not in CODE_SUFFIXES or not path.is_file() or path == Path(__file__).resolve():
+        if (path.suffix not in CODE_SUFFIXES or not path.is_file()
+            or path == Path(__file__).resolve()):
             continue
         for page, anchor in CODE_REF.findall(path.read_text(errors="replace")):
             problem = check_target(ROOT / "README.md", f"{page}#{anchor}")

@@ -1,5 +1,6 @@
-"""Encoders: every arch is chosen in YAML, takes uint8 (B, T, C, H, W) and returns (B, repr_dim); the options they
-share (input_size, freeze, channels_last) behave the same for all; the state path passes vectors through."""
+"""Encoders: every arch is chosen in YAML, takes uint8 (B, T, C, H, W) and returns (B, repr_dim);
+the options they share (input_size, freeze, channels_last) behave the same for all; the state path
+passes vectors through."""
 
 import pytest
 import torch
@@ -31,7 +32,8 @@ def test_every_arch_has_an_example_config():
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_every_arch_builds_from_its_yaml_and_trains_on_a_uint8_batch(arch):
-    cfg = load_config(ROOT / EXAMPLES[arch], ["encoder.video.pretrained=false", "encoder.video.input_size=null"])
+    cfg = load_config(ROOT / EXAMPLES[arch],
+                      ["encoder.video.pretrained=false", "encoder.video.input_size=null"])
     assert cfg.encoder.video.arch == arch
     encoder = build_encoder(cfg.encoder, cfg.env.stack_shape)
     obs = torch.randint(0, 256, (2, 3, 3, 84, 84), dtype=torch.uint8)
@@ -50,11 +52,13 @@ def test_conv_archs_take_64px_frames(arch):
 
 def test_simple3dcnn_convolves_across_frames():
     encoder = build_encoder(encoder_config("simple3dcnn"), (3, 3, 64, 64))
-    assert all(conv.kernel_size[0] == 3 for conv in encoder.convs if isinstance(conv, torch.nn.Conv3d))
+    assert all(conv.kernel_size[0] == 3 for conv in encoder.convs
+               if isinstance(conv, torch.nn.Conv3d))
     obs = torch.randint(0, 256, (1, 3, 3, 64, 64), dtype=torch.uint8)
     moved = obs.clone()
     moved[:, 0] = obs[:, 0].roll(5, dims=-1)
-    assert not torch.equal(encoder(obs), encoder(moved)), "the first frame's content reaches the features"
+    assert not torch.equal(encoder(obs), encoder(moved)), (
+        "the first frame's content reaches the features")
 
 
 def test_input_size_resizes_frames_before_the_network():
@@ -93,7 +97,8 @@ def test_channels_last_changes_the_memory_layout_not_the_features(arch, memory_f
 
 
 def test_the_config_offers_exactly_the_registered_archs():
-    assert list(VIDEO_ARCHS) == list(ARCHS), "declare a new arch in encoders/config.py's VIDEO_ARCHS too"
+    assert list(VIDEO_ARCHS) == list(ARCHS), (
+        "declare a new arch in encoders/config.py's VIDEO_ARCHS too")
 
 
 def test_archs_without_weights_refuse_pretrained():

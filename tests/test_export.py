@@ -1,11 +1,12 @@
-"""A policy outside the trainer: `Policy.step` fed frame by frame acts exactly as the trainer's own acting path on the
-same episode; every exportable encoder's TorchScript and ONNX files (through onnxruntime) give this repository's
-actions within 1e-5, in the task's bounds, and load back with `Policy.load` in a process without the repository on
-its path; and every bad input (damaged, foreign, truncated checkpoints, a replay sidecar, frames of the wrong shape or
-dtype, a folder of another format) is one line. An exported folder is data to `Policy.load`: a
-policy.pt that writes files is never run, and a module a checkpoint's env id names is imported
-only when the caller passes that id. Checkpoints here are the trainer's own saves of freshly built
-agents: the computation is what is checked, not what it learnt."""
+"""A policy outside the trainer: `Policy.step` fed frame by frame acts exactly as the trainer's own
+acting path on the same episode; every exportable encoder's TorchScript and ONNX files (through
+onnxruntime) give this repository's actions within 1e-5, in the task's bounds, and load back with
+`Policy.load` in a process without the repository on its path; and every bad input (damaged,
+foreign, truncated checkpoints, a replay sidecar, frames of the wrong shape or dtype, a folder of
+another format) is one line. An exported folder is data to `Policy.load`: a policy.pt that writes
+files is never run, and a module a checkpoint's env id names is imported only when the caller passes
+that id. Checkpoints here are the trainer's own saves of freshly built agents: the computation is
+what is checked, not what it learnt."""
 
 import csv
 import json
@@ -37,38 +38,48 @@ SIZE = 32  # frames small enough that r3d18 runs 100 observations in seconds
 
 
 def saved_trainer(tmp_path, config: str, *settings: str) -> tuple[Trainer, str]:
-    """A trainer of `config` with tiny networks, and the path of the checkpoint it saved before any step."""
+    """A trainer of `config` with tiny networks, and the path of the checkpoint it saved before any
+    step."""
     cfg = load_config(ROOT / "configs" / config, [
-        "profile=cpu", "sac.hidden_dim=32", "sac.feature_dim=16", "sac.batch_size=8", "sac.buffer_size=100",
-        f"env.image_size={SIZE}", "training.eval_every_episodes=0", "logging.progress=false", "demos.path=null",
-        f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}", *settings])
+        "profile=cpu", "sac.hidden_dim=32", "sac.feature_dim=16", "sac.batch_size=8",
+        "sac.buffer_size=100",
+        f"env.image_size={SIZE}", "training.eval_every_episodes=0", "logging.progress=false",
+        "demos.path=null",
+        f"logging.tensorboard_dir={tmp_path / 'runs'}", f"checkpoint.dir={tmp_path / 'ckpt'}",
+        *settings])
     run = Trainer(cfg)
     return run, str(run.save(final_of_episode=False))
 
 
 def trunk_weights(tmp_path) -> str:
-    """An encoder weights file as trainer.tools.pretrain writes it: a small simple2dcnn with its projection
-    and readout."""
+    """An encoder weights file as trainer.tools.pretrain writes it: a small simple2dcnn with its
+    projection and readout."""
     cfg = load_config(ROOT / "configs" / "default.yaml", ["encoder.video.num_filters=8"])
     obs_shape = (cfg.env.frame_stack, 3, SIZE, SIZE)
     from encoders import build_encoder
 
     encoder = build_encoder(cfg.encoder, obs_shape)
     path = tmp_path / "trunk.pt"
-    save_encoder_weights(path, cfg.encoder, obs_shape, encoder, projection=torch.nn.Linear(encoder.repr_dim, 24),
+    save_encoder_weights(path, cfg.encoder, obs_shape, encoder,
+                         projection=torch.nn.Linear(encoder.repr_dim, 24),
                          readout=torch.nn.Linear(24, 9))
     return str(path)
 
 
 def frozen_settings(tmp_path) -> tuple[str, ...]:
-    return ("encoder.video.freeze=true", "encoder.video.pretrained=true", "encoder.video.num_filters=8",
+    return ("encoder.video.freeze=true", "encoder.video.pretrained=true",
+            "encoder.video.num_filters=8",
             f"encoder.video.weights={trunk_weights(tmp_path)}")
 
 
 @pytest.mark.parametrize("kind", ["simple2dcnn", "frozen", "frozen_critic_state", "state"])
-def test_step_frame_by_frame_gives_exactly_the_trainer_s_actions_on_the_same_episode(tmp_path, kind):
-    config, settings = {"simple2dcnn": ("default.yaml", ()), "frozen": ("default.yaml", frozen_settings(tmp_path)),
-                        "frozen_critic_state": ("default.yaml", (*frozen_settings(tmp_path), "sac.critic_input=state")),
+def test_step_frame_by_frame_gives_exactly_the_trainer_s_actions_on_the_same_episode(
+    tmp_path, kind):
+    config, settings = {"simple2dcnn": ("default.yaml", ()),
+                        "frozen": ("default.yaml", frozen_settings(tmp_path)),
+                        "frozen_critic_state": ("default.yaml",
+                                                (*frozen_settings(tmp_path),
+                                                 "sac.critic_input=state")),
                         "state": ("dishwashing_feasible.yaml", ())}[kind]
     run, path = saved_trainer(tmp_path, config, "env.max_episode_steps=12", *settings)
     unit, bounded = Policy.load(path, unit_actions=True), Policy.load(path)
@@ -77,11 +88,14 @@ def test_step_frame_by_frame_gives_exactly_the_trainer_s_actions_on_the_same_epi
     space = run.env.single_action_space
     low, high = bounded.low, bounded.high
     for step in range(12):
-        expected = run.agent.act(run.observe(obs[None]), sample=False)[0]  # the trainer's evaluation acting path
-        frame = obs[-1].transpose(1, 2, 0) if run.cfg.pixels else obs  # the newest camera frame, as a robot has it
+        # the trainer's evaluation acting path
+        expected = run.agent.act(run.observe(obs[None]), sample=False)[0]
+        # the newest camera frame, as a robot has it
+        frame = obs[-1].transpose(1, 2, 0) if run.cfg.pixels else obs
         action = unit.step(frame)
         np.testing.assert_array_equal(action, expected, err_msg=f"step {step}")
-        np.testing.assert_allclose(bounded.step(frame), low + (expected + 1) * (high - low) / 2, atol=1e-6)
+        np.testing.assert_allclose(bounded.step(frame), low + (expected + 1) * (high - low) / 2,
+                                   atol=1e-6)
         assert space.contains(action)
         obs, _, terminated, truncated, _ = env.step(expected)
         if terminated or truncated:
@@ -93,8 +107,9 @@ def test_step_frame_by_frame_gives_exactly_the_trainer_s_actions_on_the_same_epi
 
 ENCODERS = {
     "simple2dcnn": ("default.yaml", ()),
-    "simple3dcnn": ("default.yaml", ("encoder.video.arch=simple3dcnn", "encoder.video.num_filters=8",
-                                     "encoder.video.num_layers=2")),
+    "simple3dcnn": ("default.yaml",
+                    ("encoder.video.arch=simple3dcnn", "encoder.video.num_filters=8",
+                     "encoder.video.num_layers=2")),
     "r3d18": ("default.yaml", ("encoder.video.arch=r3d18",)),
     "frozen": ("default.yaml", ()),
     "frozen_state_estimate": ("default.yaml", ("encoder.video.frozen_features=state_estimate",)),
@@ -103,7 +118,8 @@ ENCODERS = {
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
-def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_actions(tmp_path, kind):
+def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_actions(
+    tmp_path, kind):
     import onnxruntime
 
     config, settings = ENCODERS[kind]
@@ -112,13 +128,15 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     run.close()
     out = tmp_path / "policy"
     assert export.main([path, "--out", str(out), "--episodes", "0"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.yaml", "policy.json", "policy.onnx",
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.yaml", "policy.json",
+                                                     "policy.onnx",
                                                      "policy.pt", "policy.safetensors"]
     policy = Policy.load(path)
     obs = export.example_batch(policy.spec, 100, seed=5)
     expected = policy.act(obs.numpy())
     scripted = torch.jit.load(str(out / "policy.pt"))(obs).detach().numpy()
-    session = onnxruntime.InferenceSession(str(out / "policy.onnx"), providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(out / "policy.onnx"),
+                                           providers=["CPUExecutionProvider"])
     onnx = np.abs(session.run(None, {"obs": obs.numpy()})[0] - expected).max(axis=1)
     assert np.abs(scripted - expected).max() <= 1e-5
     if kind.startswith("frozen"):  # features rounded to float16: see export.FLOAT16_TOLERANCE
@@ -126,9 +144,11 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
     else:
         assert onnx.max() <= 1e-5
     assert np.all(expected >= policy.low) and np.all(expected <= policy.high)
-    assert len(np.unique(expected.round(4), axis=0)) > 50, "100 random observations give different actions"
+    assert len(np.unique(expected.round(4), axis=0)) > 50, (
+        "100 random observations give different actions")
     folder = Policy.load(out).act(obs[:10].numpy())
-    # the same network, rebuilt; on the same batch, since another batch size may take other kernels (1e-7 apart)
+    # the same network, rebuilt; on the same batch, since another batch size may take other kernels
+    # (1e-7 apart)
     np.testing.assert_array_equal(folder, policy.act(obs[:10].numpy()))
     assert json.loads((out / "policy.json").read_text())["format"] == POLICY_FORMAT
     card = ModelCard.load(out / "README.md")
@@ -138,7 +158,8 @@ def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_
         assert "camera `None`" not in card.text
 
 
-def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_evaluation(tmp_path):
+def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_evaluation(
+    tmp_path):
     run, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml", "env.max_episode_steps=10")
     run.close()
     out = tmp_path / "exported"
@@ -146,20 +167,25 @@ def test_the_exported_folder_runs_without_this_repository_and_its_card_holds_an_
     card = (out / "README.md").read_text()
     assert "2 episodes" in card and "success" in card
     assert "`pixel-sac-evaluate FOLDER --episodes 2 " in card
-    assert (out / "episode.gif").stat().st_size > 0 and "![an evaluation episode](episode.gif)" in card
+    assert ((out / "episode.gif").stat().st_size > 0
+            and "![an evaluation episode](episode.gif)" in card)
     _, frames = decoded(out / "episode.mp4")
-    assert [frame.shape for frame in frames] == [(48, 48, 3)] * 10 and "- `episode.mp4`: the same episode" in card
+    assert ([frame.shape for frame in frames] == [(48, 48, 3)] * 10
+            and "- `episode.mp4`: the same episode" in card)
     spec = json.loads((out / "policy.json").read_text())
     code = ("import importlib.util, json, numpy as np, onnxruntime, torch\n"
             "spec = json.load(open('policy.json'))\n"
-            "assert importlib.util.find_spec('trainer') is None, 'this repository is out of reach'\n"
-            "obs = np.random.default_rng(0).standard_normal((4, *spec['obs_shape'])).astype(np.float32)\n"
+            "assert importlib.util.find_spec('trainer') is None, "
+            "'this repository is out of reach'\n"
+            "obs = np.random.default_rng(0).standard_normal((4, *spec['obs_shape']))"
+            ".astype(np.float32)\n"
             "a = torch.jit.load('policy.pt')(torch.from_numpy(obs)).numpy()\n"
             "b = onnxruntime.InferenceSession('policy.onnx').run(None, {'obs': obs})[0]\n"
             "assert np.abs(a - b).max() < 1e-5\n"
             "assert (a >= spec['action_low']).all() and (a <= spec['action_high']).all()\n"
             "print('ok', a.shape)\n")
-    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=out, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0 and f"ok (4, {len(spec['action_low'])})" in done.stdout, done.stderr
 
 
@@ -232,14 +258,16 @@ def test_the_card_s_metadata_holds_the_evaluation_that_its_folder_repeats(tmp_pa
     assert "mean_reward_ci95" not in {result.metric_type for result in card.data.eval_results}
 
 
-def test_without_an_mp4_encoder_the_export_keeps_its_gif_and_its_card_lists_only_what_is_there(tmp_path, capsys,
-                                                                                               monkeypatch):
+def test_without_an_mp4_encoder_the_export_keeps_its_gif_and_its_card_lists_only_what_is_there(
+        tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
     run, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml", "env.max_episode_steps=10")
     run.close()
     out = tmp_path / "exported"
-    assert export.main([path, "--out", str(out), "--episodes", "1", "--formats", "torchscript"]) == 0
-    said = f"warning: videos as GIFs only: PyAV is not installed; pip install {video.PYAV} adds the MP4s\n"
+    assert export.main([path, "--out", str(out), "--episodes", "1", "--formats",
+                        "torchscript"]) == 0
+    said = (f"warning: videos as GIFs only: PyAV is not installed; pip install {video.PYAV} adds "
+            "the MP4s\n")
     assert capsys.readouterr().err.count(said) == 1
     card = (out / "README.md").read_text()
     assert (out / "episode.gif").exists() and "- `episode.gif`" in card
@@ -252,7 +280,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     good = open(path, "rb").read()
     cases = {
         "truncated": (good[: len(good) // 2], "unreadable (truncated or corrupt"),
-        "damaged": (good[:-200] + bytes(b ^ 0xFF for b in good[-200:-100]) + good[-100:], "checkpoint"),
+        "damaged": (good[:-200] + bytes(b ^ 0xFF for b in good[-200:-100]) + good[-100:],
+                    "checkpoint"),
         "foreign": (None, "not a checkpoint of this trainer"),
     }
     torch.save({"policy": {"w": torch.zeros(2)}}, tmp_path / "foreign.pt")
@@ -282,7 +311,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert "exists and is not an empty folder" in one_line_error(capsys)
     spec = json.loads((out / "policy.json").read_text())
     (out / "policy.json").write_text(json.dumps(spec | {"format": "pixel-sac policy 0"}))
-    with pytest.raises(UserError, match="exported in the format 'pixel-sac policy 0'.*export it again"):
+    with pytest.raises(UserError,
+                       match="exported in the format 'pixel-sac policy 0'.*export it again"):
         Policy.load(out)
 
 
@@ -391,7 +421,8 @@ def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_f
     run.close()
     policy = Policy.load(path)
     frame = np.zeros((SIZE, SIZE, 3), np.uint8)
-    for bad, said in [(frame.astype(np.float32), "float32"), (frame[..., :1], f"({SIZE}, {SIZE}, 1)"),
+    for bad, said in [(frame.astype(np.float32), "float32"),
+                      (frame[..., :1], f"({SIZE}, {SIZE}, 1)"),
                       (frame.transpose(2, 0, 1), "(3, 32, 32)"), ([[0]], "list")]:
         with pytest.raises(UserError, match=r"takes one camera frame") as raised:
             policy.step(bad)
@@ -405,26 +436,32 @@ def test_frames_of_the_wrong_shape_or_dtype_are_one_line_and_resizing_is_asked_f
         policy.act(np.zeros((1, 3, 3, SIZE + 1, SIZE), np.uint8))
 
 
-def test_an_encoder_that_does_not_export_to_onnx_is_one_line_naming_the_format_that_works(tmp_path, capfd):
-    """Frames resized inside the encoder (encoder.video.input_size) use antialiased bilinear resizing, which torch's
-    ONNX exporter has no operator for."""
-    run, path = saved_trainer(tmp_path, "default.yaml", "env.image_size=40", "encoder.video.input_size=32")
+def test_an_encoder_that_does_not_export_to_onnx_is_one_line_naming_the_format_that_works(
+    tmp_path, capfd):
+    """Frames resized inside the encoder (encoder.video.input_size) use antialiased bilinear
+    resizing, which torch's ONNX exporter has no operator for."""
+    run, path = saved_trainer(tmp_path, "default.yaml", "env.image_size=40",
+                              "encoder.video.input_size=32")
     run.close()
     capfd.readouterr()
     assert export.main([path, "--out", str(tmp_path / "both"), "--episodes", "0"]) == 2
     out, err = capfd.readouterr()
-    assert len(err.strip().splitlines()) == 1 and "does not export to onnx" in err and "--formats torchscript" in err
+    assert (len(err.strip().splitlines()) == 1 and "does not export to onnx" in err
+            and "--formats torchscript" in err)
     assert "graph" not in out, "nothing of the exporter's own logging"
     assert not (tmp_path / "both").exists() and not list(tmp_path.glob(".both*"))
-    assert export.main([path, "--out", str(tmp_path / "ts"), "--episodes", "0", "--formats", "torchscript"]) == 0
+    assert export.main([path, "--out", str(tmp_path / "ts"), "--episodes", "0", "--formats",
+                        "torchscript"]) == 0
     assert Policy.load(tmp_path / "ts").act(np.zeros((1, 3, 3, 40, 40), np.uint8)).shape == (1, 1)
 
 
 def test_a_push_that_cannot_reach_the_hub_is_one_line_and_keeps_the_folder(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: refused at once, as offline
+    # nothing listens: refused at once, as offline
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_TOKEN", "hf_test")
     (tmp_path / "README.md").write_text("card\n")
-    said = r"cannot push .* to the Hugging Face Hub repo user/policy \(.*\); the folder is complete: upload it later"
+    said = (r"cannot push .* to the Hugging Face Hub repo user/policy \(.*\); the folder is "
+            r"complete: upload it later")
     with pytest.raises(UserError, match=said) as raised:
         export.push(tmp_path, "user/policy")
     assert "\n" not in str(raised.value) and (tmp_path / "README.md").exists()
@@ -434,11 +471,14 @@ def test_ctrl_c_during_an_export_is_one_line_and_leaves_no_folder(tmp_path):
     """Interrupted in its evaluation, the last step before the folder is moved into place."""
     _, path = saved_trainer(tmp_path, "dishwashing_feasible.yaml")
     out = tmp_path / "exported"
-    command = [sys.executable, "-m", "trainer.policy.export", path, "--out", str(out), "--episodes", "100000"]
+    command = [sys.executable, "-m", "trainer.policy.export", path, "--out", str(out), "--episodes",
+               "100000"]
     status, stderr = interrupt_when_started(command, signal.SIGINT, started=b"/100000")
     assert status == 130 and "Traceback" not in stderr, stderr
-    assert stderr.strip().splitlines()[-1] == f"stopped by signal 2; {out} was not written"  # not after the bar
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"], "no folder, no temporary one"
+    # not after the bar
+    assert stderr.strip().splitlines()[-1] == f"stopped by signal 2; {out} was not written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "runs"], (
+        "no folder, no temporary one")
 
 
 def export_command(path: str, out, *args: str) -> list[str]:

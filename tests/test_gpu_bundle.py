@@ -1,6 +1,6 @@
-"""scripts/gpu_bundle.py: the packages an offline GPU machine lacks travel in two parts. The pins come from the
-project's requirements, and the machine unpacks what has arrived: the packages with the first part, warp's library only
-once the second part is there too, byte for byte."""
+"""scripts/gpu_bundle.py: the packages an offline GPU machine lacks travel in two parts. The pins
+come from the project's requirements, and the machine unpacks what has arrived: the packages with
+the first part, warp's library only once the second part is there too, byte for byte."""
 
 import importlib.util
 import lzma
@@ -20,7 +20,8 @@ def test_every_bundled_package_is_pinned_as_the_requirements_pin_it():
     assert [pin.split("==")[0] for pin in pins] == list(gpu_bundle.PINNED)
     for pin in pins:
         name, version = pin.split("==")
-        assert re.search(rf"^{re.escape(name)}(\[[^]]*\])?=={re.escape(version)}$", requirements, re.M), pin
+        assert re.search(rf"^{re.escape(name)}(\[[^]]*\])?=={re.escape(version)}$", requirements,
+                         re.M), pin
 
 
 def test_unpack_takes_the_packages_from_the_first_part_and_warp_once_both_parts_arrived(tmp_path):
@@ -42,7 +43,8 @@ def test_unpack_takes_the_packages_from_the_first_part_and_warp_once_both_parts_
     (second / "warp.so.xz.1").write_bytes(packed[1000:])
     assert gpu_bundle.unpack(bundle) == "packages; warp ready"
     assert (site / "warp" / "bin" / "warp.so").read_bytes() == library
-    assert gpu_bundle.unpack(bundle) == "packages; warp ready", "a second call unpacks nothing again"
+    assert gpu_bundle.unpack(bundle) == "packages; warp ready", (
+        "a second call unpacks nothing again")
 
 
 def test_a_machine_with_no_part_yet_says_what_to_copy(tmp_path):

@@ -1,4 +1,5 @@
-"""GPU monitoring never stops a run: silent on a CPU, one notice on CUDA without NVML, no readings from either."""
+"""GPU monitoring never stops a run: silent on a CPU, one notice on CUDA without NVML, no readings
+from either."""
 
 import torch
 

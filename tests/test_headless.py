@@ -81,13 +81,16 @@ def test_mujoco_imported_first_with_another_backend_is_one_line():
     ("foo", "error: MUJOCO_GL=foo is not a MuJoCo rendering backend; use egl or osmesa"),
     ("glfw", "error: MUJOCO_GL=glfw needs a display and DISPLAY is unset"),
 ])
-@pytest.mark.parametrize("command", [  # the trainer sets up in main, the scripts as they are imported
-    ["train_sac.py", "--config", "configs/default.yaml"], ["bench/mjwarp.py"], ["scripts/frame_grid.py"],
+# the trainer sets up in main, the scripts as they are imported
+@pytest.mark.parametrize("command", [
+    ["train_sac.py", "--config", "configs/default.yaml"], ["bench/mjwarp.py"],
+    ["scripts/frame_grid.py"],
     ["scripts/backend_frames.py"],
 ])
 def test_a_backend_that_cannot_render_here_is_one_line(backend, message, command):
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"} | {"MUJOCO_GL": backend}
-    result = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True,
+                            text=True,
                             timeout=120, check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(message)

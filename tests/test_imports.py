@@ -1,7 +1,8 @@
-"""The repository's import graph, read from the source with `ast` (imports inside functions and under TYPE_CHECKING
-count: each is a dependency that runs, or that a reader follows): no cycle anywhere, and every import points down
-the ranking below. The models' layers (sac, envs, encoders) never import the trainer, and within trainer/ each room
-imports only the rooms below it, so a reader of the run never opens a tool.
+"""The repository's import graph, read from the source with `ast` (imports inside functions and
+under TYPE_CHECKING count: each is a dependency that runs, or that a reader follows): no cycle
+anywhere, and every import points down the ranking below. The models' layers (sac, envs, encoders)
+never import the trainer, and within trainer/ each room imports only the rooms below it, so a reader
+of the run never opens a tool.
 """
 
 import ast
@@ -37,13 +38,15 @@ def module_name(path: Path) -> str:
 
 
 def repository_modules(root: Path) -> dict[str, Path]:
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=root,
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                             "*.py"], cwd=root,
                             capture_output=True, text=True, check=True).stdout.split()
     return {module_name(Path(name)): root / name for name in listed if (root / name).exists()}
 
 
 def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module an import statement anywhere in `tree` names (`from a import b`: a, and a.b if b is a module)."""
+    """Every module an import statement anywhere in `tree` names (`from a import b`: a, and a.b if b
+    is a module)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -59,19 +62,23 @@ def imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
-    """{module: the repository's modules it imports}, each import resolved to the most specific module it names."""
+    """{module: the repository's modules it imports}, each import resolved to the most specific
+    module it names."""
     modules = repository_modules(root)
     graph = {}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        targets = {name for name in imported(tree, module, path.name == "__init__.py") if name in modules}
+        targets = {name for name in imported(tree, module, path.name == "__init__.py")
+                   if name in modules}
         # `from a.b import c` names a.b and a.b.c: the most specific one stands for the import
-        graph[module] = {t for t in targets if not any(o.startswith(t + ".") for o in targets)} - {module}
+        graph[module] = {t for t in targets
+                         if not any(o.startswith(t + ".") for o in targets)} - {module}
     return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    """The strongly connected components of more than one module (Tarjan's algorithm), each
+    sorted."""
     index, low, on_stack, stack, found = {}, {}, set(), [], []
 
     def visit(node: str) -> None:
@@ -105,17 +112,21 @@ def rank(module: str) -> int | None:
     best = None
     for level, entries in enumerate(RANKING):
         for entry in entries:
-            if (module == entry or module.startswith(entry + ".")) and (best is None or len(entry) > len(best[1])):
+            if (module == entry or module.startswith(entry + ".")) and (best is None
+                                                                        or len(entry)
+                                                                        > len(best[1])):
                 best = (level, entry)
     return best[0] if best else PACKAGES.get(module)
 
 
 def upward(graph: dict[str, set[str]]) -> list[str]:
     """Each import into a higher rank, and each module the ranking does not place."""
-    problems = [f"{module} has no rank: add it or its package to RANKING" for module in graph if rank(module) is None]
+    problems = [f"{module} has no rank: add it or its package to RANKING" for module in graph
+                if rank(module) is None]
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
-            if rank(module) is not None and rank(target) is not None and rank(target) > rank(module):
+            if (rank(module) is not None and rank(target) is not None
+                and rank(target) > rank(module)):
                 problems.append(f"{module} imports {target}, which ranks above it")
     return problems
 
@@ -127,8 +138,8 @@ def graph():
 
 def test_the_repository_has_no_import_cycle(graph):
     found = cycles(graph)
-    assert not found, "import cycles (break each by moving what both need below them): " + "; ".join(
-        " <-> ".join(c) for c in found)
+    assert not found, ("import cycles (break each by moving what both need below them): "
+                       + "; ".join(" <-> ".join(c) for c in found))
 
 
 def test_every_import_points_down_the_ranking(graph):
@@ -137,7 +148,8 @@ def test_every_import_points_down_the_ranking(graph):
 
 
 def test_the_graph_holds_the_imports_a_reader_follows(tmp_path):
-    """Function-local, TYPE_CHECKING and relative imports are edges too: a cycle through any of them is found."""
+    """Function-local, TYPE_CHECKING and relative imports are edges too: a cycle through any of them
+    is found."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "a.py").write_text("from typing import TYPE_CHECKING\n"
@@ -146,6 +158,8 @@ def test_the_graph_holds_the_imports_a_reader_follows(tmp_path):
     (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     found = import_graph(tmp_path)
-    assert found["pkg.a"] == {"pkg.b"} and found["pkg.b"] == {"pkg.c"} and found["pkg.c"] == {"pkg.a"}
+    assert (found["pkg.a"] == {"pkg.b"} and found["pkg.b"] == {"pkg.c"}
+            and found["pkg.c"] == {"pkg.a"})
     assert cycles(found) == [["pkg.a", "pkg.b", "pkg.c"]]
-    assert upward({"sac.agent": {"trainer.run.loop"}}) == ["sac.agent imports trainer.run.loop, which ranks above it"]
+    assert (upward({"sac.agent": {"trainer.run.loop"}})
+            == ["sac.agent imports trainer.run.loop, which ranks above it"])

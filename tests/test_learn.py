@@ -1,5 +1,5 @@
-"""bench/learn.py: several seeds of a config, one CSV (frames,seed,return) and a mean +/- std PNG with the published
-reference points. Checked on a tiny budget: files and shapes, not returns."""
+"""bench/learn.py: several seeds of a config, one CSV (frames,seed,return) and a mean +/- std PNG
+with the published reference points. Checked on a tiny budget: files and shapes, not returns."""
 
 import csv
 import subprocess
@@ -16,7 +16,8 @@ from trainer.run.curves import plot_curves, seed_statistics
 
 def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
     tiny = sets(training__episodes=4, env__max_episode_steps=15, training__eval_every_episodes=2,
-                training__eval_episodes=1, training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32,
+                training__eval_episodes=1, training__seed_steps=10, sac__batch_size=8,
+                sac__hidden_dim=32,
                 logging__eval_video="false")
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"),
                              "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
@@ -26,12 +27,15 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
     with open(tmp_path / "learn.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0])[:3] == ["frames", "seed", "return"]
-    assert [(r["seed"], r["frames"]) for r in rows] == [(s, f) for s in ("1", "2") for f in ("240", "480")], (
+    assert [(r["seed"], r["frames"]) for r in rows] == [(s, f) for s in ("1", "2")
+                                                        for f in ("240", "480")], (
         "eval every 2 episodes of 15 steps x action repeat 8")
     with Image.open(tmp_path / "learn.png") as png:
         assert png.format == "PNG"
-    resolved = (tmp_path / "runs" / "seed1" / "config.yaml").read_text()  # the log prints it only with --verbose
-    assert "warp_processes: null\n" in resolved, "the mujoco backend's runs are not handed a share of warp processes"
+    # the log prints it only with --verbose
+    resolved = (tmp_path / "runs" / "seed1" / "config.yaml").read_text()
+    assert "warp_processes: null\n" in resolved, (
+        "the mujoco backend's runs are not handed a share of warp processes")
 
 
 @pytest.mark.parametrize("overrides, threads, expected", [
@@ -40,40 +44,52 @@ def test_runner_trains_each_seed_and_writes_csv_and_png(tmp_path):
     (["env.backend=mujoco_warp", "env.num_envs=10", "env.warp_processes=2"], 4, []),
     (["env.num_envs=1"], 4, []),
 ])
-def test_each_seed_gets_its_share_of_the_cores_as_warp_processes_where_the_key_applies(overrides, threads, expected):
-    """On the CPU a MuJoCo Warp seed gets as many processes as torch threads, at most one per world; a value the
-    user set stands, and the mujoco backend gets none (the key means nothing there)."""
-    cfg = load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml", ["training.device=cpu", *overrides])
+def test_each_seed_gets_its_share_of_the_cores_as_warp_processes_where_the_key_applies(
+    overrides, threads, expected):
+    """On the CPU a MuJoCo Warp seed gets as many processes as torch threads, at most one per world;
+    a value the user set stands, and the mujoco backend gets none (the key means nothing there)."""
+    cfg = load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml",
+                      ["training.device=cpu", *overrides])
     assert warp_share(cfg, threads) == expected
     if expected:
-        assert load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml", [*overrides, expected[1]])
+        assert load_config(ROOT / "configs/dmc/cartpole_swingup_state.yaml",
+                           [*overrides, expected[1]])
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--parallel", "0", "--threads", "1"], "error: --parallel and --threads must be >= 1, got 0 and 1"),
+    (["--parallel", "0", "--threads", "1"],
+     "error: --parallel and --threads must be >= 1, got 0 and 1"),
     (["--threads", "0"], "error: --parallel and --threads must be >= 1"),
-    (["--seeds", "1", "1"], "error: --seeds must be distinct and >= 0 (each is a run of its own), got [1, 1]"),
+    (["--seeds", "1", "1"],
+     "error: --seeds must be distinct and >= 0 (each is a run of its own), got [1, 1]"),
     (["--report"], "error: no seed has logged an evaluation in {out}/runs: nothing to plot"),
 ])
 def test_settings_it_cannot_run_are_refused_before_any_seed_starts(tmp_path, args, message):
-    """--parallel 0 with --threads used to wait forever for a free slot; a seed twice would share its run."""
+    """--parallel 0 with --threads used to wait forever for a free slot; a seed twice would share
+    its run."""
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"), "--config",
-                             str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--out", str(out), *args],
+                             str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--out",
+                             str(out), *args],
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and message.format(out=out) in result.stderr.strip().splitlines()[-1], result.stderr
+    assert (result.returncode == 2
+            and message.format(out=out) in result.stderr.strip().splitlines()[-1]), result.stderr
     assert "Traceback" not in result.stderr and not (out / "runs").exists()
 
 
 def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint(tmp_path):
-    """Learning outlasts a pod or a day: the second command picks each seed up where the first stopped."""
-    tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2, training__eval_episodes=1,
-                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32, checkpoint__every_episodes=2)
+    """Learning outlasts a pod or a day: the second command picks each seed up where the first
+    stopped."""
+    tiny = sets(env__max_episode_steps=15, training__eval_every_episodes=2,
+                training__eval_episodes=1,
+                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32,
+                checkpoint__every_episodes=2)
     command = [sys.executable, str(ROOT / "bench" / "learn.py"),
                "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
                "--seeds", "1", "2", "--out", str(tmp_path), *tiny]
     for episodes in (2, 4):
-        result = subprocess.run(command + ["--set", f"training.episodes={episodes}"], capture_output=True, text=True,
+        result = subprocess.run(command + ["--set", f"training.episodes={episodes}"],
+                                capture_output=True, text=True,
                                 timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
     with open(tmp_path / "learn.csv", newline="") as f:
@@ -81,7 +97,8 @@ def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint
                 == [(s, f) for s in ("1", "2") for f in ("240", "480")])
     (tmp_path / "learn.csv").unlink()
     result = subprocess.run(command + ["--report"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and (tmp_path / "learn.csv").exists(), "--report rewrites the CSV without training"
+    assert result.returncode == 0 and (tmp_path / "learn.csv").exists(), (
+        "--report rewrites the CSV without training")
     for seed in (1, 2):
         log = (tmp_path / f"seed{seed}.log").read_text()
         assert "episode 2," in log.split("resumed from", 1)[1], (
@@ -92,10 +109,13 @@ def test_running_the_same_command_again_continues_every_seed_from_its_checkpoint
 def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(tmp_path):
     rows = [{"seed": 1, "frames": f, "return": f / 10} for f in (0, 100, 200, 300)]
     rows += [{"seed": 2, "frames": f, "return": f / 5} for f in (0, 150, 250)]
-    plot_curves({"this repo": rows}, tmp_path / "seeds.png", "t", {"DrQ": (759, 868), "SAC-AE": (None, 735)},
+    plot_curves({"this repo": rows}, tmp_path / "seeds.png", "t",
+                {"DrQ": (759, 868), "SAC-AE": (None, 735)},
                 (100, 500))
     with Image.open(tmp_path / "seeds.png") as png:
         assert png.size == (600, 400)
     grid, mean, std = seed_statistics(rows)
-    assert list(grid) == [0, 100, 200, 250], "seed 1's frames, up to the last frame both seeds reached"
-    assert mean[-1] == pytest.approx((25 + 50) / 2) and std[-1] == pytest.approx(12.5), "seed 1 interpolated at 250"
+    assert list(grid) == [0, 100, 200, 250], (
+        "seed 1's frames, up to the last frame both seeds reached")
+    assert mean[-1] == pytest.approx((25 + 50) / 2) and std[-1] == pytest.approx(12.5), (
+        "seed 1 interpolated at 250")

@@ -1,6 +1,7 @@
-"""R3D-18: Kinetics weights load from a local file or torch's hub cache and never download; a missing file is a
-one-line error saying where to put it and how to get it; `freeze` keeps the trunk exactly as loaded. It is the arch
-with BatchNorm, so the agent's train/eval modes are tested here: acting on running statistics, updating on batches."""
+"""R3D-18: Kinetics weights load from a local file or torch's hub cache and never download; a
+missing file is a one-line error saying where to put it and how to get it; `freeze` keeps the trunk
+exactly as loaded. It is the arch with BatchNorm, so the agent's train/eval modes are tested here:
+acting on running statistics, updating on batches."""
 
 import copy
 
@@ -23,14 +24,16 @@ def random_batch(size: int = 4) -> dict[str, torch.Tensor]:
     return {
         "obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
         "next_obs": torch.randint(0, 256, (size, *OBS), dtype=torch.uint8),
-        "action": torch.rand(size, 2) * 2 - 1, "reward": torch.randn(size, 1), "discount": torch.ones(size, 1),
+        "action": torch.rand(size, 2) * 2 - 1, "reward": torch.randn(size, 1),
+        "discount": torch.ones(size, 1),
     }
 
 
 def untrained_agent(**sac) -> SAC:
     torch.manual_seed(0)
     cfg = SACConfig(hidden_dim=32, feature_dim=16, **sac)
-    return SAC(build_encoder(encoder_config("r3d18"), OBS), 2, cfg, device=torch.device("cpu"), pixels=True)
+    return SAC(build_encoder(encoder_config("r3d18"), OBS), 2, cfg, device=torch.device("cpu"),
+               pixels=True)
 
 
 def record_batchnorm_modes(module: torch.nn.Module) -> list[bool]:
@@ -44,8 +47,9 @@ def record_batchnorm_modes(module: torch.nn.Module) -> list[bool]:
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
-    """An empty hub cache on an offline machine: every connection goes to a proxy on a closed port and is refused, as
-    on this project's development machines (the real network path, not a stand-in)."""
+    """An empty hub cache on an offline machine: every connection goes to a proxy on a closed port
+    and is refused, as on this project's development machines (the real network path, not a
+    stand-in)."""
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
     for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"):
         monkeypatch.setenv(name, "http://127.0.0.1:9")
@@ -55,7 +59,8 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.fixture
 def kinetics_like(tmp_path):
-    """A randomly initialised r3d_18 state dict, classifier included, saved the way torchvision's file is."""
+    """A randomly initialised r3d_18 state dict, classifier included, saved the way torchvision's
+    file is."""
     torch.manual_seed(7)
     state = r3d_18(num_classes=400).state_dict()
     path = tmp_path / "r3d18.pth"
@@ -88,7 +93,8 @@ def test_missing_weights_is_a_one_line_error_with_where_and_how(tmp_path):
     message = str(err.value)
     assert "\n" not in message and f"not found at {expected} and could not be downloaded" in message
     assert not expected.exists(), "a failed download leaves nothing half-written in the cache"
-    assert R3D_18_Weights.KINETICS400_V1.url in message and "encoder.video.weights" in explain(err.value)
+    assert (R3D_18_Weights.KINETICS400_V1.url in message
+            and "encoder.video.weights" in explain(err.value))
 
 
 def test_a_file_that_is_not_r3d18_weights_is_a_clear_error(tmp_path):
@@ -107,7 +113,8 @@ def test_frames_are_normalised_with_kinetics_statistics():
 def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetics_like):
     path, _ = kinetics_like
     torch.manual_seed(0)
-    encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path), freeze=True), OBS)
+    encoder = build_encoder(encoder_config("r3d18", pretrained=True, weights=str(path),
+                                           freeze=True), OBS)
     agent = SAC(encoder, 2, SACConfig(hidden_dim=32, feature_dim=16, actor_update_every=1),
                 device=torch.device("cpu"), pixels=True)
     before = {key: value.clone() for key, value in encoder.state_dict().items()}
@@ -115,15 +122,19 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     batch = {
         "obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8),
         "next_obs": torch.randint(0, 256, (4, *OBS), dtype=torch.uint8),
-        "action": torch.rand(4, 2) * 2 - 1, "reward": torch.randn(4, 1), "discount": torch.ones(4, 1),
+        "action": torch.rand(4, 2) * 2 - 1, "reward": torch.randn(4, 1),
+        "discount": torch.ones(4, 1),
     }
     agent.update(batch)
     agent.critic.train()
     agent.act(batch["obs"].numpy(), sample=False)
-    assert not encoder.training and not any(m.training for m in encoder.modules()), "BatchNorm stays in eval mode"
+    assert not encoder.training and not any(m.training for m in encoder.modules()), (
+        "BatchNorm stays in eval mode")
     grad_modes = []
-    encoder.net.register_forward_hook(lambda module, inputs, output: grad_modes.append(torch.is_grad_enabled()))
-    assert not encoder(batch["obs"]).requires_grad and grad_modes == [False], "features come from a no_grad forward"
+    encoder.net.register_forward_hook(
+        lambda module, inputs, output: grad_modes.append(torch.is_grad_enabled()))
+    assert not encoder(batch["obs"]).requires_grad and grad_modes == [False], (
+        "features come from a no_grad forward")
     assert all(p.grad is None and not p.requires_grad for p in encoder.parameters())
     assert all(torch.equal(before[key], value) for key, value in encoder.state_dict().items()), (
         "weights and BatchNorm statistics unchanged"
@@ -133,9 +144,10 @@ def test_freeze_means_no_gradients_eval_batchnorm_and_an_unchanged_trunk(kinetic
     )
 
 
-def test_acting_normalises_by_running_statistics_leaves_them_unchanged_and_restores_the_training_mode():
-    """Evaluation's deterministic action of an observation is the same alone or in a batch; exploring or evaluating
-    never moves BatchNorm's statistics; the update afterwards trains in training mode again."""
+def test_acting_normalises_by_running_statistics_leaves_them_and_restores_the_training_mode():
+    """Evaluation's deterministic action of an observation is the same alone or in a batch;
+    exploring or evaluating never moves BatchNorm's statistics; the update afterwards trains in
+    training mode again."""
     agent = untrained_agent()
     agent.update(random_batch())  # running statistics away from their initial 0 and 1
     encoder = agent.critic.encoder
@@ -147,8 +159,10 @@ def test_acting_normalises_by_running_statistics_leaves_them_unchanged_and_resto
     agent.act(obs, sample=True)
     np.testing.assert_allclose(alone, together, atol=1e-5)
     assert modes and not any(modes), "every BatchNorm pass of act() in eval mode"
-    assert all(torch.equal(statistics[key], value) for key, value in encoder.state_dict().items()), "statistics moved"
-    assert all(module.training for module in (*encoder.modules(), *agent.actor.modules())), "training mode back"
+    assert all(torch.equal(statistics[key], value)
+               for key, value in encoder.state_dict().items()), "statistics moved"
+    assert all(module.training
+               for module in (*encoder.modules(), *agent.actor.modules())), "training mode back"
     modes.clear()
     agent.update(random_batch())
     assert modes and all(modes)
@@ -156,8 +170,9 @@ def test_acting_normalises_by_running_statistics_leaves_them_unchanged_and_resto
 
 def test_the_target_encoder_normalises_by_the_batch_and_keeps_the_statistics_of_its_own_passes():
     """The decision for the target's BatchNorm: training mode in every update (DrQ's and DrQ-v2's
-    `critic_target.train()`), like the online encoder whose parameters it averages, whatever acting did before; its
-    running statistics are then those of its own passes (never read), not copied from the online encoder."""
+    `critic_target.train()`), like the online encoder whose parameters it averages, whatever acting
+    did before; its running statistics are then those of its own passes (never read), not copied
+    from the online encoder."""
     agent = untrained_agent(target_update_every=1, critic_tau=0.5)
     agent.act(random_batch()["obs"].numpy(), sample=False)
     target = agent.critic_target.encoder
@@ -165,11 +180,14 @@ def test_the_target_encoder_normalises_by_the_batch_and_keeps_the_statistics_of_
     modes, inputs = record_batchnorm_modes(target), []
     target.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
     agent.update(random_batch())
-    assert len(inputs) == 1 and modes and all(modes), "the target's BatchNorm normalised by the batch"
+    assert len(inputs) == 1 and modes and all(modes), (
+        "the target's BatchNorm normalised by the batch")
     with torch.no_grad():
-        before(inputs[0])  # the same pass from the same parameters: the soft update moves parameters after it
+        # the same pass from the same parameters: the soft update moves parameters after it
+        before(inputs[0])
     online = dict(agent.critic.encoder.named_buffers())
     for name, value in before.named_buffers():
         if name.endswith(("running_mean", "running_var")):
             assert torch.equal(dict(target.named_buffers())[name], value), name
-            assert not torch.equal(online[name], value), f"{name} is the target's own, not the online encoder's"
+            assert not torch.equal(online[name], value), (
+                f"{name} is the target's own, not the online encoder's")

@@ -1,6 +1,7 @@
-"""Replay: one stored frame per step, stacks rebuilt at sample time exactly as the env's frame stack built them,
-across episode starts, terminations, truncations and ring wrap-around, with one ring per env so stacks never mix
-envs, and the same samples whether frames live in host memory or in a device tensor."""
+"""Replay: one stored frame per step, stacks rebuilt at sample time exactly as the env's frame stack
+built them, across episode starts, terminations, truncations and ring wrap-around, with one ring per
+env so stacks never mix envs, and the same samples whether frames live in host memory or in a device
+tensor."""
 
 import io
 
@@ -14,20 +15,21 @@ from trainer.process.cli import explain
 
 T = 3
 GAMMA = 0.9
-PIXELS = dict(frame_shape=(3, 84, 84), frame_dtype=np.uint8)  # 84px RGB frames, as the pixel envs render them
+# 84px RGB frames, as the pixel envs render them
+PIXELS = dict(frame_shape=(3, 84, 84), frame_dtype=np.uint8)
 
 
 def buffer(capacity: int = 37, *, seed: int = 0, **kw) -> ReplayBuffer:
-    """The ring the tests share: one-number frames (fill numbers them), 2-d actions, stacks of T, discount GAMMA;
-    `kw` changes any of these or adds num_envs, nstep, frames_on."""
+    """The ring the tests share: one-number frames (fill numbers them), 2-d actions, stacks of T,
+    discount GAMMA; `kw` changes any of these or adds num_envs, nstep, frames_on."""
     kw = dict(frame_shape=(1,), frame_dtype=np.int64, action_dim=2, frame_stack=T) | kw
     return ReplayBuffer(capacity=capacity, seed=seed, discount=GAMMA, **kw)
 
 
 def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
-    """Feed random episodes whose frames are their global frame number; return the naive reference transitions,
-    keyed by the frame number of next_obs's newest frame. The naive stacker pads with the reset frame, as the env
-    does."""
+    """Feed random episodes whose frames are their global frame number; return the naive reference
+    transitions, keyed by the frame number of next_obs's newest frame. The naive stacker pads with
+    the reset frame, as the env does."""
     rng = np.random.default_rng(seed)
     reference, frame = {}, replay.count
     for _ in range(episodes):
@@ -46,16 +48,19 @@ def fill(replay: ReplayBuffer, episodes: int, seed: int = 0) -> dict:
 
 
 def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = False) -> dict:
-    """Lockstep random episodes in every env of `replay`, frames numbered uniquely across envs (frame number *
-    num_envs + env); return the naive per-env reference transitions keyed by next_obs's newest frame. `tensors`:
-    observations as torch tensors, as a batched env on a device delivers them."""
+    """Lockstep random episodes in every env of `replay`, frames numbered uniquely across envs
+    (frame number * num_envs + env); return the naive per-env reference transitions keyed by
+    next_obs's newest frame. `tensors`: observations as torch tensors, as a batched env on a device
+    delivers them."""
     rng = np.random.default_rng(seed)
     n = replay.num_envs
     reference, stacks = {}, [None] * n
-    length, ends_terminated, t = np.zeros(n, int), np.zeros(n, bool), np.zeros(n, int)  # t == length: episode over
+    # t == length: episode over
+    length, ends_terminated, t = np.zeros(n, int), np.zeros(n, bool), np.zeros(n, int)
     for step in range(replay.count, replay.count + steps):
         obs, first, terminated = np.zeros((n, T, 1), np.int64), t == length, np.zeros(n, bool)
-        actions, rewards = rng.standard_normal((n, 2)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        actions, rewards = (rng.standard_normal((n, 2)).astype(np.float32),
+                            rng.standard_normal(n).astype(np.float32))
         for env in range(n):
             frame = step * n + env
             if first[env]:
@@ -67,11 +72,13 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = F
                 terminated[env] = ends_terminated[env] and t[env] == length[env]
                 next_stack = stacks[env][1:] + [frame]
                 reference[frame] = (
-                    env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]), next_stack
+                    env, stacks[env], actions[env], float(rewards[env]), bool(terminated[env]),
+                    next_stack
                 )
                 stacks[env] = next_stack
             obs[env, :, 0] = stacks[env]
-        replay.add_batch(torch.from_numpy(obs) if tensors else obs, actions, rewards, terminated, first)
+        replay.add_batch(torch.from_numpy(obs) if tensors else obs, actions, rewards, terminated,
+                         first)
     return reference
 
 
@@ -79,7 +86,8 @@ def fill_envs(replay: ReplayBuffer, steps: int, seed: int = 0, tensors: bool = F
 def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparound(num_envs):
     replay = buffer(37 * num_envs, num_envs=num_envs)
     reference = fill_envs(replay, steps=200)
-    assert replay.count > 3 * replay.capacity, "the ring must have wrapped for this test to mean anything"
+    assert replay.count > 3 * replay.capacity, (
+        "the ring must have wrapped for this test to mean anything")
     oldest = (replay.count - replay.capacity) * num_envs
     valid = {key for key, (_, stack, *_, next_stack) in reference.items() if min(stack) >= oldest}
     assert {reference[key][0] for key in valid} == set(range(num_envs))
@@ -106,8 +114,8 @@ def test_sampled_stacks_match_naive_reference_across_boundaries_envs_and_wraparo
 
 @pytest.mark.parametrize("num_envs", [1, 3])
 def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at_its_end(num_envs):
-    """The naive n-step return: follow the episode step by step from the sampled transition, at most n steps, never past
-    a termination, the episode's last frame or the newest frame written."""
+    """The naive n-step return: follow the episode step by step from the sampled transition, at most
+    n steps, never past a termination, the episode's last frame or the newest frame written."""
     nstep = 3
     replay = buffer(37 * num_envs, num_envs=num_envs, nstep=nstep)
     reference = fill_envs(replay, steps=200)
@@ -127,10 +135,12 @@ def test_nstep_transitions_sum_discounted_rewards_within_one_episode_and_stop_at
             ):
                 key += num_envs
                 _, _, _, reward, terminated, next_stack = reference[key]
-                total, discount, steps = total + discount * reward, discount * GAMMA * (not terminated), steps + 1
+                total, discount, steps = (total + discount * reward,
+                                          discount * GAMMA * (not terminated), steps + 1)
             newest = key + num_envs >= replay.count * num_envs
             stops.add(
-                "whole" if steps == nstep else "terminated" if discount == 0 else "newest" if newest else "episode end"
+                "whole" if steps == nstep else "terminated" if discount == 0 else "newest"
+                if newest else "episode end"
             )
             assert batch["obs"][i, :, 0].tolist() == stack
             assert np.allclose(batch["action"][i].numpy(), action), "the first step's action"
@@ -151,12 +161,14 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
         assert all(torch.equal(a[k], b[k]) for k in a)
     restored = buffer(**kwargs, frames_on=torch.device("cpu"))
     restored.load_state_dict(host.state_dict())
-    assert torch.equal(restored.sample(16)["obs"], host.sample(16)["obs"]), "a host checkpoint loads into device frames"
+    assert torch.equal(restored.sample(16)["obs"],
+                       host.sample(16)["obs"]), "a host checkpoint loads into device frames"
 
 
 def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
     kwargs = dict(capacity=60, seed=4, num_envs=2)
-    reference, host, on_device = buffer(**kwargs), buffer(**kwargs), buffer(**kwargs, frames_on=torch.device("cpu"))
+    reference, host, on_device = buffer(**kwargs), buffer(**kwargs), buffer(**kwargs,
+                                                                            frames_on=torch.device("cpu"))
     fill_envs(reference, steps=80)
     fill_envs(host, steps=80, tensors=True)
     fill_envs(on_device, steps=80, tensors=True)
@@ -175,14 +187,18 @@ def test_reset_frames_are_not_transitions():
 
 @pytest.mark.parametrize("nstep", [1, 2])
 def test_state_vectors_are_stored_without_a_stack_axis(nstep):
-    replay = buffer(50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None, nstep=nstep)
+    replay = buffer(50, frame_shape=(4,), frame_dtype=np.float32, action_dim=1, frame_stack=None,
+                    nstep=nstep)
     replay.add_first(np.full(4, 0.0, np.float32))
     for step in range(1, 20):
-        replay.add(np.array([step], np.float32), float(step), step == 19, np.full(4, step, np.float32))
+        replay.add(np.array([step], np.float32), float(step), step == 19,
+                   np.full(4, step, np.float32))
     batch = replay.sample(8)
     obs, next_obs = batch["obs"][:, 0], batch["next_obs"][:, 0]
     assert batch["obs"].shape == (8, 4) and batch["next_obs"].shape == (8, 4)
-    assert torch.equal(next_obs, torch.clamp(obs + nstep, max=19)), "n steps on, never past the terminal state"
+    assert torch.equal(next_obs,
+                       torch.clamp(obs + nstep,
+                                   max=19)), "n steps on, never past the terminal state"
     assert torch.equal(batch["action"][:, 0], obs + 1)
     steps = next_obs - obs
     assert torch.allclose(batch["reward"][:, 0], obs + 1 + (steps > 1) * GAMMA * (obs + 2))
@@ -198,8 +214,9 @@ def test_bytes_per_transition_for_84px_video_is_under_22kb_and_a_sixth_of_stacke
 
 @pytest.mark.parametrize("action_dim", [1, 6])
 def test_the_host_memory_check_counts_what_a_slot_allocates(action_dim):
-    """The trainer refuses a replay too large for the RAM from host_bytes_per_slot, before allocating: it must match
-    the arrays the buffer then allocates, with frames on the host or on a device."""
+    """The trainer refuses a replay too large for the RAM from host_bytes_per_slot, before
+    allocating: it must match the arrays the buffer then allocates, with frames on the host or on a
+    device."""
     for frames_on in (None, torch.device("cpu")):
         replay = buffer(100, **PIXELS, action_dim=action_dim, frames_on=frames_on)
         on_host = replay.bytes_per_slot - (0 if frames_on is None else 3 * 84 * 84)
@@ -223,12 +240,13 @@ def test_state_dict_round_trip_through_weights_only_load_resumes_the_same_sample
 
 
 def test_a_ring_too_short_for_a_stack_is_a_clear_error_whose_fix_fits():
-    """Two rings of 4 slots hold no stack of 3 and its next frame; the size the message asks for builds."""
+    """Two rings of 4 slots hold no stack of 3 and its next frame; the size the message asks for
+    builds."""
     with pytest.raises(UserError) as err:
         buffer(8, num_envs=2)
     message = explain(err.value)
-    assert f"sac.buffer_size=8 leaves 4 slots per env; raise it to {2 * (T + 2)} or more, or lower env.num_envs" in (
-        message)
+    assert (f"sac.buffer_size=8 leaves 4 slots per env; raise it to {2 * (T + 2)} or more, or "
+            "lower env.num_envs" in message)
     buffer(2 * (T + 2), num_envs=2)
 
 

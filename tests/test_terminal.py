@@ -186,16 +186,17 @@ def test_a_redirect_onto_a_disk_that_fills_loses_only_its_lines(tmp_path):
 
 
 def test_an_evaluation_whose_stdout_pipe_closed_still_writes_its_episodes(tmp_path):
-    """The other long commands share the guard (trainer.process.cli): trainer.policy.evaluate with its stdout a
-    pipe nobody reads any more used to end in a BrokenPipeError traceback at its first result
-    line, before it wrote episodes.csv."""
+    """The other long commands share the guard (trainer.process.cli): trainer.policy.evaluate with
+    its stdout a pipe nobody reads any more used to end in a BrokenPipeError traceback at its first
+    result line, before it wrote episodes.csv."""
     trained = subprocess.run(tiny_run(tmp_path, episodes=1), cwd=ROOT, capture_output=True,
                              text=True, timeout=GUARD_S)
     assert trained.returncode == 0, trained.stderr
     read_end, write_end = os.pipe()
     os.close(read_end)
     latest = tmp_path / "ckpt" / f"{RUN}_latest.pt"
-    command = [sys.executable, "-m", "trainer.policy.evaluate", str(latest), "--episodes", "2", "--out",
+    command = [sys.executable, "-m", "trainer.policy.evaluate", str(latest), "--episodes", "2",
+               "--out",
                str(tmp_path / "eval")]
     result = subprocess.run(command, cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE, text=True,
                             timeout=GUARD_S)

@@ -1,4 +1,5 @@
-"""bench/throughput.py's command line: a bad config is one error before any row starts, not one per row."""
+"""bench/throughput.py's command line: a bad config is one error before any row starts, not one per
+row."""
 
 import os
 import subprocess
@@ -10,8 +11,10 @@ from tests.conftest import ROOT
 def test_a_bad_setting_is_one_line_before_any_row_runs_and_leaves_no_temporary_folder(tmp_path):
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--rows", "collect", "phases", "--set",
-                             "sac.batch_size=-3"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, "-m", "bench.throughput", "--rows", "collect",
+                             "phases", "--set",
+                             "sac.batch_size=-3"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120,
                             env=os.environ | {"TMPDIR": str(temporary)})
     assert result.returncode == 2 and result.stdout == "", result.stdout
     assert result.stderr.strip().splitlines()[-1] == (

@@ -1,7 +1,8 @@
-"""Env workers stepped in turn with pipelined actions: each step returns what sequential envs return for the same
-seeds and actions, the actions it reports are the ones the workers stepped with, episodes autoreset on the next
-step, a reset with steps in flight starts clean, workers ignore the stop signals (the trainer stops them), and a
-killed worker is a WorkerDied error after which close still ends every process."""
+"""Env workers stepped in turn with pipelined actions: each step returns what sequential envs return
+for the same seeds and actions, the actions it reports are the ones the workers stepped with,
+episodes autoreset on the next step, a reset with steps in flight starts clean, workers ignore the
+stop signals (the trainer stops them), and a killed worker is a WorkerDied error after which close
+still ends every process."""
 
 import functools
 import os
@@ -20,7 +21,8 @@ SEED = 5
 def pendulum(mode: str = "state") -> Config:
     """InvertedPendulum falls within a few random steps: episodes end often."""
     cfg = Config()
-    cfg.env.id, cfg.encoder.type, cfg.env.image_size, cfg.env.num_envs = "InvertedPendulum-v5", mode, 32, 2
+    cfg.env.id, cfg.encoder.type, cfg.env.image_size, cfg.env.num_envs = (
+        "InvertedPendulum-v5", mode, 32, 2)
     return cfg
 
 
@@ -37,7 +39,8 @@ class Recorder:
 
 
 @pytest.mark.parametrize("mode", ["state", "video"])
-def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_reported_actions(mode):
+def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_reported_actions(
+    mode):
     cfg = pendulum(mode)
     workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
@@ -51,21 +54,24 @@ def test_each_worker_returns_what_a_sequential_env_returns_for_its_seed_and_the_
         assert np.array_equal(first[i], obs)
         resetting, episodes = False, 0
         for actions, observations, rewards, terminated, truncated in rounds:
-            if resetting:  # NEXT_STEP autoreset: the worker's own RNG picks the new start, so only check its shape
+            # NEXT_STEP autoreset: the worker's own RNG picks the new start, so only check its shape
+            if resetting:
                 obs, _ = env.reset()
                 assert rewards[i] == 0 and not terminated[i]
                 resetting = False
                 continue
             obs, reward, term, trunc, _ = env.step(actions[i])
             assert np.array_equal(observations[i], obs), f"worker {i}"
-            assert rewards[i] == pytest.approx(reward) and terminated[i] == term and truncated[i] == trunc
+            assert (rewards[i] == pytest.approx(reward) and terminated[i] == term
+                    and truncated[i] == trunc)
             resetting = term or trunc
             episodes += resetting
         assert episodes >= 1, "the pendulum fell at least once: autoreset was exercised"
         env.close()
 
 
-def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_previous_step_returned():
+def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_previous_step_returned(
+    ):
     cfg = pendulum()
     workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
@@ -80,13 +86,15 @@ def test_the_action_a_worker_steps_with_was_chosen_from_the_observation_its_prev
 
 
 @pytest.mark.parametrize("num_envs", [1, 2])  # in this process, and worker processes
-def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns(num_envs):
+def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_what_observe_returns(
+    num_envs):
     cfg = pendulum()
     cfg.env.num_envs = num_envs
     workers = make_vector_env(cfg.env, cfg.pixels)
     policy, calls = Recorder(workers.single_action_space.shape[0]), []
 
-    def features(obs: np.ndarray) -> np.ndarray:  # a stand-in for a frozen trunk: a different shape and dtype
+    # a stand-in for a frozen trunk: a different shape and dtype
+    def features(obs: np.ndarray) -> np.ndarray:
         return np.concatenate([obs, -obs], axis=1).astype(np.float16)
 
     def observe(obs: np.ndarray) -> np.ndarray:
@@ -98,21 +106,25 @@ def test_observations_are_observed_once_each_and_the_policy_and_the_step_get_wha
     for step in range(12):
         _, observed, _, terminated, truncated = workers.step(policy, observe)
         ended += int((terminated | truncated).sum())
-        assert len(calls) == num_envs * (step + 2), "each env's reset frame once, then each env's result once"
-        assert all(len(call) == 1 for call in calls), "one env at a time: a batch of one, as in this process"
+        assert len(calls) == num_envs * (step + 2), (
+            "each env's reset frame once, then each env's result once")
+        assert all(len(call) == 1 for call in calls), (
+            "one env at a time: a batch of one, as in this process")
         assert np.array_equal(np.concatenate(calls[:num_envs]), first)
         new = np.concatenate(calls[-num_envs:])
         assert new.shape == (num_envs, *workers.single_observation_space.shape)
         assert observed.dtype == np.float16 and np.array_equal(observed, features(new))
     assert ended >= 1, "the pendulum fell at least once: reset frames were observed too"
     made = [features(obs) for obs in calls]
-    assert all(any(np.array_equal(o, row) for batch in made for row in batch) for o, _ in policy.seen), \
+    assert all(any(np.array_equal(o, row) for batch in made for row in batch)
+               for o, _ in policy.seen), \
         "act read only what observe returned"
     workers.close()
 
 
 def in_flight(cfg: Config):
-    """(workers of `cfg` reset from SEED and stepped once, so every worker's next step is running; their policy)."""
+    """(workers of `cfg` reset from SEED and stepped once, so every worker's next step is running;
+    their policy)."""
     workers = make_vector_env(cfg.env, cfg.pixels)
     policy = Recorder(workers.single_action_space.shape[0])
     workers.reset(seed=SEED)
@@ -154,7 +166,9 @@ def test_a_vector_of_one_resets_on_the_next_step_from_the_next_seed_without_choo
     actions, obs, reward, terminated, truncated = one.step(policy)
     assert len(policy.seen) == chosen, "no action is drawn for the reset frame"
     assert not actions.any() and reward[0] == 0 and not terminated[0] and not truncated[0]
-    assert np.array_equal(obs[0], reference.reset(seed=SEED + 1)[0]), "the next episode starts from the next seed"
+    assert np.array_equal(obs[0],
+                          reference.reset(seed=SEED
+                                          + 1)[0]), "the next episode starts from the next seed"
     one.close()
     reference.close()
 
@@ -163,7 +177,8 @@ def test_a_killed_worker_is_a_worker_died_error_and_close_still_ends_every_proce
     workers, policy = in_flight(pendulum())
     victim = workers.workers[1].processes[0]
     os.kill(victim.pid, signal.SIGKILL)
-    with pytest.raises(WorkerDied, match=rf"env worker 1 \(pid {victim.pid}\) died \(killed by signal 9"):
+    with pytest.raises(WorkerDied,
+                       match=rf"env worker 1 \(pid {victim.pid}\) died \(killed by signal 9"):
         for _ in range(3):  # the step in flight may already have answered
             workers.step(policy)
     workers.close()
@@ -183,8 +198,9 @@ def test_workers_ignore_the_stop_signals_their_trainer_handles():
 
 
 def test_a_reset_a_stop_signal_cut_short_closes_quietly_and_a_reset_then_starts_clean(recwarn):
-    """A stop signal between a reset's request and its answer (the trainer's start-up) leaves the answer pending:
-    close and the next reset read it first, so gymnasium's close warns of nothing on the way out."""
+    """A stop signal between a reset's request and its answer (the trainer's start-up) leaves the
+    answer pending: close and the next reset read it first, so gymnasium's close warns of nothing on
+    the way out."""
     cfg = pendulum()
     workers = make_vector_env(cfg.env, cfg.pixels)
     workers.workers[1].reset_async(seed=SEED)  # requested, never read, as a signal leaves it

@@ -1,9 +1,18 @@
-"""A hand-written policy for the dishwashing task, reading only the state vector: it shows both variants solvable.
-Stateless: the phase is read off the observation, so it can take over at any step of an episode."""
+"""A hand-written policy for the dishwashing task, reading only the state vector: it shows both
+variants solvable. Stateless: the phase is read off the observation, so it can take over at any step
+of an episode."""
 
 import numpy as np
 
-from envs.dishwashing.env import GRASP_DEPTH, HOVER, MAX_MOVE, OBS_GRIP, OBS_HELD, OBS_PLATE, OBS_SLOT
+from envs.dishwashing.env import (
+    GRASP_DEPTH,
+    HOVER,
+    MAX_MOVE,
+    OBS_GRIP,
+    OBS_HELD,
+    OBS_PLATE,
+    OBS_SLOT,
+)
 
 NEAR = 0.008  # m: a waypoint counts as reached within this
 APPROACH = 0.07  # m: the open fingers come down on the plate from this high above it
@@ -22,14 +31,17 @@ def scripted_action(obs: np.ndarray) -> np.ndarray:
         return _towards(grip, grip + slot - plate, SHUT)  # lower between the pegs
     if held:
         if plate[2] < hover[2] - NEAR:
-            return _towards(grip, grip + [0.0, 0.0, hover[2] - plate[2]], SHUT)  # lift clear of the basin walls
+            # lift clear of the basin walls
+            return _towards(grip, grip + [0.0, 0.0, hover[2] - plate[2]], SHUT)
         return _towards(grip, grip + hover - plate, SHUT)
     if over_slot and plate[2] - slot[2] < NEAR:
-        return _towards(grip, grip + [0.0, 0.0, RETREAT], OPEN)  # placed: back off and let it settle
+        # placed: back off and let it settle
+        return _towards(grip, grip + [0.0, 0.0, RETREAT], OPEN)
     if np.linalg.norm(grip[:2] - plate[:2]) > NEAR:
         return _towards(grip, plate + [0.0, 0.0, APPROACH], OPEN)
     if grip[2] - plate[2] > 2 * GRASP_DEPTH:
-        return _towards(grip, plate, OPEN)  # down around it (the fingertips stop on the surface below)
+        # down around it (the fingertips stop on the surface below)
+        return _towards(grip, plate, OPEN)
     return _towards(grip, grip, SHUT)
 
 

@@ -1,7 +1,8 @@
 """Per-world random numbers keyed by (seed, episode, draw), computed batched on the device.
 
-Written by hand because torch's generators are streams: a shared one makes a world's start depend on the others'
-resets, and one per world costs N host calls per batched reset. A counter-based hash (SplitMix64's finaliser) does not.
+Written by hand because torch's generators are streams: a shared one makes a world's start depend on
+the others' resets, and one per world costs N host calls per batched reset. A counter-based hash
+(SplitMix64's finaliser) does not.
 """
 
 import math
@@ -32,7 +33,8 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def uniform(seeds: torch.Tensor, *, episodes: torch.Tensor, count: int) -> torch.Tensor:
-    """float64 (N, count) in [0, 1): draw j of episode `episodes[i]` of the world seeded `seeds[i]` (int64 (N,))."""
+    """float64 (N, count) in [0, 1): draw j of episode `episodes[i]` of the world seeded `seeds[i]`
+    (int64 (N,))."""
     draws = torch.arange(count, device=seeds.device, dtype=torch.int64)
     key = _mix(seeds[:, None] * _GOLDEN + _mix(episodes[:, None] + 1))
     bits = _mix(key + (draws[None] + 1) * _GOLDEN)

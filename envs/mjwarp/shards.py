@@ -1,7 +1,9 @@
-"""MuJoCo Warp worlds on the CPU split over processes, one core each, behind WarpVectorEnv's interface.
+"""MuJoCo Warp worlds on the CPU split over processes, one core each, behind WarpVectorEnv's
+interface.
 
-Processes, not threads: Warp runs a CPU kernel on one thread, and its tile kernels' static storage rules out threads
-(docs/warp.md#on-the-cpu-worlds-split-over-processes). World i keeps seed `seed + i` whichever process holds it."""
+Processes, not threads: Warp runs a CPU kernel on one thread, and its tile kernels' static storage
+rules out threads (docs/warp.md#on-the-cpu-worlds-split-over-processes). World i keeps seed `seed +
+i` whichever process holds it."""
 
 import time
 import traceback
@@ -31,8 +33,9 @@ CPU = torch.device("cpu")
 
 @dataclass
 class Shared:
-    """The env's tensors in shared memory, one row per world, shaped as WarpVectorEnv's; a process writes its own rows
-    only. `actions`: the step asked for; `taken`: those actions as the worlds took them (clamped to [-1, 1])."""
+    """The env's tensors in shared memory, one row per world, shaped as WarpVectorEnv's; a process
+    writes its own rows only. `actions`: the step asked for; `taken`: those actions as the worlds
+    took them (clamped to [-1, 1])."""
     obs: torch.Tensor
     actions: torch.Tensor
     taken: torch.Tensor
@@ -42,16 +45,20 @@ class Shared:
 
 
 class WarpShards:
-    def __init__(self, task, env_cfg: EnvConfig, *, pixels: bool, processes: int, heldout: bool = False):
+    def __init__(self, task, env_cfg: EnvConfig, *, pixels: bool, processes: int,
+                 heldout: bool = False):
         """`task`: read here for its spaces only; every process makes its own."""
         n = env_cfg.num_envs
         self.num_envs, self.device, self.terminates_on_success = n, CPU, task.terminates_on_success
         if pixels:
-            camera_index(task.mjm, env_cfg.camera)  # a camera the task lacks fails here, in this process
-        self.single_observation_space, self.single_action_space = spaces(task, env_cfg, pixels=pixels)
+            # a camera the task lacks fails here, in this process
+            camera_index(task.mjm, env_cfg.camera)
+        self.single_observation_space, self.single_action_space = spaces(
+            task, env_cfg, pixels=pixels)
         observation, action = self.single_observation_space, self.single_action_space
         self._shared = Shared(
-            obs=torch.zeros((n, *observation.shape), dtype=torch.uint8 if pixels else torch.float32),
+            obs=torch.zeros((n, *observation.shape), dtype=torch.uint8 if pixels
+                            else torch.float32),
             actions=torch.zeros((n, *action.shape)), taken=torch.zeros((n, *action.shape)),
             reward=torch.zeros(n), terminated=torch.zeros(n, dtype=torch.bool),
             truncated=torch.zeros(n, dtype=torch.bool))
@@ -60,11 +67,14 @@ class WarpShards:
         self.obs = self._shared.obs  # as WarpVectorEnv.obs: the worlds' observations themselves
         self._observed = None
         self._resetting = torch.zeros(n, dtype=torch.bool)
-        context = torch.multiprocessing.get_context("spawn")  # fork is unsafe once torch and warp are initialised
+        # fork is unsafe once torch and warp are initialised
+        context = torch.multiprocessing.get_context("spawn")
         self._processes, self._pipes = [], []
-        # processes ignore SIGTERM: kill them at exit; registered before any starts, so a failed start leaves none
+        # processes ignore SIGTERM: kill them at exit; registered before any starts, so a failed
+        # start leaves none
         self._finalizer = weakref.finalize(self, kill_processes, self._processes)
-        with stop_signals_blocked():  # inherited: no stop signal reaches a process before it ignores them
+        # inherited: no stop signal reaches a process before it ignores them
+        with stop_signals_blocked():
             for rows in np.array_split(np.arange(n), processes):
                 pipe, their_end = context.Pipe()
                 process = context.Process(target=_serve, daemon=True, kwargs={
@@ -74,10 +84,12 @@ class WarpShards:
                 their_end.close()  # so that a dead process's pipe reads as broken here
                 self._processes.append(process)
                 self._pipes.append(pipe)
-        self._failed = False  # a call failed: the processes' state and pipes are out of step for good
+        # a call failed: the processes' state and pipes are out of step for good
+        self._failed = False
         try:
             self._call("ready")
-        except BaseException:  # the caller gets no env to close, and the error's traceback keeps this one alive
+        except BaseException:
+            # the caller gets no env to close, and the error's traceback keeps this one alive
             self._finalizer()
             raise
 
@@ -91,27 +103,31 @@ class WarpShards:
         """One agent step of every world, as WarpVectorEnv.step."""
         if self._observed is None:
             self._observed = observe(self.obs)
-        if not self._resetting.all():  # as WarpVectorEnv: a step where every world resets chooses no action
+        # as WarpVectorEnv: a step where every world resets chooses no action
+        if not self._resetting.all():
             action = torch.as_tensor(act(self._observed), dtype=torch.float32)
-            assert action.shape == self._shared.actions.shape, f"act gave actions of shape {tuple(action.shape)}"
+            assert action.shape == self._shared.actions.shape, (
+                f"act gave actions of shape {tuple(action.shape)}")
             self._shared.actions.copy_(action)
         self._call("step")
         self._resetting = self._shared.terminated | self._shared.truncated
         self._observed = observe(self.obs)
         shared = self._shared
-        return (shared.taken.clone(), self._observed, shared.reward.clone(), shared.terminated.clone(),
+        return (shared.taken.clone(), self._observed, shared.reward.clone(),
+                shared.terminated.clone(),
                 shared.truncated.clone())
 
     def _call(self, command: str, seed: int | None = None) -> None:
-        """`command` to every process, then every answer. A failed call fails every later one: a process left one
-        answer behind would otherwise answer the next call with this one's."""
+        """`command` to every process, then every answer. A failed call fails every later one: a
+        process left one answer behind would otherwise answer the next call with this one's."""
         if self._failed:
             raise RuntimeError("this MuJoCo Warp env stopped at an earlier error; make a new one")
         self._failed = True
         if command != "ready":
             for i, pipe in enumerate(self._pipes):
                 self._guarded(i, pipe.send, (command, seed), starting=False)
-        answers = [self._guarded(i, pipe.recv, starting=command == "ready") for i, pipe in enumerate(self._pipes)]
+        answers = [self._guarded(i, pipe.recv, starting=command == "ready")
+                   for i, pipe in enumerate(self._pipes)]
         for i, (kind, text) in enumerate(answers):
             if kind == "user_error":
                 raise UserError(text)
@@ -124,10 +140,13 @@ class WarpShards:
             return call(*args)
         except BROKEN:
             process = self._processes[i]
-            if starting:  # not memory: its error (a script without a __main__ guard re-runs itself in the process)
-                raise WorkerDied(f"MuJoCo Warp process {i} (pid {process.pid}) ended while starting "
-                                 f"({how_it_ended(process)}); its error is printed above (a script that builds the "
-                                 "env itself needs an if __name__ == '__main__': guard)") from None
+            # not memory: its error (a script without a __main__ guard re-runs itself in the
+            # process)
+            if starting:
+                raise WorkerDied(f"MuJoCo Warp process {i} (pid {process.pid}) ended while "
+                                 f"starting ({how_it_ended(process)}); its error is printed above "
+                                 "(a script that builds the env itself needs an if __name__ == "
+                                 "'__main__': guard)") from None
             raise worker_died(i, process, fewer="warp_processes") from None
 
     def close(self) -> None:
@@ -136,7 +155,8 @@ class WarpShards:
                 pipe.send(("close", None))
             except BROKEN:
                 pass
-        deadline = time.monotonic() + CLOSE_TIMEOUT_S  # one for all: P processes that hang cost 30 s, not P x 30 s
+        # one for all: P processes that hang cost 30 s, not P x 30 s
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for process in self._processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
         self._finalizer()
@@ -144,14 +164,16 @@ class WarpShards:
 
 def _serve(*, env_cfg: EnvConfig, pixels: bool, first: int, count: int, shared: Shared, pipe,
            heldout: bool = False) -> None:
-    """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its own."""
+    """A process's loop: worlds first .. first + count - 1 of the whole, in a WarpVectorEnv of its
+    own."""
     ignore_stop_signals()
     torch.set_num_threads(1)  # the tasks' torch ops are small; the one core is the ray tracer's
     from envs.mjwarp import make_task  # here: envs.mjwarp imports this module
 
     rows = slice(first, first + count)
     try:
-        env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels, device=CPU,
+        env = WarpVectorEnv(make_task(env_cfg.id, CPU), env_cfg, num_envs=count, pixels=pixels,
+                            device=CPU,
                             heldout=heldout)
     except Exception as error:
         _answer(pipe, _failure(error))

@@ -2,11 +2,11 @@
 
     .tools-venv/bin/python scripts/cloud/check.py scripts/cloud/*.yaml
 
-A SkyPilot task file goes through `sky.Task.from_yaml_config` (what `sky launch` and `sky exec` parse it with), its
-required envs (null) given a placeholder first as `--env` does; a W&B sweep file (one with a `method`) through the
-schema of W&B's sweep engine (the `sweeps` package). Prints one JSON object per file, what the tool understood or its
-complaints, and exits 1 if any file was rejected. Runs in the tools venv (`make tools`): neither tool is a project
-dependency.
+A SkyPilot task file goes through `sky.Task.from_yaml_config` (what `sky launch` and `sky exec`
+parse it with), its required envs (null) given a placeholder first as `--env` does; a W&B sweep file
+(one with a `method`) through the schema of W&B's sweep engine (the `sweeps` package). Prints one
+JSON object per file, what the tool understood or its complaints, and exits 1 if any file was
+rejected. Runs in the tools venv (`make tools`): neither tool is a project dependency.
 """
 
 import json
@@ -21,10 +21,12 @@ PLACEHOLDER = "placeholder"
 def check_task(config: dict) -> dict:
     import sky
 
-    required = [(key, PLACEHOLDER) for key, value in (config.get("envs") or {}).items() if value is None]
+    required = [(key, PLACEHOLDER) for key, value in (config.get("envs") or {}).items()
+                if value is None]
     task = sky.Task.from_yaml_config(config, env_overrides=required)
     return {
-        "kind": "skypilot", "name": task.name, "envs": task.envs, "required_envs": [key for key, _ in required],
+        "kind": "skypilot", "name": task.name, "envs": task.envs,
+        "required_envs": [key for key, _ in required],
         "setup": task.setup, "run": task.run, "workdir": task.workdir,
         "accelerators": sorted(str(r.accelerators) for r in task.resources),
         "storage_mounts": {path: {"name": s.name, "mode": s.mode.value, "persistent": s.persistent}

@@ -1,5 +1,6 @@
-"""What a checkpoint holds (its payload): the one place its keys are written (`build_payload`, `seal`) and checked
-on load (`load_weights`: `is_checkpoint`, `damage`); the agent's own state is sac's to check."""
+"""What a checkpoint holds (its payload): the one place its keys are written (`build_payload`,
+`seal`) and checked on load (`load_weights`: `is_checkpoint`, `damage`); the agent's own state is
+sac's to check."""
 
 import dataclasses
 import math
@@ -27,22 +28,27 @@ class Progress:
     episode: int = 0
     env_step: int = 0  # agent steps (each is env.action_repeat simulator steps)
     evaluation_due: bool = False  # cut short by a stop signal: the resume runs it first
-    # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at earlier starts
+    # with N > 1 envs, the training seeds (offsets from training.seed) below this went to envs at
+    # earlier starts
     next_seed: int = 0
-    best_return: float | None = None  # the highest mean eval return so far, which `<run>_best.pt` holds
+    # the highest mean eval return so far, which `<run>_best.pt` holds
+    best_return: float | None = None
 
 
-def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None, demos: dict | None,
+def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None,
+                  demos: dict | None,
                   learning_steps: int, wall_s: float, rng: np.random.Generator,
                   lineage: list[list] | None = None) -> dict:
-    """The payload of a save, less what `seal` adds; `rng` is the run's numpy generator; `lineage` the
-    [process id, first step] of every process the run has gone through (`descends`)."""
+    """The payload of a save, less what `seal` adds; `rng` is the run's numpy generator; `lineage`
+    the [process id, first step] of every process the run has gone through (`descends`)."""
     return {
         "lineage": lineage or [],
         "config": config,
         "agent": agent_state,
-        # no best before the first evaluation: absent, as in checkpoints written before there was one
-        "progress": {key: value for key, value in dataclasses.asdict(progress).items() if value is not None},
+        # no best before the first evaluation: absent, as in checkpoints written before there was
+        # one
+        "progress": {key: value for key, value in dataclasses.asdict(progress).items()
+                     if value is not None},
         "trunk": trunk,
         "demos": demos,
         "learning_steps": learning_steps,
@@ -56,14 +62,17 @@ def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk:
 
 
 def seal(payload: dict, *, replay_file: str, replay_checksum: str) -> dict:
-    """`payload` as written: its format, its replay sidecar's name and checksum, and its own checksum."""
-    sealed = {**payload, "format": FORMAT, "replay_file": replay_file, "replay_checksum": replay_checksum}
+    """`payload` as written: its format, its replay sidecar's name and checksum, and its own
+    checksum."""
+    sealed = {**payload, "format": FORMAT, "replay_file": replay_file,
+              "replay_checksum": replay_checksum}
     sealed["checksum"] = digest(sealed)
     return sealed
 
 
 def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict:
-    """A checkpoint's payload, its checksum verified and its tensors finite; CheckpointError otherwise."""
+    """A checkpoint's payload, its checksum verified and its tensors finite; CheckpointError
+    otherwise."""
     if fetch:
         fetch(path.name)
     try:
@@ -84,20 +93,22 @@ def load_weights(path: Path, fetch: Callable[[str], None] | None = None) -> dict
 
 
 def is_checkpoint(payload) -> bool:
-    """Whether a loaded file is a checkpoint of this trainer, of a format it reads (`damage` says if it is intact)."""
+    """Whether a loaded file is a checkpoint of this trainer, of a format it reads (`damage` says if
+    it is intact)."""
     known = isinstance(payload, dict) and all(key in payload for key in PAYLOAD_KEYS)
     return known and payload["format"] in READABLE_FORMATS
 
 
 def damage(payload: dict) -> str | None:
-    """Why a loaded checkpoint is unusable (checksum, layout, NaN or inf), as the end of "checkpoint <file> ...";
-    None when intact. Removes the checksum from `payload`."""
+    """Why a loaded checkpoint is unusable (checksum, layout, NaN or inf), as the end of "checkpoint
+    <file> ..."; None when intact. Removes the checksum from `payload`."""
     if payload["format"] >= 2:
         stored = payload.pop("checksum", None)
         if stored != digest(payload):
             return "is corrupt (its checksum does not match its contents)"
     problem = _payload_problem(payload)
-    if problem:  # format 1 has no checksum: a damaged or hand-made file would fail deep in the trainer
+    # format 1 has no checksum: a damaged or hand-made file would fail deep in the trainer
+    if problem:
         return f"is damaged or not from this trainer: {problem}"
     bad = non_finite(payload["agent"])
     if bad:
@@ -106,9 +117,11 @@ def damage(payload: dict) -> str | None:
 
 
 def _payload_problem(payload: dict) -> str | None:
-    """What in a payload is not what `save` writes (None: nothing), checked before the trainer reads it."""
+    """What in a payload is not what `save` writes (None: nothing), checked before the trainer reads
+    it."""
     progress, rng = payload["progress"], payload["rng"]
-    sections = [name for name, value in dataclasses.asdict(Config()).items() if isinstance(value, dict)]
+    sections = [name for name, value in dataclasses.asdict(Config()).items()
+                if isinstance(value, dict)]
     if not isinstance(payload["config"], dict) or any(
             not isinstance(payload["config"].get(name, {}), dict) for name in sections):
         return "its config is not a config of sections"
@@ -124,7 +137,8 @@ def _payload_problem(payload: dict) -> str | None:
         return f"progress.best_return is {best!r}, not a mean return"
     for name, value in progress.items():
         if name != "best_return" and (type(value) is not kinds[name] or value < 0):
-            return f"progress.{name} is {value!r}, not a {'bool' if kinds[name] is bool else 'count'}"
+            return (f"progress.{name} is {value!r}, not a "
+                    f"{'bool' if kinds[name] is bool else 'count'}")
     if not isinstance(rng, dict) or _rng_problem(rng):
         return "its random generators' states are not torch's and numpy's"
     name = payload["replay_file"]
@@ -138,20 +152,23 @@ def _payload_problem(payload: dict) -> str | None:
         return f"wall_s is {wall!r}, not seconds"
     lineage = payload.get("lineage", [])
     if not isinstance(lineage, list) or not all(
-            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is int for p in lineage):
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is str and type(p[1]) is int
+            for p in lineage):
         return "its lineage is not a list of [process id, step]"
     demos = payload.get("demos")
-    if demos is not None and (not isinstance(demos, dict) or not {"rng", "fingerprint", "path"} <= set(demos)
+    if demos is not None and (not isinstance(demos, dict)
+                              or not {"rng", "fingerprint", "path"} <= set(demos)
                               or replay.numpy_state_problem(demos["rng"])):
         return "its demonstrations' sampling state is not the trainer's"
     return None
 
 
 def descends(newest: dict, resumed: dict) -> bool | None:
-    """Whether the run that wrote checkpoint `newest` went through checkpoint `resumed` (one of its ancestors or
-    itself); None when either was written before checkpoints kept a lineage. Every process that trains a run adds
-    [its id, its first step] to the lineage it resumed: `resumed` lies on the way to `newest` when both agree up to
-    the process that saved `resumed`, and the next process on the way started at or after its step."""
+    """Whether the run that wrote checkpoint `newest` went through checkpoint `resumed` (one of its
+    ancestors or itself); None when either was written before checkpoints kept a lineage. Every
+    process that trains a run adds [its id, its first step] to the lineage it resumed: `resumed`
+    lies on the way to `newest` when both agree up to the process that saved `resumed`, and the next
+    process on the way started at or after its step."""
     mine, theirs = resumed.get("lineage"), newest.get("lineage")
     if not mine or not theirs:
         return None
@@ -163,7 +180,8 @@ def descends(newest: dict, resumed: dict) -> bool | None:
 
 
 def _rng_problem(rng: dict) -> bool:
-    """True unless `rng` holds torch's CPU generator state, CUDA's (a list, empty without CUDA) and numpy's."""
+    """True unless `rng` holds torch's CPU generator state, CUDA's (a list, empty without CUDA) and
+    numpy's."""
     torch_state, cuda = rng.get("torch"), rng.get("cuda")
     return (not _byte_tensor(torch_state) or torch_state.shape != torch.get_rng_state().shape
             or not isinstance(cuda, list) or not all(map(_byte_tensor, cuda))

@@ -1,9 +1,11 @@
-"""Checkpoint folders that live elsewhere: any fsspec URL (`s3://bucket/prefix`, `gs://...`, `file:///mnt/...`).
+"""Checkpoint folders that live elsewhere: any fsspec URL (`s3://bucket/prefix`, `gs://...`,
+`file:///mnt/...`).
 
-Files are written locally first (`staging_dir`), then uploaded by a background thread in write order, so the remote
-`_latest` never names a missing sidecar. Each queued file is a hard link: a later save may replace the local one.
-A staged file stands for the remote one only while both are as an upload or download left them
-(`SYNCED`): every checkpoint of a run has the same size, so sizes tell nothing.
+Files are written locally first (`staging_dir`), then uploaded by a background thread in write
+order, so the remote `_latest` never names a missing sidecar. Each queued file is a hard link: a
+later save may replace the local one. A staged file stands for the remote one only while both are as
+an upload or download left them (`SYNCED`): every checkpoint of a run has the same size, so sizes
+tell nothing.
 """
 
 import hashlib
@@ -73,11 +75,14 @@ class RemoteDir:
         try:
             self.fs, self.root = fsspec.core.url_to_fs(url)
         except (ImportError, ValueError) as err:
-            raise UserError(f"cannot open checkpoint.dir {url} ({err}); "
-                            "install the filesystem's package (s3fs for s3://, gcsfs for gs://)") from None
+            raise UserError(f"cannot open checkpoint.dir {url} ({err}); install the filesystem's "
+                            "package (s3fs for s3://, gcsfs for gs://)") from None
         if isinstance(self.fs, LocalFileSystem):
-            self.fs.makedirs(self.root, exist_ok=True)  # object stores need no folders; a file:// URL does
-        self.url, self.local_dir, self.retries, self.backoff_s, self.report = url, local_dir, retries, backoff_s, report
+            # object stores need no folders; a file:// URL does
+            self.fs.makedirs(self.root, exist_ok=True)
+        self.url, self.local_dir, self.retries, self.backoff_s, self.report = (url, local_dir,
+                                                                               retries, backoff_s,
+                                                                               report)
         self.holds_saves = holds_saves
         self.failures = 0
         self._jobs = 0
@@ -143,12 +148,14 @@ class RemoteDir:
                 pass  # a lost note costs a download at the next fetch, never a wrong file
 
     def move_aside(self, names: list[str], folder: str) -> None:
-        """Move remote files into `folder` beside them (copy, then delete the original: object stores cannot rename)."""
+        """Move remote files into `folder` beside them (copy, then delete the original: object
+        stores cannot rename)."""
         for name in names:
             self.fs.mv(self._remote(name), self._remote(f"{folder}/{name}"))
 
     def upload(self, written: list[Path], deleted: list[str]) -> None:
-        """Queue one save's files (uploaded in this order) and the names it pruned (deleted remotely after)."""
+        """Queue one save's files (uploaded in this order) and the names it pruned (deleted remotely
+        after)."""
         staged = []
         for path in written:
             snapshot = upload_link(path, self._jobs)
@@ -175,7 +182,8 @@ class RemoteDir:
                 snapshot.unlink()
             for name in deleted:
                 remote = self._remote(name)
-                self._retry(f"delete {name}", lambda: self.fs.rm_file(remote) if self.fs.exists(remote) else None)
+                self._retry(f"delete {name}", lambda: self.fs.rm_file(remote)
+                            if self.fs.exists(remote) else None)
             self._queue.task_done()
         self._queue.task_done()
 
@@ -184,7 +192,8 @@ class RemoteDir:
         for attempt in range(1, self.retries + 1):
             try:
                 return action()
-            except Exception as err:  # network and permission errors come in many types; all are retried alike
+            except Exception as err:
+                # network and permission errors come in many types; all are retried alike
                 if attempt == self.retries:
                     self.failures += 1
                     self.report(
@@ -194,7 +203,8 @@ class RemoteDir:
                     return None
                 delay = self.backoff_s * 2 ** (attempt - 1)
                 self.report(
-                    f"warning: {what} to {self.url} failed ({err}); retry {attempt}/{self.retries - 1} in {delay:.0f} s"
+                    f"warning: {what} to {self.url} failed ({err}); retry "
+                    f"{attempt}/{self.retries - 1} in {delay:.0f} s"
                 )
                 time.sleep(delay)
 

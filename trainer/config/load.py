@@ -1,6 +1,7 @@
-"""The run's config: the sections composed into `Config` (each layer declares its own), and `load_config`, which
-resolves a file, its profile and `--set` overrides; how a file resolves: docs/configs.md. Shell scripts read resolved
-values as the trainer does: python3 -m trainer.config (trainer/config/__main__.py)"""
+"""The run's config: the sections composed into `Config` (each layer declares its own), and
+`load_config`, which resolves a file, its profile and `--set` overrides; how a file resolves:
+docs/configs.md. Shell scripts read resolved values as the trainer does: python3 -m trainer.config
+(trainer/config/__main__.py)"""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from trainer.config.checks import check_outside, validate
 from trainer.config.yaml_files import parse_set, read_config
 
 PROFILES = ("cpu", "cpu_bf16", "gpu")
-# what `profile: auto` means on this machine, for every config (a test suite that must not depend on the CPU)
+# what `profile: auto` means on this machine, for every config (a test suite that must not depend on
+# the CPU)
 AUTO_PROFILE_VARIABLE = "PIXEL_SAC_PROFILE"
-# eval episode i starts from training.seed + EVAL_SEED_OFFSET + i: no training start reaches it within 2**30
-# episodes, and it stays below 2**32, the bound of dm_control's numpy RandomState
+# eval episode i starts from training.seed + EVAL_SEED_OFFSET + i: no training start reaches it
+# within 2**30 episodes, and it stays below 2**32, the bound of dm_control's numpy RandomState
 SEED_LIMIT = 2**30
 EVAL_SEED_OFFSET = 2 * SEED_LIMIT
 DEVICES = ("auto", "cpu", "cuda")
@@ -52,7 +54,8 @@ class TrainingConfig:
     seed_steps: int = setting(1000, ge=0, le=10**9)
     eval_every_episodes: int = setting(10, ge=0, le=10 * MILLION, note="0 = no evaluation")
     eval_episodes: int = setting(5, ge=1, le=10_000)
-    eval_envs: int = setting(1, ge=1, le=MAX_WORKERS)  # processes an evaluation's episodes are spread over
+    # processes an evaluation's episodes are spread over
+    eval_envs: int = setting(1, ge=1, le=MAX_WORKERS)
     device: str = setting("auto", choices=DEVICES)
     auto_shutdown: str | None = setting(None, note="null = none")
     compile: bool = False
@@ -115,12 +118,14 @@ class Config:
 
     @property
     def replay_stack(self) -> int | None:
-        """The frame stack the replay stores, or None for one entry a slot (states, a frozen trunk's features)."""
+        """The frame stack the replay stores, or None for one entry a slot (states, a frozen trunk's
+        features)."""
         return self.env.frame_stack if self.pixels and not self.encoder.video.freeze else None
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved config."""
+    """Read a YAML config, apply the profile and `--set` overrides, validate, return the resolved
+    config."""
     if not str(path):
         raise UserError("--config is empty; pass a YAML file, e.g. --config configs/default.yaml")
     raw = read_config(Path(path))
@@ -134,7 +139,8 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
     _apply(cfg, raw)
     for override in sets:
         _apply(cfg, override)
-    # single keys now, so a bad value fails before choosing a profile imports torch; validate checks all again
+    # single keys now, so a bad value fails before choosing a profile imports torch; validate checks
+    # all again
     check_settings(cfg)
     check_outside(cfg)
     named = cfg.profile != "auto"
@@ -161,7 +167,8 @@ def config_from_dict(data: dict) -> Config:
 
 
 def with_overrides(cfg: Config, overrides: list[str]) -> Config:
-    """A resolved config (as saved in a checkpoint) with `key=value` overrides applied and checked, as --set does."""
+    """A resolved config (as saved in a checkpoint) with `key=value` overrides applied and checked,
+    as --set does."""
     for item in overrides:
         _apply(cfg, parse_set(item))
     if overrides:
@@ -182,22 +189,25 @@ def _check_profiles(profiles) -> None:
         raise UserError(f"profiles must be a mapping with keys among {', '.join(PROFILES)}")
     for name, block in profiles.items():
         if name not in PROFILES:
-            raise UserError(f"unknown profile {f'profiles.{name}'!r}; allowed: {', '.join(PROFILES)}")
+            raise UserError(
+                f"unknown profile {f'profiles.{name}'!r}; allowed: {', '.join(PROFILES)}")
         if not isinstance(block, dict):
             raise UserError(f"profiles.{name} must be a mapping of config keys")
         if "profile" in block or "profiles" in block:
             raise UserError(f"profiles.{name} cannot set profile or profiles")
         # validate now, even if this profile is not chosen
-        check_settings(_apply(Config(), block, prefix=f"profiles.{name}."), prefix=f"profiles.{name}.")
+        check_settings(_apply(Config(), block, prefix=f"profiles.{name}."),
+                       prefix=f"profiles.{name}.")
 
 
 def _choose_profile(profile: str, profiles: dict) -> str:
-    """`auto`: $PIXEL_SAC_PROFILE where set; else gpu with CUDA; else cpu_bf16 where the config has one and the CPU
-    has native bfloat16 and a compiler; else cpu."""
+    """`auto`: $PIXEL_SAC_PROFILE where set; else gpu with CUDA; else cpu_bf16 where the config has
+    one and the CPU has native bfloat16 and a compiler; else cpu."""
     if profile == "auto" and os.environ.get(AUTO_PROFILE_VARIABLE):
         profile = os.environ[AUTO_PROFILE_VARIABLE]
         if profile not in PROFILES:
-            raise UserError(f"{AUTO_PROFILE_VARIABLE} must be one of {', '.join(PROFILES)}; got '{profile}'")
+            raise UserError(
+                f"{AUTO_PROFILE_VARIABLE} must be one of {', '.join(PROFILES)}; got '{profile}'")
         return profile
     if profile == "auto":
         import torch
@@ -207,7 +217,8 @@ def _choose_profile(profile: str, profiles: dict) -> str:
         cpu = torch.device("cpu")
         if torch.cuda.is_available():
             return "gpu"
-        return "cpu_bf16" if "cpu_bf16" in profiles and native_bfloat16(cpu) and can_compile(cpu) else "cpu"
+        return ("cpu_bf16" if "cpu_bf16" in profiles and native_bfloat16(cpu) and can_compile(cpu)
+                else "cpu")
     if profile not in PROFILES:
         raise UserError(f"profile must be one of auto, {', '.join(PROFILES)}; got '{profile}'")
     return profile
@@ -219,7 +230,9 @@ def _apply(target, data: dict, prefix: str = ""):
     for key, value in data.items():
         path = f"{prefix}{key}"
         if key not in names:
-            raise UserError(f"unknown config key {path!r}; allowed under '{prefix or '<top>'}': {', '.join(names)}")
+            raise UserError(
+                f"unknown config key {path!r}; allowed under '{prefix or '<top>'}': "
+                f"{', '.join(names)}")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):

@@ -1,13 +1,16 @@
-"""Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the trainer's evaluation env.
+"""Evaluate checkpoints: the deterministic policy for N episodes from fixed seeds, in the trainer's
+evaluation env.
 
-    python3 -m trainer.policy.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] [--envs K] [--out DIR]
+    python3 -m trainer.policy.evaluate CHECKPOINT [CHECKPOINT ...] [--episodes N] [--seed S] \\
+        [--envs K] [--out DIR]
         [--video] [--heldout] [--set key=value ...]
 
 A CHECKPOINT may also be a folder that trainer.policy.export wrote (its config.yaml and weights).
 
-Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also their IQM) and
-writes episodes.csv. Episode i starts from seed S + i, by default the run's own evaluation seeds, so
-`--episodes <training.eval_episodes>` repeats the evaluation the trainer logged. See docs/deploy.md.
+Prints each checkpoint's mean return and success rate with 95% intervals (several checkpoints: also
+their IQM) and writes episodes.csv. Episode i starts from seed S + i, by default the run's own
+evaluation seeds, so `--episodes <training.eval_episodes>` repeats the evaluation the trainer
+logged. See docs/deploy.md.
 """
 
 import argparse
@@ -42,24 +45,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog("trainer.policy.evaluate"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
-                        help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a URL (s3://...), "
-                             "or an exported folder")
-    parser.add_argument("--episodes", type=positive, default=10, help="episodes per checkpoint (default 10)")
-    parser.add_argument("--seed", type=int, help="episode i starts from seed S + i (default: the run's eval seeds)")
+                        help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a "
+                             "URL (s3://...), or an exported folder")
+    parser.add_argument("--episodes", type=positive, default=10,
+                        help="episodes per checkpoint (default 10)")
+    parser.add_argument("--seed", type=int,
+                        help="episode i starts from seed S + i (default: the run's eval seeds)")
     parser.add_argument("--envs", type=positive, default=1,
-                        help="worker processes the episodes are spread over (default 1: this process); a video then "
-                             "shows the frames the policy sees. MuJoCo Warp policies run every episode in a world of "
-                             "its own already")
-    parser.add_argument("--out", help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
+                        help="worker processes the episodes are spread over (default 1: this "
+                             "process); a video then shows the frames the policy sees. MuJoCo "
+                             "Warp policies run every episode in a world of its own already")
+    parser.add_argument("--out",
+                        help="folder for episodes.csv and videos (default: <logs>/<run>/evaluate)")
     parser.add_argument("--video", action="store_true",
                         help="write a GIF and an MP4 of the first episodes of each checkpoint")
-    parser.add_argument("--video-episodes", type=positive, default=1, help="episodes in each video (default 1)")
-    parser.add_argument("--video-size", type=positive, help="video pixels (default: the run's logging.video_size)")
+    parser.add_argument("--video-episodes", type=positive, default=1,
+                        help="episodes in each video (default 1)")
+    parser.add_argument("--video-size", type=positive,
+                        help="video pixels (default: the run's logging.video_size)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the checkpoints' config, e.g. env.max_episode_steps=500")
+                        help="override a key of the checkpoints' config, e.g. "
+                             "env.max_episode_steps=500")
     parser.add_argument("--heldout", action="store_true",
                         help="also evaluate on held-out randomised scenes (episodes_heldout.csv)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar")
     return parser.parse_args(argv)
 
 
@@ -76,12 +86,14 @@ def mean_interval(values: np.ndarray) -> tuple[float, tuple[float, float] | None
     mean = float(np.mean(values))
     if len(values) < 2:
         return mean, None
-    half = stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
+    half = (stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1) * np.std(values, ddof=1)
+            / np.sqrt(len(values)))
     return mean, (mean - half, mean + half)
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
-    """Wilson's score interval of a success rate: sound at 0 and 100% and for few episodes, where p +- z*se is not."""
+    """Wilson's score interval of a success rate: sound at 0 and 100% and for few episodes, where p
+    +- z*se is not."""
     z = stats.norm.ppf((1 + CONFIDENCE) / 2)
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
@@ -90,7 +102,8 @@ def wilson(successes: int, n: int) -> tuple[float, float]:
 
 
 def iqm_interval(scores: np.ndarray) -> tuple[float, float, float]:
-    """(IQM, low, high): rliable's interquartile mean and percentile-bootstrap interval over runs, from a fixed seed."""
+    """(IQM, low, high): rliable's interquartile mean and percentile-bootstrap interval over runs,
+    from a fixed seed."""
     samples = np.random.default_rng(0).integers(0, len(scores), (BOOTSTRAP_SAMPLES, len(scores)))
     boot = stats.trim_mean(scores[samples], 0.25, axis=1)
     low, high = np.percentile(boot, [100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2])
@@ -106,7 +119,8 @@ def summary(rows: list[Episode]) -> dict:
               "length": float(np.mean([row.length for row in rows])), "success": None}
     if rows[0].success is not None:
         wins = sum(row.success for row in rows)
-        result |= {"success": wins / len(rows), "successes": wins, "success_ci": wilson(wins, len(rows))}
+        result |= {"success": wins / len(rows), "successes": wins,
+                   "success_ci": wilson(wins, len(rows))}
     return result
 
 
@@ -127,12 +141,14 @@ def describe(name: str, result: dict) -> str:
 def describe_aggregate(results: list[dict]) -> str:
     returns = np.array([result["return"] for result in results])
     iqm, low, high = iqm_interval(returns)
-    text = (f"across {len(results)} checkpoints: return mean {returns.mean():.1f}, IQM {iqm:.1f} (95% bootstrap CI "
-            f"{low:.1f} to {high:.1f})")
+    text = (f"across {len(results)} checkpoints: return mean {returns.mean():.1f}, IQM {iqm:.1f} "
+            f"(95% bootstrap CI {low:.1f} to {high:.1f})")
     if results[0]["success"] is not None:
         rates = np.array([result["success"] for result in results])
         iqm, low, high = iqm_interval(rates)
-        text += f"; success mean {rates.mean():.0%}, IQM {iqm:.0%} (95% bootstrap CI {low:.0%} to {high:.0%})"
+        text += (
+            f"; success mean {rates.mean():.0%}, IQM {iqm:.0%} (95% bootstrap CI {low:.0%} to "
+            f"{high:.0%})")
     return text
 
 
@@ -181,23 +197,29 @@ def move_earlier(out: Path, names: list[str]) -> str:
 def default_out(configs: list) -> Path:
     folders = {Path(cfg.logging.tensorboard_dir) / cfg.run_name for cfg in configs}
     if len(folders) > 1:
-        raise UserError(f"the checkpoints belong to {len(folders)} runs ({', '.join(sorted(map(str, folders)))}); "
-                        "pass --out DIR for their episodes.csv")
+        raise UserError(f"the checkpoints belong to {len(folders)} runs "
+                        f"({', '.join(sorted(map(str, folders)))}); pass --out DIR for their "
+                        "episodes.csv")
     return folders.pop() / "evaluate"
 
 
-def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int, video_size: int | None,
-             progress, heldout: bool = False, envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
+def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_episodes: int,
+             video_size: int | None,
+             progress, heldout: bool = False,
+             envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
     """One checkpoint's episodes, and video frames when `video_size` is given."""
     from envs.make import make_eval_env
     from trainer.config.load import EVAL_SEED_OFFSET
 
-    env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device, worlds=min(episodes, cfg.training.eval_episodes),
-                                processes=min(envs, episodes), video_size=video_size, heldout=heldout)
+    env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device,
+                                worlds=min(episodes, cfg.training.eval_episodes),
+                                processes=min(envs, episodes), video_size=video_size,
+                                heldout=heldout)
     seed = cfg.training.seed + EVAL_SEED_OFFSET if seed is None else seed
     try:
         return run_episodes(policy.act, env, name=name, seed=seed, episodes=episodes, camera=camera,
-                            film=video_episodes if video_size else 0, video_size=video_size or cfg.logging.video_size,
+                            film=video_episodes if video_size else 0, video_size=video_size
+                            or cfg.logging.video_size,
                             progress=progress)
     finally:
         if camera is not None:
@@ -209,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from trainer.process.cli import run_command
 
-    return run_command(lambda: run(args), cut_short="the evaluation was cut short: no episodes.csv was written")
+    return run_command(lambda: run(args),
+                       cut_short="the evaluation was cut short: no episodes.csv was written")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,18 +241,21 @@ def run(args: argparse.Namespace) -> int:
 
     configure()
     loaded = []
-    for name in args.checkpoints:  # every checkpoint is read before the first episode: bad input fails at once
-        # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line error
+    # every checkpoint is read before the first episode: bad input fails at once
+    for name in args.checkpoints:
+        # --heldout through the config's own check: a state or MuJoCo Warp policy is a one-line
+        # error
         overrides = [*args.set, "env.randomize.heldout=true"] if args.heldout else args.set
         policy, cfg = load_with_config(name, unit_actions=True, overrides=overrides)
         if args.video and args.envs > 1 and not cfg.pixels:
-            raise UserError("--video with --envs > 1 films the frames the policy sees, and a state policy sees none; "
-                            "drop --envs or --video")
+            raise UserError("--video with --envs > 1 films the frames the policy sees, and a "
+                            "state policy sees none; drop --envs or --video")
         loaded.append((name, policy.to(resolve_device(cfg.training.device)), cfg))
     out = Path(args.out) if args.out else default_out([cfg for _, _, cfg in loaded])
     check_writable_folder(out, what=f"write the evaluation to {out}", fix="pass --out DIR")
     csvs = ["episodes.csv", *(["episodes_heldout.csv"] if args.heldout else [])]
-    videos = [f"{Path(name).stem}.{kind}" for name in args.checkpoints for kind in ("gif", "mp4")] if args.video else []
+    videos = [f"{Path(name).stem}.{kind}" for name in args.checkpoints
+              for kind in ("gif", "mp4")] if args.video else []
     room = len(csvs) * (CSV_LINE_BYTES + args.episodes * sum(2 * len(name.encode()) + CSV_LINE_BYTES
                                                               for name in args.checkpoints))
     with claim(out, room=room) as release:
@@ -250,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
-                 keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], list[str], str]:
+                 keep_earlier: Callable[[], str]) -> tuple[list[Episode], list[Episode], list[str],
+                                                           str]:
     """The checkpoints' rows and held-out rows, the names of the videos written, and "" or what
     says that the videos from one checkpoint on did not fit on the disk (the episodes go on
     without them)."""
@@ -263,7 +290,8 @@ def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
         for name, policy, cfg in loaded:
             size = (args.video_size or cfg.logging.video_size) if args.video else None
             episodes, clip = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed,
-                                      video_episodes=args.video_episodes, video_size=size, progress=bar,
+                                      video_episodes=args.video_episodes, video_size=size,
+                                      progress=bar,
                                       envs=args.envs)
             rows += episodes
             results.append(summary(episodes))
@@ -279,11 +307,13 @@ def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
                     lost = f"cannot write the videos from {name} on to {out} ({full.strerror})"
                 else:
                     filmed += [f"{stem}.gif", *([] if no_mp4 else [f"{stem}.mp4"])]
-                    if no_mp4 and not said_no_mp4:  # once: each checkpoint after it would say the same
+                    # once: each checkpoint after it would say the same
+                    if no_mp4 and not said_no_mp4:
                         said_no_mp4 = True
                         bar.write(f"warning: {no_mp4}", file=sys.stderr)
             if args.heldout:
-                episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed, video_episodes=0,
+                episodes, _ = evaluate(name, policy, cfg, episodes=args.episodes, seed=args.seed,
+                                       video_episodes=0,
                                        video_size=None, progress=bar, heldout=True, envs=args.envs)
                 heldout_rows += episodes
                 heldout_results.append(summary(episodes))

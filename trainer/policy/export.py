@@ -1,11 +1,13 @@
 """Export a checkpoint's policy to a folder that runs without this repository:
 
-    python3 -m trainer.policy.export CHECKPOINT --out DIR [--episodes N] [--formats torchscript,onnx] [--push REPO_ID]
+    python3 -m trainer.policy.export CHECKPOINT --out DIR [--episodes N] \\
+        [--formats torchscript,onnx] [--push REPO_ID]
 
-DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions within the task's
-bounds out), policy.json (that contract), policy.safetensors (the weights Policy.load reads),
-config.yaml, a model card README.md with an evaluation of N episodes, episode.gif and episode.mp4. It
-is a Hugging Face Hub model repository as is (`hf upload REPO_ID DIR`, or --push). See docs/deploy.md.
+DIR gets policy.pt (TorchScript) and policy.onnx (uint8 frame stacks or float32 states in, actions
+within the task's bounds out), policy.json (that contract), policy.safetensors (the weights
+Policy.load reads), config.yaml, a model card README.md with an evaluation of N episodes,
+episode.gif and episode.mp4. It is a Hugging Face Hub model repository as is (`hf upload REPO_ID
+DIR`, or --push). See docs/deploy.md.
 """
 
 import argparse
@@ -32,8 +34,10 @@ FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
 ONNX_OPSET = 18  # the first with Resize's antialias, which encoder.video.input_size needs
 STAGING = ".export.tmp"  # + pid: the hidden folder inside --out that an export writes in
-TOLERANCE = 1e-5  # largest difference from the policy in this repository that a written format may show
-# a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one float16 step
+# largest difference from the policy in this repository that a written format may show
+TOLERANCE = 1e-5
+# a frozen trunk's float16 features: another runtime's last-bit differences can move a feature one
+# float16 step
 FLOAT16_TOLERANCE = 1e-3
 # settings of the machine a run trained on, at their defaults in the export's config.yaml: a shell
 # command or a storage URL can carry credentials, and --push publishes the folder
@@ -44,33 +48,40 @@ MACHINE_KEYS = ("training.auto_shutdown", "checkpoint.dir", "checkpoint.local_di
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=prog("trainer.policy.export"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a "
+    parser.add_argument("checkpoint",
+                        help="<run>_latest.pt, <run>_best.pt or <run>_ep<N>.pt, a local file or a "
                         "URL (s3://...)")
     parser.add_argument("--out", required=True, help="the folder to write (new, or empty)")
     parser.add_argument("--formats", default=",".join(FORMATS), type=formats,
                         help="comma-separated, of torchscript and onnx (default both)")
     parser.add_argument("--episodes", type=int, default=10,
                         help="evaluation episodes for the model card (0: none; default 10)")
-    parser.add_argument("--seed", type=int, help="evaluation episode i starts from seed S + i (default: the run's)")
+    parser.add_argument("--seed", type=int,
+                        help="evaluation episode i starts from seed S + i (default: the run's)")
     parser.add_argument("--video-size", type=int,
-                        help="pixels of episode.gif and .mp4 (default: the run's logging.video_size)")
+                        help="pixels of episode.gif and .mp4 (default: the run's "
+                             "logging.video_size)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a key of the checkpoint's config (e.g. encoder.video.weights=PATH)")
-    parser.add_argument("--push", metavar="REPO_ID", help="then upload the folder to this Hugging Face Hub repo")
+                        help="override a key of the checkpoint's config (e.g. "
+                             "encoder.video.weights=PATH)")
+    parser.add_argument("--push", metavar="REPO_ID",
+                        help="then upload the folder to this Hugging Face Hub repo")
     return parser.parse_args(argv)
 
 
 def formats(text: str) -> list[str]:
     chosen = [name.strip() for name in text.split(",") if name.strip()]
     if not chosen or any(name not in FORMATS for name in chosen):
-        raise argparse.ArgumentTypeError(f"choose among {', '.join(FORMATS)}, comma-separated; got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"choose among {', '.join(FORMATS)}, comma-separated; got {text!r}")
     return chosen
 
 
 def example_batch(spec, batch: int, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     if spec.pixels:
-        return torch.randint(0, 256, (batch, *spec.obs_shape), dtype=torch.uint8, generator=generator)
+        return torch.randint(0, 256, (batch, *spec.obs_shape), dtype=torch.uint8,
+                             generator=generator)
     return torch.randn((batch, *spec.obs_shape), generator=generator)
 
 
@@ -81,8 +92,10 @@ def write_torchscript(net, example: torch.Tensor, path: Path) -> None:
 
 
 def write_onnx(net, example: torch.Tensor, path: Path) -> None:
-    torch.onnx.export(net, (example,), str(path), verbose=False, input_names=["obs"], output_names=["action"],
-                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, opset_version=ONNX_OPSET,
+    torch.onnx.export(net, (example,), str(path), verbose=False, input_names=["obs"],
+                      output_names=["action"],
+                      dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+                      opset_version=ONNX_OPSET,
                       dynamo=False)
 
 
@@ -103,7 +116,8 @@ WRITERS = {"torchscript": (write_torchscript, run_torchscript), "onnx": (write_o
 
 @contextlib.contextmanager
 def quiet_stdout():
-    """File descriptor 1 to /dev/null: torch's ONNX exporter logs its graph from C++, past sys.stdout."""
+    """File descriptor 1 to /dev/null: torch's ONNX exporter logs its graph from C++, past
+    sys.stdout."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:
@@ -120,8 +134,9 @@ def write_format(name: str, net, spec, folder: Path) -> None:
     write, run = WRITERS[name]
     path = folder / FILES[name]
     check = example_batch(spec, 3, seed=1)
-    # the encoders' input asserts become constants (so the check runs another batch size), torch calls both exporters
-    # deprecated (docs/deploy.md), and its ONNX exporter prints its whole graph when an operator is missing
+    # the encoders' input asserts become constants (so the check runs another batch size), torch
+    # calls both exporters deprecated (docs/deploy.md), and its ONNX exporter prints its whole graph
+    # when an operator is missing
     with warnings.catch_warnings(), quiet_stdout():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", FutureWarning)
@@ -141,10 +156,12 @@ def export_formats(net, spec, folder: Path, chosen: list[str]) -> None:
     for name in chosen:
         try:
             write_format(name, net, spec, folder)
-        except Exception as err:  # exporters raise many types; any failure means the format does not serve
+        except Exception as err:
+            # exporters raise many types; any failure means the format does not serve
             if no_room(err):
                 raise  # the disk's fault, not the format's
-            failed[name] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            failed[name] = (str(err).strip().splitlines()[0] if str(err).strip()
+                            else type(err).__name__)
     if not failed:
         return
     name, reason = next(iter(failed.items()))
@@ -197,14 +214,16 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
     frames = progress["env_step"] * env.action_repeat
     hours = payload.get("wall_s", 0.0) / 3600
     what = "states" if not spec.pixels else f"{env.image_size}x{env.image_size} camera frames"
-    encoder = spec.encoder + (" (frozen, pretrained)" if spec.pixels and cfg.encoder.video.freeze else "")
+    encoder = spec.encoder + (" (frozen, pretrained)" if spec.pixels and cfg.encoder.video.freeze
+                              else "")
     lines = [f"# SAC policy for {env.id} from {what}", "",
-             f"Soft Actor-Critic trained by pixel-sac (`train_sac.py`), encoder {encoder}: {progress['env_step']} "
-             f"agent steps ({frames} env frames at action repeat {env.action_repeat}), {progress['episode']} episodes, "
-             f"{hours:.2f} h of training. Exported from `{Path(checkpoint).name}`.", ""]
+             f"Soft Actor-Critic trained by pixel-sac (`train_sac.py`), encoder {encoder}: "
+             f"{progress['env_step']} agent steps ({frames} env frames at action repeat "
+             f"{env.action_repeat}), {progress['episode']} episodes, {hours:.2f} h of training. "
+             f"Exported from `{Path(checkpoint).name}`.", ""]
     lines += ["## Evaluation", ""]
-    installed = ("with pixel-sac installed (`pip install .` in its clone, where "
-                 "`python3 -m trainer.policy.evaluate` runs the same), FOLDER being this folder (from the "
+    installed = ("with pixel-sac installed (`pip install .` in its clone, where `python3 -m "
+                 "trainer.policy.evaluate` runs the same), FOLDER being this folder (from the "
                  "Hub: `hf download REPO_ID --local-dir FOLDER`)")
     if evaluation:
         n, seed = evaluation["episodes"], evaluation["seed"]
@@ -218,10 +237,13 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
     else:
         lines += ["Not evaluated at export (`--episodes 0`): `pixel-sac-evaluate FOLDER` measures "
                   f"it, {installed}.", ""]
-    inside = ("normalisation, " + ("the frozen trunk, " if cfg.encoder.video.freeze else "") + "the encoder and the "
+    inside = ("normalisation, " + ("the frozen trunk, " if cfg.encoder.video.freeze
+                                   else "") + "the encoder and the "
               "actor are" if spec.pixels else "the actor is")
-    runtimes = {"onnx": ["import numpy as np, onnxruntime", "session = onnxruntime.InferenceSession(\"policy.onnx\")",
-                         "action = session.run(None, {\"obs\": obs})[0]          # obs as above, a batch of 1 or more"],
+    runtimes = {"onnx": ["import numpy as np, onnxruntime",
+                         "session = onnxruntime.InferenceSession(\"policy.onnx\")",
+                         "action = session.run(None, {\"obs\": obs})[0]          # obs as "
+                         "above, a batch of 1 or more"],
                 "torchscript": ["import torch", "policy = torch.jit.load(\"policy.pt\")",
                                 "action = policy(torch.from_numpy(obs)).numpy()"]}
     files = {"torchscript": "- `policy.pt`: TorchScript (torch.jit.load runs its code: trust the "
@@ -233,12 +255,13 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
              f"{spec.obs_shape[0]} RGB frames of {camera}, oldest first, channels first; at an "
              "episode start the first frame fills the stack") if spec.pixels else state
     lines += ["## Use", "",
-              f"Input: {stack}. Output: float32 `action` (B, {len(spec.action_low)}) within the task's bounds "
-              f"{spec.action_low} to {spec.action_high}. One action per agent step: apply it for {env.action_repeat} "
-              f"control steps of the task. The {inside} inside the file; `policy.json` states this contract.", "",
+              f"Input: {stack}. Output: float32 `action` (B, {len(spec.action_low)}) within the "
+              f"task's bounds {spec.action_low} to {spec.action_high}. One action per agent step: "
+              f"apply it for {env.action_repeat} control steps of the task. The {inside} inside "
+              "the file; `policy.json` states this contract.", "",
               "```python", *[line for name in formats for line in runtimes[name]], "```", "",
-              "With pixel-sac installed, `Policy.load(folder)` keeps the frame stack itself: `policy.reset()`, then "
-              "`policy.step(frame)` per uint8 (H, W, 3) frame.", "",
+              "With pixel-sac installed, `Policy.load(folder)` keeps the frame stack itself: "
+              "`policy.reset()`, then `policy.step(frame)` per uint8 (H, W, 3) frame.", "",
               "## Files", "", *[files[name] for name in formats],
               "- `policy.json`: inputs, outputs, action bounds, action repeat",
               "- `policy.safetensors`: the weights `Policy.load(folder)` reads (tensors, no code)",
@@ -246,7 +269,8 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
               f"settings ({', '.join(MACHINE_KEYS)} at their defaults)",
               "- `README.md`: this card, its metadata the Hugging Face Hub reads",
               *(["- `episode.gif`: the first evaluation episode"] if evaluation else []),
-              *(["- `episode.mp4`: the same episode, H.264"] if evaluation and evaluation["mp4"] else []), ""]
+              *(["- `episode.mp4`: the same episode, H.264"] if evaluation and evaluation["mp4"]
+                else []), ""]
     return f"---\n{card_data(spec, cfg, evaluation).to_yaml()}\n---\n\n" + "\n".join(lines)
 
 
@@ -313,7 +337,13 @@ def output_folder(out: Path) -> Iterator[Path]:
 
 
 def export(args: argparse.Namespace) -> Path:
-    from trainer.policy.trained import CONFIG_FILE, SPEC_FILE, WEIGHTS_FILE, PolicyNet, load_checkpoint
+    from trainer.policy.trained import (
+        CONFIG_FILE,
+        SPEC_FILE,
+        WEIGHTS_FILE,
+        PolicyNet,
+        load_checkpoint,
+    )
 
     out = Path(args.out)
     with output_folder(out) as tmp:
@@ -329,14 +359,16 @@ def export(args: argparse.Namespace) -> Path:
         # bytes written by Python: safetensors' own writer fails on a full disk without an errno
         (tmp / WEIGHTS_FILE).write_bytes(safetensors_bytes(weights))
         (tmp / CONFIG_FILE).write_text(shareable_yaml(cfg))
-        (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload, checkpoint=args.checkpoint,
+        (tmp / "README.md").write_text(model_card(policy.spec, cfg, payload,
+                                                  checkpoint=args.checkpoint,
                                                   formats=args.formats, evaluation=evaluation))
     return out
 
 
 def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None:
-    """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed and whether an MP4 was
-    written, its first episode written to episode.gif and episode.mp4 in `folder`; None for --episodes 0."""
+    """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed and whether an
+    MP4 was written, its first episode written to episode.gif and episode.mp4 in `folder`; None for
+    --episodes 0."""
     from tqdm import tqdm
 
     from trainer.config.load import EVAL_SEED_OFFSET
@@ -348,7 +380,8 @@ def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None
     seed = cfg.training.seed + EVAL_SEED_OFFSET if args.seed is None else args.seed
     size = args.video_size or cfg.logging.video_size
     with tqdm(total=args.episodes, unit="ep", desc="evaluating", dynamic_ncols=True) as bar:
-        rows, clip = evaluation.evaluate(args.checkpoint, policy, cfg, episodes=args.episodes, seed=seed,
+        rows, clip = evaluation.evaluate(args.checkpoint, policy, cfg, episodes=args.episodes,
+                                         seed=seed,
                                          video_episodes=1, video_size=size, progress=bar)
     if no_mp4 := write_videos(clip, folder / "episode.gif"):
         print(f"warning: {no_mp4}", file=sys.stderr)
@@ -356,18 +389,20 @@ def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None
 
 
 def push(folder: Path, repo_id: str) -> None:
-    """Upload the folder with huggingface_hub; any failure (offline, no token, no access) is one line."""
+    """Upload the folder with huggingface_hub; any failure (offline, no token, no access) is one
+    line."""
     try:
         from huggingface_hub import HfApi
 
         api = HfApi()
         api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(repo_id=repo_id, folder_path=str(folder))
-    except Exception as err:  # the hub client raises many types (offline mode, HTTP, auth); all are said the same way
+    except Exception as err:
+        # the hub client raises many types (offline mode, HTTP, auth); all are said the same way
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"cannot push {folder} to the Hugging Face Hub repo {repo_id} ({reason}); the folder is "
-                        f"complete: upload it later with `hf upload {repo_id} {folder}` once online and logged in "
-                        "(`hf auth login`)") from None
+        raise UserError(f"cannot push {folder} to the Hugging Face Hub repo {repo_id} ({reason}); "
+                        f"the folder is complete: upload it later with `hf upload {repo_id} "
+                        f"{folder}` once online and logged in (`hf auth login`)") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -385,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             push(written[0], args.push)
             print(f"pushed {args.out} to https://huggingface.co/{args.push}")
 
-    return run_command(export_and_push, cut_short=lambda: f"{args.out} is complete; not pushed" if written
+    return run_command(export_and_push, cut_short=lambda: f"{args.out} is complete; not pushed"
+                       if written
                        else f"{args.out} was not written")
 
 

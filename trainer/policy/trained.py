@@ -1,8 +1,10 @@
 """A trained policy outside the trainer, as a robot or another program uses it:
 
-    policy = Policy.load("checkpoints/sac_video_latest.pt")   # or a folder written by python3 -m trainer.policy.export
+    policy = Policy.load("checkpoints/sac_video_latest.pt")   # or a folder written by python3 -m
+                                                              trainer.policy.export
     policy.reset()                                             # at an episode start
-    action = policy.step(frame)                                # a uint8 (H, W, 3) frame in, a bounded action out
+    action = policy.step(frame)                                # a uint8 (H, W, 3) frame in, a
+                                                               bounded action out
 
 See docs/deploy.md.
 """
@@ -40,20 +42,24 @@ EXPORT_AGAIN = ("export it again from its checkpoint "
 
 
 class PolicyNet(nn.Module):
-    """Frames or states in, the deterministic action in [`low`, `high`] (unless `unit_actions`) out."""
+    """Frames or states in, the deterministic action in [`low`, `high`] (unless `unit_actions`)
+    out."""
 
-    def __init__(self, encoder: nn.Module, actor: Actor, *, low: np.ndarray, high: np.ndarray, float16_features: bool,
+    def __init__(self, encoder: nn.Module, actor: Actor, *, low: np.ndarray, high: np.ndarray,
+                 float16_features: bool,
                  unit_actions: bool):
         super().__init__()
         self.encoder, self.actor = encoder, actor
         self.register_buffer("low", torch.as_tensor(low, dtype=torch.float32))
         self.register_buffer("half_range", torch.as_tensor((high - low) / 2, dtype=torch.float32))
         self.float16_features, self.unit_actions = float16_features, unit_actions
-        self.requires_grad_(False).eval()  # inference only: an exported copy's outputs convert to numpy as they are
+        # inference only: an exported copy's outputs convert to numpy as they are
+        self.requires_grad_(False).eval()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         features = self.encoder(obs)
-        if self.float16_features:  # the replay stores a frozen trunk's features in float16: the actor learnt on those
+        # the replay stores a frozen trunk's features in float16: the actor learnt on those
+        if self.float16_features:
             features = features.half().float()
         mean = self.actor.policy(self.actor.trunk(features)).chunk(2, dim=-1)[0]
         action = torch.tanh(mean)
@@ -79,14 +85,16 @@ class Spec:
 class Policy:
     def __init__(self, net: PolicyNet, spec: Spec, *, device: torch.device):
         self.net, self.spec, self.device = net, spec, device
-        self.low, self.high = np.array(spec.action_low, np.float32), np.array(spec.action_high, np.float32)
+        self.low, self.high = (np.array(spec.action_low, np.float32),
+                               np.array(spec.action_high, np.float32))
         self.obs_dtype = np.uint8 if spec.pixels else np.float32
         self.stack = None
 
     @classmethod
     def load(cls, path: str | Path, device: str = "cpu", *, unit_actions: bool = False,
              overrides: list[str] = ()) -> "Policy":
-        """A checkpoint (a file or a URL such as s3://...) or an exported folder; `unit_actions`: actions in [-1, 1]."""
+        """A checkpoint (a file or a URL such as s3://...) or an exported folder; `unit_actions`:
+        actions in [-1, 1]."""
         if not is_remote(str(path)) and Path(path).is_dir():
             return cls.from_folder(Path(path), torch.device(device), unit_actions=unit_actions)
         return load_checkpoint(path, device, unit_actions=unit_actions, overrides=overrides)[0]
@@ -111,7 +119,8 @@ class Policy:
         self.stack = None
 
     def step(self, obs: np.ndarray, *, resize: bool = False) -> np.ndarray:
-        """One uint8 (H, W, 3) frame (or state (D,)) in, the action out; another size is an error unless `resize`."""
+        """One uint8 (H, W, 3) frame (or state (D,)) in, the action out; another size is an error
+        unless `resize`."""
         if not self.spec.pixels:
             return self.act(np.asarray(obs, np.float32)[None])[0]
         frame = self.check_frame(obs, resize=resize)
@@ -128,32 +137,38 @@ class Policy:
         array = isinstance(frame, np.ndarray)
         if not array or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != channels:
             got = f"{frame.dtype} {frame.shape}" if array else type(frame).__name__
-            raise UserError(f"step() takes one camera frame, {expected} (height, width, RGB), got {got}; convert it "
-                            "(e.g. np.asarray(image, np.uint8)), or pass a state policy's vector to a state policy")
+            raise UserError(f"step() takes one camera frame, {expected} (height, width, RGB), got "
+                            f"{got}; convert it (e.g. np.asarray(image, np.uint8)), or pass a "
+                            "state policy's vector to a state policy")
         if frame.shape[:2] != (height, width):
             if not resize:
-                raise UserError(f"step() got a {frame.shape[0]}x{frame.shape[1]} frame where this policy sees "
-                                f"{height}x{width}; pass step(frame, resize=True) to resize it, or render at "
-                                f"{height}x{width}")
+                raise UserError(f"step() got a {frame.shape[0]}x{frame.shape[1]} frame where this "
+                                f"policy sees {height}x{width}; pass step(frame, resize=True) to "
+                                f"resize it, or render at {height}x{width}")
             x = torch.from_numpy(frame).permute(2, 0, 1)[None].float()
             x = F.interpolate(x, size=(height, width), mode="bilinear", antialias=True)
             return x[0].round().clamp(0, 255).to(torch.uint8).numpy()
         return np.ascontiguousarray(frame.transpose(2, 0, 1))
 
     def act(self, obs: np.ndarray | torch.Tensor) -> np.ndarray:
-        """A batch of observations (B, T, C, H, W) uint8 or (B, D) float32, numpy or torch, in; actions (B, A)."""
+        """A batch of observations (B, T, C, H, W) uint8 or (B, D) float32, numpy or torch, in;
+        actions (B, A)."""
         shape, dtype = tuple(obs.shape), np.dtype(str(obs.dtype).removeprefix("torch."))
         if shape[1:] != self.spec.obs_shape or dtype != self.obs_dtype:
-            wanted = f"{np.dtype(self.obs_dtype).name} (B, {', '.join(map(str, self.spec.obs_shape))})"
-            raise UserError(f"act() takes {wanted} observations, got {dtype.name} {shape}; pass a batch of stacked "
-                            "observations as the env gives them, or one frame at a time to step()")
+            wanted = (
+                f"{np.dtype(self.obs_dtype).name} (B, {', '.join(map(str, self.spec.obs_shape))})")
+            raise UserError(f"act() takes {wanted} observations, got {dtype.name} {shape}; pass a "
+                            "batch of stacked observations as the env gives them, or one frame at "
+                            "a time to step()")
         with torch.inference_mode():
             return self.net(torch.as_tensor(obs, device=self.device)).cpu().numpy()
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *, unit_actions: bool = False,
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu", *,
+                    unit_actions: bool = False,
                     overrides: list[str] = ()):
-    """(Policy, the run's config with `overrides`, the checkpoint's payload) of a checkpoint file or URL."""
+    """(Policy, the run's config with `overrides`, the checkpoint's payload) of a checkpoint file or
+    URL."""
     device = torch.device(device)
     local = fetch(str(path)) if is_remote(str(path)) else Path(path)
     cfg, payload = read_checkpoint(local, overrides)
@@ -183,17 +198,19 @@ def fetch(url: str) -> Path:
     try:
         found = remote.fetch(name)
     except OSError as err:
-        raise CheckpointError(f"cannot fetch {url} ({err}); check the URL and credentials") from None
+        raise CheckpointError(
+            f"cannot fetch {url} ({err}); check the URL and credentials") from None
     if not found:  # a copy fetched before is no longer what the URL names
         raise CheckpointError(f"checkpoint not found: {url}; {CHECKPOINT_FIX}")
     return remote.local_dir / name
 
 
 def read_checkpoint(path: Path, overrides: list[str] = ()):
-    """(config with `overrides` applied, payload) of a checkpoint's weights, verified; one-line errors otherwise."""
+    """(config with `overrides` applied, payload) of a checkpoint's weights, verified; one-line
+    errors otherwise."""
     if path.name.endswith(".replay.pt"):
-        raise CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; pass the "
-                              "<run>_latest.pt or <run>_ep<N>.pt beside it")
+        raise CheckpointError(f"{path} is a replay sidecar (the replay buffer), not a checkpoint; "
+                              "pass the <run>_latest.pt or <run>_ep<N>.pt beside it")
     try:
         payload = load_weights(path)
     except NoSuchFolder:
@@ -230,8 +247,10 @@ def task_spec(cfg) -> Spec:
     task.close()
     env = cfg.env
     obs_shape = env.stack_shape if cfg.pixels else state
-    return Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=space.low.tolist(), action_high=space.high.tolist(),
-                task=env.id, encoder=cfg.encoder.video.arch if cfg.pixels else "state", action_repeat=env.action_repeat)
+    return Spec(obs_shape=obs_shape, pixels=cfg.pixels, action_low=space.low.tolist(),
+                action_high=space.high.tolist(),
+                task=env.id, encoder=cfg.encoder.video.arch if cfg.pixels else "state",
+                action_repeat=env.action_repeat)
 
 
 def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tuple[PolicyNet, Spec]:
@@ -245,13 +264,15 @@ def checkpoint_net(cfg, payload: dict, path: Path, *, unit_actions: bool) -> tup
     net = policy_net(cfg, encoder, spec, unit_actions=unit_actions)
     try:
         if not frozen:
-            encoder.load_state_dict({key.removeprefix(ENCODER_PREFIX): value for key, value in agent["critic"].items()
+            encoder.load_state_dict({key.removeprefix(ENCODER_PREFIX): value
+                                     for key, value in agent["critic"].items()
                                      if key.startswith(ENCODER_PREFIX)})
         net.actor.load_state_dict(agent["actor"])
     except RuntimeError as err:
         raise CheckpointError(
-            f"checkpoint {path} does not fit the networks of its own config ({str(err).splitlines()[0]}); "
-            f"remove the --set overrides that change networks, or {CHECKPOINT_FIX}") from None
+            f"checkpoint {path} does not fit the networks of its own config "
+            f"({str(err).splitlines()[0]}); remove the --set overrides that change networks, or "
+            f"{CHECKPOINT_FIX}") from None
     return net, spec
 
 
@@ -311,30 +332,33 @@ def read_folder_config(folder: Path):
 
 
 def frozen_trunk(cfg, obs_shape: tuple[int, ...], *, saved: str | None, path: Path) -> nn.Module:
-    """The frozen trunk a run learnt on, rebuilt as the trainer built it and checked against its fingerprint."""
+    """The frozen trunk a run learnt on, rebuilt as the trainer built it and checked against its
+    fingerprint."""
     with torch.random.fork_rng():
-        torch.manual_seed(cfg.training.seed)  # as the trainer seeds before building a trunk that loads no weights
+        # as the trainer seeds before building a trunk that loads no weights
+        torch.manual_seed(cfg.training.seed)
         _, trunk = build_encoders(cfg, obs_shape, torch.device("cpu"))
     if trunk.fingerprint != saved:
-        raise UserError(f"checkpoint {path} learnt on frozen trunk {saved}, but encoder.video.weights="
-                        f"{cfg.encoder.video.weights} gives {trunk.fingerprint}; pass the weights file it was trained "
-                        "with (--set encoder.video.weights=PATH, or Policy.load(..., overrides=[...]))")
+        raise UserError(f"checkpoint {path} learnt on frozen trunk {saved}, but "
+                        f"encoder.video.weights={cfg.encoder.video.weights} gives "
+                        f"{trunk.fingerprint}; pass the weights file it was trained with (--set "
+                        "encoder.video.weights=PATH, or Policy.load(..., overrides=[...]))")
     return trunk.encoder
 
 
 def read_spec(folder: Path) -> Spec:
     file = folder / SPEC_FILE
     if not file.is_file():
-        raise UserError(f"{folder} is not an exported policy (no {SPEC_FILE}); pass a checkpoint or a folder "
-                        "written by python3 -m trainer.policy.export")
+        raise UserError(f"{folder} is not an exported policy (no {SPEC_FILE}); pass a checkpoint "
+                        "or a folder written by python3 -m trainer.policy.export")
     try:
         data = json.loads(file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{file} is unreadable ({err}); {EXPORT_AGAIN}") from None
     found = data.get("format") if isinstance(data, dict) else None
     if found != POLICY_FORMAT:
-        raise UserError(f"{folder} was exported in the format {found!r}, where this version reads {POLICY_FORMAT!r}; "
-                        f"{EXPORT_AGAIN}")
+        raise UserError(f"{folder} was exported in the format {found!r}, where this version reads "
+                        f"{POLICY_FORMAT!r}; {EXPORT_AGAIN}")
     fields = {f.name for f in dataclasses.fields(Spec)}
     if not fields <= data.keys():
         raise UserError(f"{file} lacks {', '.join(sorted(fields - data.keys()))}; {EXPORT_AGAIN}")

@@ -1,5 +1,5 @@
-"""Every command's way out: its exit status, bad input as one line and 2, a stop signal as one line and
-128+signal; and a console that may go away under it."""
+"""Every command's way out: its exit status, bad input as one line and 2, a stop signal as one line
+and 128+signal; and a console that may go away under it."""
 
 import atexit
 import contextlib
@@ -14,19 +14,24 @@ from envs import rendering
 from errors import Diverged, UserError
 from trainer.process.signals import Interrupted, interrupted, interrupts
 
-# the parameters that low layers name in their messages (in backticks, see errors.py) -> the config keys that set them
+# the parameters that low layers name in their messages (in backticks, see errors.py) -> the config
+# keys that set them
 PARAMETER_KEYS = {
-    "env_id": "env.id", "camera": "env.camera", "backend": "env.backend", "num_envs": "env.num_envs",
+    "env_id": "env.id", "camera": "env.camera", "backend": "env.backend",
+    "num_envs": "env.num_envs",
     "warp_processes": "env.warp_processes",
     "parts": "env.randomize.parts", "light_tilt_deg": "env.randomize.light_tilt_deg",
     "camera_pos": "env.randomize.camera_pos", "camera_rot_deg": "env.randomize.camera_rot_deg",
     "camera_fov_deg": "env.randomize.camera_fov_deg",
     "capacity": "sac.buffer_size",
-    "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained", "weights": "encoder.video.weights",
-    "preset": "encoder.video.preset", "input_size": "encoder.video.input_size", "freeze": "encoder.video.freeze",
+    "arch": "encoder.video.arch", "pretrained": "encoder.video.pretrained",
+    "weights": "encoder.video.weights",
+    "preset": "encoder.video.preset", "input_size": "encoder.video.input_size",
+    "freeze": "encoder.video.freeze",
 }
 
-USER_ERROR_STATUS = 2  # argparse's status for a usage error: bad input from the command line or a file
+# argparse's status for a usage error: bad input from the command line or a file
+USER_ERROR_STATUS = 2
 DIVERGED_STATUS = 3  # the run stopped before saving a NaN or inf state: its settings need a change
 
 
@@ -43,12 +48,14 @@ def prog(module: str) -> str:
 
 
 def explain(err: UserError) -> str:
-    """The error's message with config keys in place of the parameters low layers name in backticks."""
+    """The error's message with config keys in place of the parameters low layers name in
+    backticks."""
     return re.sub(r"`(\w+)`", lambda m: PARAMETER_KEYS.get(m.group(1), m.group(0)), str(err))
 
 
 def error_exit(err: UserError) -> int:
-    """Every command's way out on bad input: the explained message as one line on stderr, and the exit status."""
+    """Every command's way out on bad input: the explained message as one line on stderr, and the
+    exit status."""
     print(f"error: {explain(err)}", file=sys.stderr)
     return DIVERGED_STATUS if isinstance(err, Diverged) else USER_ERROR_STATUS
 
@@ -114,16 +121,17 @@ def guard_console() -> None:
 
 
 def skip_final_collections() -> None:
-    """At exit the interpreter's last garbage collections walk every object the run made: seconds for a
-    trainer. Frozen first, they are skipped; atexit handlers and finalizers still run, and the memory goes
-    back to the system when the process ends. Env workers do the same (envs/workers.py)."""
+    """At exit the interpreter's last garbage collections walk every object the run made: seconds
+    for a trainer. Frozen first, they are skipped; atexit handlers and finalizers still run, and the
+    memory goes back to the system when the process ends. Env workers do the same
+    (envs/workers.py)."""
     atexit.unregister(gc.freeze)  # once, however many commands a process runs
     atexit.register(gc.freeze)
 
 
 def run_command(body: Callable[[], int | None], *, cut_short: str | Callable[[], str]) -> int:
-    """`body()`'s exit status (None is 0); a UserError is one `error:` line and 2; a stop signal is one line saying
-    what the command left (`cut_short`, or what it returns then) and 128+signal."""
+    """`body()`'s exit status (None is 0); a UserError is one `error:` line and 2; a stop signal is
+    one line saying what the command left (`cut_short`, or what it returns then) and 128+signal."""
     guard_console()
     skip_final_collections()
     try:

@@ -1,8 +1,9 @@
-"""Stop signals (SIGTERM, SIGINT, SIGHUP): GracefulStop makes them a flag the training loop checks so it can save
-`_latest` (a second signal stops at once); elsewhere they unwind to one line and exit status 128+signal.
-Once a stop is under way SIGHUP is ignored: a closed terminal sends several (its shell passes one
-on, the kernel another as the shell exits), and a hangup never means "at once". A SIGHUP ignored
-from the start (nohup) stays ignored. A child started with die_with_parent gets SIGTERM when its parent dies.
+"""Stop signals (SIGTERM, SIGINT, SIGHUP): GracefulStop makes them a flag the training loop checks
+so it can save `_latest` (a second signal stops at once); elsewhere they unwind to one line and exit
+status 128+signal. Once a stop is under way SIGHUP is ignored: a closed terminal sends several (its
+shell passes one on, the kernel another as the shell exits), and a hangup never means "at once". A
+SIGHUP ignored from the start (nohup) stays ignored. A child started with die_with_parent gets
+SIGTERM when its parent dies.
 """
 
 import ctypes
@@ -17,7 +18,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Stopped(BaseException):
-    """A stop signal where there is nothing to save; a BaseException, so no library's `except Exception` takes it."""
+    """A stop signal where there is nothing to save; a BaseException, so no library's `except
+    Exception` takes it."""
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by signal {signum}")
@@ -50,19 +52,21 @@ def _raise_stopped(signum, frame) -> None:
 
 
 def die_with_parent() -> None:
-    """A child's preexec_fn: SIGTERM (a trainer saves and exits) when the process that started it dies, even by
-    SIGKILL, so no run goes on unwatched holding its lock."""
+    """A child's preexec_fn: SIGTERM (a trainer saves and exits) when the process that started it
+    dies, even by SIGKILL, so no run goes on unwatched holding its lock."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def stop_at_once() -> None:
-    """From now on, outside GracefulStop: a stop signal raises Stopped wherever the main thread is."""
+    """From now on, outside GracefulStop: a stop signal raises Stopped wherever the main thread
+    is."""
     _take_over(_raise_stopped)
 
 
 @contextmanager
 def deferred():
-    """Around a step that must not be cut in half: a stop signal raises Stopped after it (a second one at once)."""
+    """Around a step that must not be cut in half: a stop signal raises Stopped after it (a second
+    one at once)."""
     with GracefulStop() as stop:
         yield
     if stop.requested:
@@ -103,7 +107,8 @@ class Interrupted(Exception):
 
 @contextmanager
 def interrupts():
-    """While inside, a stop signal raises Interrupted (Ctrl-C too: KeyboardInterrupt would end in a traceback)."""
+    """While inside, a stop signal raises Interrupted (Ctrl-C too: KeyboardInterrupt would end in a
+    traceback)."""
     def handle(signum, frame):
         _under_way()
         raise Interrupted(signum)
@@ -116,7 +121,8 @@ def interrupts():
 
 
 def interrupted(stop: Interrupted, outcome: str) -> int:
-    """A command's way out on a stop signal: one line saying what it leaves (`outcome`), and the exit status."""
+    """A command's way out on a stop signal: one line saying what it leaves (`outcome`), and the
+    exit status."""
     end_progress_bars()
     print(f"{stop}; {outcome}", file=sys.stderr)
     return 128 + stop.signum
@@ -127,5 +133,6 @@ def end_progress_bars() -> None:
     for bar in list(tqdm._instances):
         if hasattr(bar, "start_t"):
             bar.close()
-        elif getattr(bar, "sp", None) is not None:  # the signal came while the bar drew itself the first time
+        elif getattr(bar, "sp", None) is not None:
+            # the signal came while the bar drew itself the first time
             bar.fp.write("\n")

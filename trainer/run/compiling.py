@@ -1,5 +1,6 @@
-"""A compiled run (`training.compile`) that a stop cannot break: compilers shielded from stop signals, and kernel
-libraries a killed compile cut short (torch loads them unchecked) removed from the cache (docs/guide.md#configs)."""
+"""A compiled run (`training.compile`) that a stop cannot break: compilers shielded from stop
+signals, and kernel libraries a killed compile cut short (torch loads them unchecked) removed from
+the cache (docs/guide.md#configs)."""
 
 import fcntl
 import logging
@@ -15,20 +16,22 @@ HEADER_BYTES = 64  # an ELF64 header; a file shorter than this is no library
 
 
 def prepare(report: Callable[[str], None]) -> None:
-    """Before the run's first compile: shield the compilers, repair the cache and say what was removed."""
-    # torch's CUDA build says "No CUDA runtime is found" on stderr at every compile on a CPU: not this run's news
+    """Before the run's first compile: shield the compilers, repair the cache and say what was
+    removed."""
+    # torch's CUDA build says "No CUDA runtime is found" on stderr at every compile on a CPU: not
+    # this run's news
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     shield_compilers()
     folder = cache_folder()
     removed = repair(folder)
     if removed:
-        report(f"removed {len(removed)} damaged kernel libraries from torch's compile cache {folder} (left by a "
-               "compile that was cut short); they are compiled again")
+        report(f"removed {len(removed)} damaged kernel libraries from torch's compile cache "
+               f"{folder} (left by a compile that was cut short); they are compiled again")
 
 
 def shield_compilers() -> None:
-    """Block the stop signals while a thread compiles, so the compiler processes it starts never see a signal sent
-    to the process group; the trainer takes it after the compile, as usual."""
+    """Block the stop signals while a thread compiles, so the compiler processes it starts never see
+    a signal sent to the process group; the trainer takes it after the compile, as usual."""
     from torch._dynamo.callback import callback_handler
 
     if _block not in callback_handler.start_callbacks:
@@ -51,10 +54,12 @@ def cache_folder() -> Path:
 
 
 def repair(folder: Path) -> list[Path]:
-    """Remove (and return) the libraries in `folder` shorter than their headers say, unless being built now."""
+    """Remove (and return) the libraries in `folder` shorter than their headers say, unless being
+    built now."""
     removed = []
     for library in sorted(folder.glob("*/*.so")):
-        lock = folder / "locks" / f"{library.name.split('.')[0]}.lock"  # torch's, named by the library's key
+        # torch's, named by the library's key
+        lock = folder / "locks" / f"{library.name.split('.')[0]}.lock"
         if cut_short(library) and _remove_unless_building(library, lock):
             removed.append(library)
     return removed
@@ -76,7 +81,8 @@ def cut_short(path: Path) -> bool:
 
 
 def _remove_unless_building(library: Path, lock: Path) -> bool:
-    """Unlink `library` under torch's lock for it (flock, as the `filelock` package takes it); False if it is held."""
+    """Unlink `library` under torch's lock for it (flock, as the `filelock` package takes it); False
+    if it is held."""
     try:
         f = open(lock, "a")
     except FileNotFoundError:  # no locks folder: nothing was ever built there

@@ -1,6 +1,6 @@
-"""The run's demonstrations (`demos.path`): read the Minari dataset, check it against the config, fill their store;
-with a frozen trunk, its features of every frame stack. Checkpoints hold the file's fingerprint, never the
-demonstrations (docs/checkpoints.md#reading)."""
+"""The run's demonstrations (`demos.path`): read the Minari dataset, check it against the config,
+fill their store; with a frozen trunk, its features of every frame stack. Checkpoints hold the
+file's fingerprint, never the demonstrations (docs/checkpoints.md#reading)."""
 
 import time
 
@@ -16,32 +16,42 @@ from sac.demos import fill_store
 from sac.replay import ReplayBuffer
 from trainer.config.load import Config
 
-RECORD_HINT = ("record matching ones with python3 -m trainer.tools.record --config <this config> [its --set ...] "
-               "--out PATH")
+RECORD_HINT = ("record matching ones with python3 -m trainer.tools.record --config <this config> "
+               "[its --set ...] --out PATH")
 
 
 class Demos:
-    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share` from."""
+    """The demonstrations of a run: `store` is the ReplayBuffer that batches draw `demos.share`
+    from."""
 
-    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int, frames_on: torch.device | None,
+    def __init__(self, cfg: Config, obs_space: gym.spaces.Box, action_dim: int,
+                 frames_on: torch.device | None,
                  trunk: FrozenTrunk | None = None, *, states: int = 0):
-        """`states` > 0: each step's features end in the recorded simulator state, that long (trainer's `stored`)."""
+        """`states` > 0: each step's features end in the recorded simulator state, that long
+        (trainer's `stored`)."""
         self.path = cfg.demos.path
         data = demo_files.read(self.path)
         key = check_fits(cfg, data, obs_space, action_dim, states=states)
-        self.fingerprint, self.episodes, self.steps = data.fingerprint, len(data.episodes), data.steps
-        # said, not refused: fixed-scene demonstrations in a randomised run (or the reverse) are a user's choice
+        self.fingerprint, self.episodes, self.steps = (data.fingerprint, len(data.episodes),
+                                                       data.steps)
+        # said, not refused: fixed-scene demonstrations in a randomised run (or the reverse) are a
+        # user's choice
         recorded = data.recording.get("randomized")
-        self.scenes = ("" if recorded is None or recorded == cfg.env.randomize.enabled or key != demo_files.PIXELS
-                       else f", recorded {'on randomised scenes' if recorded else 'on the fixed scene'} while this run "
-                            f"{'randomises' if cfg.env.randomize.enabled else 'does not randomise'} them")
+        randomises = cfg.env.randomize.enabled
+        same = recorded is None or recorded == randomises or key != demo_files.PIXELS
+        were = "on randomised scenes" if recorded else "on the fixed scene"
+        self.scenes = ("" if same else f", recorded {were} while this run "
+                       f"{'randomises' if randomises else 'does not randomise'} them")
         sac = cfg.sac
         observations = [e.observations[key] for e in data.episodes]
         frame_stack = cfg.env.frame_stack if key == demo_files.PIXELS else None
-        self.encode_s: float | None = None  # seconds the trunk took to encode them; None: the store holds frames
-        def store(observations, frame_stack: int | None, frames_on: torch.device | None) -> ReplayBuffer:
+        # seconds the trunk took to encode them; None: the store holds frames
+        self.encode_s: float | None = None
+        def store(observations, frame_stack: int | None,
+                  frames_on: torch.device | None) -> ReplayBuffer:
             return fill_store(
-                [(obs, e.actions, e.rewards, e.terminations) for obs, e in zip(observations, data.episodes)],
+                [(obs, e.actions, e.rewards, e.terminations)
+                 for obs, e in zip(observations, data.episodes)],
                 frame_stack=frame_stack,
                 seed=cfg.training.seed,
                 discount=sac.discount,
@@ -51,7 +61,8 @@ class Demos:
 
         if trunk:  # a store of frames builds the stacks; a feature vector holds its stack
             start = time.perf_counter()
-            features = encode(trunk, store(observations, frame_stack, None), batch_size=sac.batch_size)
+            features = encode(trunk, store(observations, frame_stack, None),
+                              batch_size=sac.batch_size)
             if states:
                 recorded = np.concatenate([e.observations[demo_files.STATE] for e in data.episodes])
                 features = np.concatenate([features, recorded.astype(features.dtype)], axis=1)
@@ -60,16 +71,19 @@ class Demos:
         self.store: ReplayBuffer = store(observations, frame_stack, frames_on)
 
     def describe(self) -> str:
-        text = f"{self.episodes} demonstration episodes ({self.steps} steps) from {self.path}{self.scenes}"
+        text = (f"{self.episodes} demonstration episodes ({self.steps} steps) from "
+                f"{self.path}{self.scenes}")
         if self.encode_s is None:
             return text
         return f"{text}, stored as the frozen trunk's features (encoded in {self.encode_s:.1f} s)"
 
     def state_dict(self) -> dict:
-        return {"path": str(self.path), "fingerprint": self.fingerprint, "rng": self.store.rng.bit_generator.state}
+        return {"path": str(self.path), "fingerprint": self.fingerprint,
+                "rng": self.store.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict | None) -> str:
-        """Continue the saved sampling; returns what to tell the user (the file is re-read, or it changed)."""
+        """Continue the saved sampling; returns what to tell the user (the file is re-read, or it
+        changed)."""
         verb = "re-read" if self.encode_s is None else "re-read and re-encoded"
         message = f"{verb} {self.describe()}; checkpoints do not copy them"
         if state is None:
@@ -77,8 +91,8 @@ class Demos:
         self.store.rng.bit_generator.state = state["rng"]
         if state["fingerprint"] != self.fingerprint:
             return (
-                f"{message}; the file differs from the one the checkpoint trained with ({state['path']}): "
-                "training goes on with the demonstrations as they are now"
+                f"{message}; the file differs from the one the checkpoint trained with "
+                f"({state['path']}): training goes on with the demonstrations as they are now"
             )
         return message
 
@@ -87,12 +101,15 @@ def encode(trunk: FrozenTrunk, frames: ReplayBuffer, *, batch_size: int) -> np.n
     """The trunk's features (count, repr_dim) of the stack ending at every frame of `frames`."""
     numbers = np.arange(frames.count)
     batches = (numbers[i : i + batch_size] for i in range(0, frames.count, batch_size))
-    return np.concatenate([trunk(frames.stacks(ends, np.zeros_like(ends)).numpy()) for ends in batches])
+    return np.concatenate([trunk(frames.stacks(ends, np.zeros_like(ends)).numpy())
+                           for ends in batches])
 
 
-def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box, action_dim: int, *,
+def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spaces.Box,
+               action_dim: int, *,
                states: int = 0) -> str:
-    """The observation key this run reads, or a one-line UserError naming the dataset's side and the config's."""
+    """The observation key this run reads, or a one-line UserError naming the dataset's side and the
+    config's."""
     pixels = cfg.encoder.type == "video"
     key = demo_files.PIXELS if pixels else demo_files.STATE
 
@@ -108,7 +125,8 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
     if key not in data.observation_space.spaces:
         raise fail("observations", "/".join(data.observation_space.spaces), key, "encoder.type")
     space = data.observation_space[key]
-    if pixels and len(space.shape) == len(obs_space.shape):  # stacks stored: the run could not restack them
+    # stacks stored: the run could not restack them
+    if pixels and len(space.shape) == len(obs_space.shape):
         raise fail(
             "frames stored in stacks of",
             space.shape[0],
@@ -129,9 +147,11 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         raise fail("the critic's simulator state:", theirs, f"{states} numbers", "sac.critic_input")
     if data.action_space.shape != (action_dim,):
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
-    # frames another renderer made look different (docs/warp.md): a dataset that does not say is an OpenGL one
+    # frames another renderer made look different (docs/warp.md): a dataset that does not say is an
+    # OpenGL one
     recorded_defaults = {"backend": "mujoco"}
-    for setting in ("action_repeat", *frame_settings(cfg.env.backend)) if pixels else ("action_repeat",):
+    for setting in ("action_repeat",
+                    *frame_settings(cfg.env.backend)) if pixels else ("action_repeat",):
         configured = getattr(cfg.env, setting)
         recorded = data.recording.get(setting, recorded_defaults.get(setting, configured))
         if recorded != configured:

@@ -1,5 +1,5 @@
-"""Evaluation episodes: the deterministic policy from fixed seeds, as the trainer's periodic evaluation and
-trainer.policy.evaluate both run them."""
+"""Evaluation episodes: the deterministic policy from fixed seeds, as the trainer's periodic
+evaluation and trainer.policy.evaluate both run them."""
 
 import dataclasses
 from collections.abc import Callable
@@ -18,18 +18,20 @@ class Episode:
     success: bool | None  # None where the task has no success
 
 
-def run_episodes(act: Callable, env, *, seed: int, episodes: int, observe: Callable = lambda obs: obs,
+def run_episodes(act: Callable, env, *, seed: int, episodes: int,
+                 observe: Callable = lambda obs: obs,
                  camera=None, film: int = 0, video_size: int = 0, max_frames: int | None = None,
                  stopped: Callable[[], bool] = lambda: False, progress=None,
                  name: str = "") -> tuple[list[Episode], list[np.ndarray]] | None:
-    """Episode i from `seed + i`, `env.num_envs` at a time, and the frames of the first `film` episodes (each up to
-    `max_frames`), whole episodes in turn; None once `stopped()` is true."""
+    """Episode i from `seed + i`, `env.num_envs` at a time, and the frames of the first `film`
+    episodes (each up to `max_frames`), whole episodes in turn; None once `stopped()` is true."""
     n, rows, clip = env.num_envs, [], []
     for first in range(0, episodes, n):
         env.reset(seed=seed + first)
         count = min(n, episodes - first)
         total, length = np.zeros(n), np.zeros(n, int)
-        done, success = np.arange(n) >= count, np.zeros(n, bool)  # envs past `count` run no episode of ours
+        # envs past `count` run no episode of ours
+        done, success = np.arange(n) >= count, np.zeros(n, bool)
         filmed = {i: [] for i in range(n) if first + i < min(film, episodes)}
         while not done.all():
             if stopped():
@@ -53,7 +55,8 @@ def run_episodes(act: Callable, env, *, seed: int, episodes: int, observe: Calla
 
 
 def frame(env, camera, i: int, size: int) -> np.ndarray:
-    """uint8 (size, size, 3): the camera's picture of the env, or world i's newest observed frame scaled to it."""
+    """uint8 (size, size, 3): the camera's picture of the env, or world i's newest observed frame
+    scaled to it."""
     from PIL import Image
 
     if camera is not None:

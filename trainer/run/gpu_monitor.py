@@ -1,4 +1,5 @@
-"""GPU utilisation and memory for TensorBoard, read through NVML; without it, nothing: monitoring never stops a run."""
+"""GPU utilisation and memory for TensorBoard, read through NVML; without it, nothing: monitoring
+never stops a run."""
 
 import time
 from collections.abc import Callable

@@ -1,5 +1,5 @@
-"""Where a run's numbers go, under `<tensorboard_dir>/<run>/` (docs/guide.md, "Watching a run"). Files are rewritten
-atomically, eval.csv last, so its row means an evaluation was logged whole.
+"""Where a run's numbers go, under `<tensorboard_dir>/<run>/` (docs/guide.md, "Watching a run").
+Files are rewritten atomically, eval.csv last, so its row means an evaluation was logged whole.
 """
 
 import contextlib
@@ -23,19 +23,22 @@ from trainer.config.load import Config, to_dict, to_yaml
 from trainer.run.curves import parse_rows, plot_curves
 from trainer.run.video import write_videos
 
-# success: empty for tasks without it; wall_s: training seconds since the run began, resumes included, stops not
+# success: empty for tasks without it; wall_s: training seconds since the run began, resumes
+# included, stops not
 EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
-# one row per training episode, as Stable-Baselines3's monitor.csv: `episode` counts it, env_step ends it
+# one row per training episode, as Stable-Baselines3's monitor.csv: `episode` counts it, env_step
+# ends it
 EPISODE_COLUMNS = ("env_step", "frames", "episode", "return", "length", "success", "wall_s")
 STRIP_FRAMES = 8  # stills of each eval episode shown in TensorBoard's images tab
-# what a run writes into its log folder: a fresh start moves these aside, and nothing else (a sweep's train.log)
+# what a run writes into its log folder: a fresh start moves these aside, and nothing else (a
+# sweep's train.log)
 LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "episodes.csv", "curve.png", "videos",
              "events.out.tfevents.*", "wandb", ".*.tmp*")
 
 
 def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
-    """threading.excepthook without the traceback of TensorBoard's writer thread for a failed write: the main thread
-    reports it at its next write."""
+    """threading.excepthook without the traceback of TensorBoard's writer thread for a failed write:
+    the main thread reports it at its next write."""
     from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
 
     if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
@@ -43,12 +46,15 @@ def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
 
 
 class LogWriteError(UserError):
-    """A log file that could not be written (a full disk, an I/O error): the trainer saves and stops on it."""
+    """A log file that could not be written (a full disk, an I/O error): the trainer saves and stops
+    on it."""
 
 
 def set_aside(folder: Path) -> str | None:
-    """Move the logs of an earlier run in `folder` into `<folder>.replaced-<time>/` beside it; what to say, or None."""
-    old = sorted(n for n in os.listdir(folder) if any(fnmatch.fnmatch(n, pattern) for pattern in LOG_FILES))
+    """Move the logs of an earlier run in `folder` into `<folder>.replaced-<time>/` beside it; what
+    to say, or None."""
+    old = sorted(n for n in os.listdir(folder)
+                 if any(fnmatch.fnmatch(n, pattern) for pattern in LOG_FILES))
     if not old:
         return None
     aside = new_aside_folder(folder.parent, f"{folder.name}.replaced")
@@ -65,11 +71,13 @@ class Logger:
         self.said_no_mp4 = False
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            moved = set_aside(self.dir) if start_step == 0 else None  # step 0: a fresh start (checkpoints come later)
+            # step 0: a fresh start (checkpoints come later)
+            moved = set_aside(self.dir) if start_step == 0 else None
             atomic_write(self.dir / "config.yaml", lambda f: f.write(to_yaml(cfg).encode()))
         except OSError as err:
-            raise UserError(f"cannot write the run's logs to {self.dir} ({err.strerror or err}); set "
-                            "logging.tensorboard_dir to a folder this process may write to") from None
+            raise UserError(f"cannot write the run's logs to {self.dir} ({err.strerror or err}); "
+                            "set logging.tensorboard_dir to a folder this process may write "
+                            "to") from None
         if moved:
             self.message(moved)
         self.writer = None
@@ -77,8 +85,10 @@ class Logger:
             from torch.utils.tensorboard import SummaryWriter
 
             threading.excepthook = quiet_writer_thread
-            # TensorBoard hides events at or past purge_step: on resume, those of the interrupted run's tail
-            self.writer = SummaryWriter(str(self.dir), purge_step=start_step + 1 if start_step else None)
+            # TensorBoard hides events at or past purge_step: on resume, those of the interrupted
+            # run's tail
+            self.writer = SummaryWriter(str(self.dir), purge_step=start_step + 1 if start_step
+                                        else None)
         self.wandb = None
         if cfg.logging.wandb:
             try:
@@ -86,7 +96,8 @@ class Logger:
             except ImportError:
                 raise UserError("logging.wandb is true but wandb is not installed; "
                                 "pip install wandb==0.31.0, or set logging.wandb=false") from None
-            self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name, id=cfg.run_name,
+            self.wandb = wandb.init(project=cfg.logging.wandb_project, name=cfg.run_name,
+                                    id=cfg.run_name,
                                     resume="allow", config=to_dict(cfg), dir=str(self.dir))
         self.eval_csv = self.dir / "eval.csv"
         self.heldout_csv = self.dir / "eval_heldout.csv"
@@ -96,33 +107,39 @@ class Logger:
             if path.exists():  # a resume: without the rows past its checkpoint
                 with self.writing(path):
                     self._write_csv(path, rows)
-        # appended, a row per episode: rewriting it whole would cost a long run more with every episode. Once here,
-        # without the rows past the checkpoint and any row a power cut left short (a fresh start: the header alone)
+        # appended, a row per episode: rewriting it whole would cost a long run more with every
+        # episode. Once here, without the rows past the checkpoint and any row a power cut left
+        # short (a fresh start: the header alone)
         self.episodes_csv = self.dir / "episodes.csv"
         kept = self._kept_rows(start_step, self.episodes_csv, EPISODE_COLUMNS)
         with self.writing(self.episodes_csv):
             self._write_csv(self.episodes_csv, kept, EPISODE_COLUMNS)
             self.episode_log = open(self.episodes_csv, "a", newline="")
-        # no tqdm ETA: it extrapolates from recent episodes, seed episodes included, which run many times faster
-        # than those with updates; the trainer's `eta` counts from the first update
-        self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep", disable=not cfg.logging.progress,
-                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
+        # no tqdm ETA: it extrapolates from recent episodes, seed episodes included, which run many
+        # times faster than those with updates; the trainer's `eta` counts from the first update
+        self.bar = tqdm(total=total_episodes, initial=start_episode, unit="ep",
+                        disable=not cfg.logging.progress,
+                        dynamic_ncols=True,
+                        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]")
 
     @contextmanager
     def writing(self, what: str | Path):
-        """An OSError of the writes inside (a full disk, an I/O error) as a one-line LogWriteError naming `what`."""
+        """An OSError of the writes inside (a full disk, an I/O error) as a one-line LogWriteError
+        naming `what`."""
         try:
             yield
         except OSError as err:
             self.failed = True
-            reason = f"the disk holding {self.dir} is full" if err.errno == errno.ENOSPC else err.strerror or str(err)
+            reason = (f"the disk holding {self.dir} is full" if err.errno == errno.ENOSPC
+                      else err.strerror or str(err))
             raise LogWriteError(f"cannot write {what} ({reason})") from None
 
     def scalars(self, metrics: dict, step: int, prefix: str) -> None:
         values = {f"{prefix}/{key}": value.item() if isinstance(value, torch.Tensor) else value
                   for key, value in metrics.items()}
         if self.writer is not None:
-            with self.writing(f"the TensorBoard events in {self.dir}"):  # the writer's thread raises its error here
+            # the writer's thread raises its error here
+            with self.writing(f"the TensorBoard events in {self.dir}"):
                 for tag, value in values.items():
                     self.writer.add_scalar(tag, value, step)
         if self.wandb is not None and values:
@@ -130,8 +147,8 @@ class Logger:
 
     def episode(self, metrics: dict, *, step: int, frames: int, episode: int, success: bool | None,
                 wall_s: float, eta_s: float | None) -> None:
-        """A training episode ended at `step`; `episode`: how many have, this one included; `eta_s`: the run's
-        seconds left, None while unknown."""
+        """A training episode ended at `step`; `episode`: how many have, this one included; `eta_s`:
+        the run's seconds left, None while unknown."""
         self.scalars(metrics, step, "train")
         row = [step, frames, episode, f"{metrics['episode_return']:.3f}", metrics["episode_length"],
                "" if success is None else int(success), f"{wall_s:.1f}"]
@@ -140,13 +157,17 @@ class Logger:
             self.episode_log.flush()
         eta = "after the seed steps" if eta_s is None else tqdm.format_interval(eta_s)
         self.bar.set_postfix(eta=eta, step=step, ret=f"{metrics['episode_return']:.1f}",
-                             sps=f"{metrics['env_steps_per_s']:.1f}", refresh=False)  # update draws it, once
+                             # update draws it, once
+                             sps=f"{metrics['env_steps_per_s']:.1f}", refresh=False)
         self.bar.update(1)
 
-    def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int, episode: int,
+    def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int,
+                   episode: int,
                    wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
-        """`clip`: uint8 (H, W, 3) frames of the first eval episode, or none; `split`: eval, or eval_heldout."""
-        self.scalars({"return": mean_return} | ({} if success_rate is None else {"success_rate": success_rate}), step,
+        """`clip`: uint8 (H, W, 3) frames of the first eval episode, or none; `split`: eval, or
+        eval_heldout."""
+        self.scalars({"return": mean_return} | ({} if success_rate is None
+                                                else {"success_rate": success_rate}), step,
                      split)
         heldout = split == "eval_heldout"
         success = "" if success_rate is None else f"{success_rate:.3f}"
@@ -157,19 +178,24 @@ class Logger:
             ours, held = (self.eval_rows, rows) if heldout else (rows, self.heldout_rows)
             curves = {self.cfg.run_name: parse_rows(_csv_text(ours).splitlines())}
             if held:
-                curves[f"{self.cfg.run_name}, held-out scenes"] = parse_rows(_csv_text(held).splitlines())
+                curves[f"{self.cfg.run_name}, held-out scenes"] = parse_rows(
+                    _csv_text(held).splitlines())
             with self.writing(curve):
-                plot_curves({name: found for name, found in curves.items() if found}, curve, title=self.cfg.run_name)
+                plot_curves({name: found for name, found in curves.items() if found}, curve,
+                            title=self.cfg.run_name)
         if clip:
-            if self.writer is not None:  # TensorBoard's video needs moviepy; a strip of stills needs nothing
+            # TensorBoard's video needs moviepy; a strip of stills needs nothing
+            if self.writer is not None:
                 picks = np.linspace(0, len(clip) - 1, num=min(len(clip), STRIP_FRAMES)).astype(int)
                 with self.writing(f"the TensorBoard events in {self.dir}"):
-                    self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step, dataformats="NHWC")
+                    self.writer.add_images("eval/frames", np.stack([clip[i] for i in picks]), step,
+                                           dataformats="NHWC")
             gif = self.dir / "videos" / f"eval_ep{episode}.gif"
             with self.writing(f"{gif} and its MP4"):
                 gif.parent.mkdir(exist_ok=True)
                 no_mp4 = write_videos(clip, gif)
-            if no_mp4 and not self.said_no_mp4:  # once a run: every evaluation after it would say the same
+            # once a run: every evaluation after it would say the same
+            if no_mp4 and not self.said_no_mp4:
                 self.said_no_mp4 = True
                 self.warning(no_mp4)
         if heldout:
@@ -182,22 +208,26 @@ class Logger:
                 self._write_csv(self.eval_csv, rows)
         success = "" if success_rate is None else f", success {success_rate:.0%}"
         what = "eval on held-out scenes" if heldout else "eval"
-        self.message(f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
+        self.message(
+            f"{what} after episode {episode} (step {step}): return {mean_return:.1f}{success}")
 
     def message(self, text: str) -> None:
-        """A line on stdout, above the progress bar; flushed, so a log file under tmux shows it at once."""
+        """A line on stdout, above the progress bar; flushed, so a log file under tmux shows it at
+        once."""
         tqdm.write(text, file=sys.stdout)
         sys.stdout.flush()
 
     def warning(self, text: str) -> None:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
-    def _write_csv(self, path: Path, rows: list[list[str]], columns: tuple[str, ...] = EVAL_COLUMNS) -> None:
+    def _write_csv(self, path: Path, rows: list[list[str]],
+                   columns: tuple[str, ...] = EVAL_COLUMNS) -> None:
         atomic_write(path, lambda f: f.write(_csv_text(rows, columns).encode()))
 
     def _kept_rows(self, start_step: int, path: Path | None = None,
                    columns: tuple[str, ...] = EVAL_COLUMNS) -> list[list[str]]:
-        """The rows of `path` (default eval.csv) up to `start_step`; rows that do not parse are dropped, warned."""
+        """The rows of `path` (default eval.csv) up to `start_step`; rows that do not parse are
+        dropped, warned."""
         path = path or self.eval_csv
         if not path.exists():
             return []
@@ -205,7 +235,8 @@ class Logger:
             with open(path, newline="") as f:
                 rows = list(csv.reader(f))
         except (OSError, UnicodeDecodeError, csv.Error) as err:
-            raise UserError(f"cannot read {path} ({err}); move it aside and the run starts a new one"
+            raise UserError(f"cannot read {path} ({err}); move it aside and the run starts a new "
+                            "one"
                             ) from None
 
         def step(row: list[str]) -> int | None:
@@ -222,7 +253,8 @@ class Logger:
                 if at is not None and at <= start_step]
 
     def close(self) -> None:
-        """Flush and close without masking the error the run may be stopping on: a failed flush is a warning."""
+        """Flush and close without masking the error the run may be stopping on: a failed flush is a
+        warning."""
         self.bar.close()
         with contextlib.suppress(OSError):  # flushed at every row: nothing is lost here
             self.episode_log.close()
