@@ -14,11 +14,15 @@ A start without --resume refuses to write over checkpoints of the same run (chec
 import argparse
 import sys
 
+from envs.rendering import configure
+from errors import UserError
+from trainer.config.load import load_config
+from trainer.process import signals
+from trainer.process.cli import error_exit, guard_console, prog, skip_final_collections
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; `set` holds the --set overrides followed by the bare key=value ones."""
-    from trainer.process.cli import prog
-
     parser = argparse.ArgumentParser(prog=prog("train_sac"), description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True,
@@ -43,29 +47,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.process.cli import guard_console, skip_final_collections
-
     guard_console()  # a terminal, pipe or disk that cannot take a line stops nothing
     skip_final_collections()  # a stopped run exits in seconds, not after its last collections
     args = parse_args(argv)
-
-    from errors import UserError
-    from trainer.process import signals
 
     # nothing to save before the run takes stop signals over, nor after it has saved
     signals.stop_at_once()
     started = False
     try:
-        from envs.rendering import configure
-        from trainer.config.load import load_config
-        from trainer.process.cli import error_exit
-
         cfg = load_config(args.config, args.set)
         if args.resume == "auto" and args.start_over:
             raise UserError("--start-over begins a new run and --resume auto continues this one; "
                             "pass one of them (--start-over --resume PATH continues PATH after "
                             "moving this run's files aside)")
         configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
+        # here, not above: a bad config or --help answers without the seconds torch takes to load
         from trainer.run.loop import Trainer
 
         trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over, verbose=args.verbose)

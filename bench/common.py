@@ -42,7 +42,7 @@ class Utilisation:
         if device.type != "cuda":
             return
         try:
-            import pynvml
+            import pynvml  # here: this module is standard library only (above)
 
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from bench.common import Utilisation, positive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +53,6 @@ def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float,
           sets: list[str] = ()) -> tuple[list[dict], dict]:
     """One run to the target or the time limit (then SIGTERM, as a spot reclaim would): its
     evaluations, a summary."""
-    import torch
-
     settings = {"profile": profile, "training.seed": seed, "demos.path": demos,
                 "checkpoint.dir": workdir / "ckpt",
             "logging.tensorboard_dir": workdir / "runs", "logging.progress": False,

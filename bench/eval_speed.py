@@ -20,12 +20,13 @@ from pathlib import Path
 
 from bench.common import cpu_name, positive
 from envs.rendering import configure
+from trainer.config.load import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def build(config: str, *, profile: str, eval_envs: int, folder: Path, sets: list[str]):
-    from trainer.config.load import load_config
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.run.loop import Trainer
 
     cfg = load_config(ROOT / config, [f"profile={profile}", "demos.path=null", "env.num_envs=1",

@@ -40,6 +40,7 @@ one that runs out of memory or crashes is reported and the rest go on.
 """
 
 import argparse
+import csv
 import json
 import os
 import re
@@ -52,10 +53,14 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
 from bench.common import Utilisation, cpu_name, positive
 from envs.rendering import configure
-from trainer.config.load import SEED_LIMIT, TrainingConfig
+from trainer.config.load import SEED_LIMIT, TrainingConfig, load_config
 
+# torch, and what imports it, load inside the functions that use them: after __main__ has set
+# OMP_NUM_THREADS (at the end), which torch reads as it loads
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("graphs", "e2e", "updates", "variants", "envs", "smoke", "warp", "warp_learn")
 DMC = "configs/dmc/cartpole_swingup.yaml"
@@ -152,7 +157,6 @@ def update_row(config: str, device: str, batch: int, seconds: float, settings: d
     import numpy as np
     import torch
 
-    from trainer.config.load import load_config
     from trainer.run.loop import Trainer
 
     sets = {"profile": "gpu", "training.device": device, "sac.batch_size": batch,
@@ -289,8 +293,6 @@ def training_run(config: str, device: str, settings: dict, wall_s: float, workdi
 
 def scalars(run: Path) -> dict:
     """{tag: [values in step order]} from a run's TensorBoard events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     if not run.is_dir():
         return {}
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
@@ -299,8 +301,6 @@ def scalars(run: Path) -> dict:
 
 
 def evals(path: Path) -> list[dict]:
-    import csv
-
     if not path.is_file():
         return []
     with open(path) as f:

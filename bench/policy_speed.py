@@ -26,6 +26,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import onnxruntime
+
 from bench.common import cpu_name, positive
 from encoders import build_encoder
 from encoders.frozen import ProjectedEncoder
@@ -77,8 +79,6 @@ def rate(call, obs, seconds: float) -> tuple[float, float]:
 
 
 def measure(name: str, threads: int, seconds: float) -> dict:
-    import onnxruntime
-
     net, spec = policy_net(name)
     obs = export.example_batch(spec, 1)
     row = {"encoder": name, "params": sum(p.numel() for p in net.parameters())}

@@ -21,6 +21,8 @@ import numpy as np
 from bench.common import positive
 from envs.rendering import configure
 from errors import UserError
+from trainer.config.load import load_config
+from trainer.process.cli import error_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 # distinct noise frames, cycled: what the replay holds does not change what a save costs
@@ -36,7 +38,6 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true",
                         help="leave the checkpoint in --dir (else it is removed)")
     args = parser.parse_args()
-    from trainer.process.cli import error_exit
 
     try:
         print(json.dumps(measure(args)))
@@ -48,7 +49,7 @@ def main() -> int:
 def measure(args) -> dict:
 
     configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
-    from trainer.config.load import load_config
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.run.loop import Trainer
 
     directory = Path(args.dir)

@@ -59,10 +59,21 @@ import sys
 import tempfile
 import time
 
+import gymnasium as gym
 import numpy as np
+import torch
 
+from encoders import build_encoder
+from envs.pixels import resolve_camera
 from envs.rendering import configure
 from errors import UserError
+from sac.agent import SAC
+from sac.augment import random_shift
+from sac.replay import ReplayBuffer
+from trainer.config.load import load_config
+from trainer.process.cli import explain
+from trainer.process.device import native_bfloat16, resolve_device
+from trainer.run.encoder_setup import build_video_encoder
 
 ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
 OURS = {
@@ -77,8 +88,6 @@ ONE_RENDER_THREAD = {"LP_NUM_THREADS": "0"}
 
 
 def config(args, **overrides):
-    from trainer.config.load import load_config
-
     sets = {
         "env.image_size": args.image_size, "env.action_repeat": 1,
         "env.max_episode_steps": args.episode_steps,
@@ -109,10 +118,10 @@ def raw_vs_wrapper(args) -> dict:
     so that load from other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene
     + render into a preallocated buffer, and `make_env(...).step` (Gymnasium wrappers, action
     scaling, frame stack)."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     import mujoco
 
     from envs.make import make_env
-    from envs.pixels import resolve_camera
 
     cfg = config(args)
     env = make_env(cfg.env, cfg.pixels)
@@ -195,6 +204,7 @@ class OurTrainer:
     schedules no evaluation or checkpoint."""
 
     def __init__(self, args, overrides: dict):
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from trainer.run.loop import Trainer
 
         self.trainer = Trainer(config(args, **overrides))
@@ -212,8 +222,6 @@ class OurTrainer:
 
 
 def train(args) -> dict:
-    from trainer.process.device import native_bfloat16, resolve_device
-
     autocast = native_bfloat16(resolve_device("cpu" if args.cpu else "auto"))
     contenders = {
         name: OurTrainer(args,
@@ -236,13 +244,8 @@ def train(args) -> dict:
 def frozen(args) -> dict:
     """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored
     features."""
-    import torch
-
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_env
-    from sac.agent import SAC
-    from sac.replay import ReplayBuffer
-    from trainer.process.device import resolve_device
-    from trainer.run.encoder_setup import build_video_encoder
 
     overrides = {"encoder.video.freeze": True}
     cfg = config(args, **overrides)
@@ -298,9 +301,7 @@ def frozen(args) -> dict:
 
 def phases(args) -> dict:
     """Milliseconds per call of each piece of an update on a replay filled by the real env."""
-    import torch
-
-    from sac.augment import random_shift
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.run.loop import Trainer
 
     # random actions, no updates: just fill the replay
@@ -360,8 +361,6 @@ def phases(args) -> dict:
 def channels_stacked(env):
     """SB3 sees images as (C, H, W): the (T, 3, H, W) frame stack becomes (3T, H, W), channel order
     kept."""
-    import gymnasium as gym
-
     shape = env.observation_space.shape
     space = gym.spaces.Box(0, 255, (shape[0] * shape[1], *shape[2:]), np.uint8)
     return gym.wrappers.TransformObservation(env, lambda obs: obs.reshape(space.shape), space)
@@ -372,11 +371,10 @@ class SB3Trainer:
     conv stack as its features extractor (equal_encoder) or its default CnnPolicy."""
 
     def __init__(self, args, equal_encoder: bool):
-        import torch
+        # requirements-bench.txt: only this contender needs Stable-Baselines3
         from stable_baselines3 import SAC as SB3SAC
         from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-        from encoders import build_encoder
         from envs.make import make_env
 
         cfg = config(args)
@@ -497,7 +495,6 @@ def main() -> None:
         configure()  # before a row loads mujoco: its import raises on a bad MUJOCO_GL
         print(json.dumps(run_row(args.row, args)), flush=True)
         return
-    from trainer.process.cli import explain
 
     try:  # once here, not once per row: every row would print the same error
         config(args,

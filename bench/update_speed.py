@@ -23,7 +23,11 @@ import torch
 
 from bench.common import cpu_name, positive
 from envs.rendering import configure
+from sac.agent import SAC
 from sac.graphs import WARMUP_UPDATES
+from sac.replay import ReplayBuffer
+from trainer.config.load import load_config
+from trainer.run.encoder_setup import build_encoders
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "dishwashing_video.yaml"
@@ -36,9 +40,6 @@ PATHS = {"before": {"cuda_graph": False}, "after": {"cuda_graph": True}}
 
 
 def build(cfg, device: torch.device, *, cuda_graph: bool, action_dim: int):
-    from sac.agent import SAC
-    from trainer.run.encoder_setup import build_encoders
-
     encoder, _ = build_encoders(cfg, cfg.env.stack_shape, device)
     return SAC(encoder, action_dim, cfg.sac, device=device, pixels=True,
                autocast=cfg.training.autocast,
@@ -46,8 +47,6 @@ def build(cfg, device: torch.device, *, cuda_graph: bool, action_dim: int):
 
 
 def filled_replay(cfg, device: torch.device, *, batch: int, action_dim: int):
-    from sac.replay import ReplayBuffer
-
     env, rng = cfg.env, np.random.default_rng(0)
     frame = (3, env.image_size, env.image_size)
     replay = ReplayBuffer(capacity=4 * batch + 64, frame_shape=frame, frame_dtype=np.uint8,
@@ -63,8 +62,6 @@ def filled_replay(cfg, device: torch.device, *, batch: int, action_dim: int):
 
 
 def load(device: str, batch: int, *, profile: str = "gpu", sets: list[str] = ()):
-    from trainer.config.load import load_config
-
     return load_config(CONFIG,
                        [f"profile={profile}", f"training.device={device}",
                         f"sac.batch_size={batch}", *DRQV2,

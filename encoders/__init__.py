@@ -28,7 +28,7 @@ def arch_class(name: str) -> type[nn.Module]:
 def build_encoder(cfg: EncoderConfig, obs_shape: tuple[int, ...]) -> nn.Module:
     """The module returned has `.repr_dim`."""
     if cfg.type == "state":
-        from encoders.state import StateEncoder
+        from encoders.state import StateEncoder  # loaded when built, as ARCHS' modules are
 
         return StateEncoder(obs_shape)
     return arch_class(cfg.video.arch)(cfg.video, obs_shape)

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium as gym
+import minari
 import numpy as np
+from minari import MinariDataset
+from minari.data_collector.episode_buffer import EpisodeBuffer
+from minari.dataset.minari_storage import MinariStorage
 
 from errors import UserError, check_writable_folder
 
@@ -87,10 +91,6 @@ def write(
     recording: dict,
 ) -> None:
     """A new Minari dataset at `path` (an existing one is an error, never overwritten)."""
-    import minari
-    from minari.data_collector.episode_buffer import EpisodeBuffer
-    from minari.dataset.minari_storage import MinariStorage
-
     check_new(path)
     target = Path(path).expanduser().resolve()  # Minari joins relative paths twice
     target.mkdir(parents=True, exist_ok=True)
@@ -131,8 +131,6 @@ def write(
 def read(path: str | Path) -> Demonstrations:
     """The whole dataset in memory (demonstrations are small: 20 episodes of 84x84 frames are ~20
     MB)."""
-    from minari import MinariDataset
-
     where = data_path(path).resolve()
     if not (where / "metadata.json").is_file():
         raise UserError(

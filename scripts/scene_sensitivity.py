@@ -35,6 +35,7 @@ FIRST_SCENE = 10_000  # scene seeds FIRST_SCENE.. : apart from the episodes' own
 def scene_stacks(cfg, *, episodes: int, scenes: int) -> list[np.ndarray]:
     """Per scripted episode, uint8 (T, scenes, frame_stack, 3, H, W): each step's frame stack in
     each scene."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.dishwashing.scripted import scripted_action
     from envs.make import make_env
     from envs.randomize import render_scenes

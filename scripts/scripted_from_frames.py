@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from envs.rendering import configure
 from errors import UserError
 from trainer.config.load import EVAL_SEED_OFFSET, load_config
+from trainer.policy.trained import load_checkpoint
 from trainer.process.cli import run_command
 
 REPORTED = ("plate - gripper", "slot - plate", "gripper position")
@@ -44,6 +45,7 @@ OUTCOMES = ("placed", "never grasped", "let go", "still held")
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
     """The pretraining's Standardiser: from its report, or fitted again on `data`'s training
     episodes (a report written before reports stored it names its recordings)."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.tools.pretrain import Standardiser, read_datasets, read_report, report_path
 
     saved = read_report(weights)
@@ -58,6 +60,7 @@ def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
 
 
 def scene_env(cfg, scenes: str):
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_env
 
     randomize = dataclasses.replace(cfg.env.randomize, enabled=scenes == "train")
@@ -70,6 +73,7 @@ def play(env, estimate, *, seeds: list[int], act) -> dict:
     actions; per reported group, the error of `estimate(frame stack)`: RMS over steps, and RMS of
     each episode's mean; how the episodes ended (OUTCOMES), and for those let go outside the slot,
     slot - plate (m) at the last release."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.dishwashing.env import OBS_GROUPS, OBS_SLOT_FROM_PLATE
 
     successes, errors, outcomes, releases = [], [], dict.fromkeys(OUTCOMES, 0), []
@@ -153,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     def measure() -> None:
 
         configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.dishwashing.env import OBS_GROUPS
         from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of
-        from trainer.policy.trained import load_checkpoint
 
         if args.episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {args.episodes}")

@@ -3,6 +3,7 @@ sizes for speed, and encoder config blocks. Rendering is configured here, as the
 before any test module imports mujoco."""
 
 import errno
+import importlib.util
 import os
 import signal
 import subprocess
@@ -202,8 +203,6 @@ def interrupt_when_started(command: list[str], sig: int, started: bytes) -> tupl
 
 def script(name: str):
     """scripts/<name>.py as a module: the scripts are run by path, not imported as a package."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

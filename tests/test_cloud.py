@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import train_sac
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from trainer.config.load import load_config
 
 CLOUD = ROOT / "scripts" / "cloud"
@@ -258,7 +258,7 @@ def test_wandb_agent_command_becomes_the_sampled_overrides_of_a_run_named_after_
     does for each value set the controller sends: the trial wrapper hands train_sac.py the values as
     KEY=VALUE, which become exactly those config values, in a resumable run in the bucket whose name
     depends on the values alone."""
-    from wandb.wandb_agent import Agent
+    from wandb.wandb_agent import Agent  # here: wandb takes seconds to load
 
     sweep = task("sweep.yaml")
     calls = tmp_path / "calls.jsonl"
@@ -370,8 +370,6 @@ def test_sweep_launch_rejects_bad_arguments_before_launching_anything(fake_sky_a
 
 
 def test_train_sac_applies_bare_key_value_arguments_after_the_set_ones(tmp_path):
-    from tests.conftest import run_cli
-
     result = run_cli("--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"), "--set",
                      "training.episodes=5",
                      "training.episodes=0")

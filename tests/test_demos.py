@@ -20,13 +20,16 @@ import torch
 
 from encoders.frozen import FEATURE_DTYPE
 from envs import demos
+from envs.dishwashing.scripted import scripted_action
 from envs.make import make_batched_env, make_env
 from errors import UserError
 from sac.demos import demo_count, fill_store, mixed_sample
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, pause, run_cli, sets, wait_for_lock
+from tests.test_export import saved_trainer
 from trainer.checkpoints import checkpoint
 from trainer.config.load import load_config
+from trainer.policy.trained import Policy
 from trainer.run.demo_store import Demos, check_fits
 from trainer.run.encoder_setup import build_encoders
 from trainer.tools.record import Acting, record, recording_settings
@@ -175,8 +178,6 @@ def test_a_recording_refuses_a_place_or_setting_it_cannot_use_before_recording(
 def test_detours_hand_some_steps_to_random_actions_and_the_solver_takes_back_over(detours):
     """Without noise every action is the solver's on that step's state, but for the detours' uniform
     ones."""
-    from envs.dishwashing.scripted import scripted_action
-
     (episode,), *_ = record(load_config(VIDEO, [f"env.image_size={SIZE}"]), 1, seed=3,
                             acting=Acting(detours=detours),
                             progress=False)
@@ -200,10 +201,6 @@ def test_a_policy_acts_until_the_solver_takes_over_and_the_states_it_reaches_are
     """--policy: from the first step the actions are the policy's on the recorded frame stacks, and
     from the handover on the solver's on the recorded states, in OpenGL and in MuJoCo Warp worlds; a
     policy that sees other frames than the config renders is one line, before any episode."""
-    from envs.dishwashing.scripted import scripted_action
-    from tests.test_export import saved_trainer
-    from trainer.policy.trained import Policy
-
     _, path = saved_trainer(tmp_path, "dishwashing_video.yaml")  # 32x32 frames, untrained
     policy = Policy.load(path, unit_actions=True)
     cfg = load_config(VIDEO, ["env.image_size=32", f"env.backend={backend}"])

@@ -13,6 +13,7 @@ import torch
 
 from errors import UserError
 from sac.replay import host_bytes_per_slot
+from tests.conftest import DEFAULT_CONFIG, run_cli, sets
 from trainer.process.device import (
     can_compile,
     check_host_memory,
@@ -89,8 +90,6 @@ def test_cuda_out_of_memory_names_the_setting_and_a_batch_that_fits():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="an out-of-memory needs a CUDA device")
 def test_an_update_that_runs_out_of_cuda_memory_is_one_line_and_exit_2(tmp_path):
-    from tests.conftest import DEFAULT_CONFIG, run_cli, sets
-
     free = torch.cuda.mem_get_info()[0]
     # float frames of this many stacks alone exceed the free memory
     batch = int(free // (3 * 3 * 84 * 84 * 4)) * 4

@@ -17,11 +17,13 @@ import subprocess
 import sys
 
 import numpy as np
+import onnxruntime
 import pytest
 import torch
 import yaml
 from huggingface_hub import ModelCard
 
+from encoders import build_encoder
 from envs.make import make_env
 from errors import UserError
 from tests.conftest import ROOT, Unpickled, fill, interrupt_when_started, pause, start_until, tmpfs
@@ -56,7 +58,6 @@ def trunk_weights(tmp_path) -> str:
     projection and readout."""
     cfg = load_config(ROOT / "configs" / "default.yaml", ["encoder.video.num_filters=8"])
     obs_shape = (cfg.env.frame_stack, 3, SIZE, SIZE)
-    from encoders import build_encoder
 
     encoder = build_encoder(cfg.encoder, obs_shape)
     path = tmp_path / "trunk.pt"
@@ -120,8 +121,6 @@ ENCODERS = {
 @pytest.mark.parametrize("kind", ENCODERS)
 def test_every_exportable_encoder_exports_to_torchscript_and_onnx_with_the_same_actions(
     tmp_path, kind):
-    import onnxruntime
-
     config, settings = ENCODERS[kind]
     frozen = frozen_settings(tmp_path) if kind.startswith("frozen") else ()
     run, path = saved_trainer(tmp_path, config, *frozen, *settings)

@@ -17,8 +17,10 @@ from bench.gpu_check import (
     VARIANTS,
     Budget,
     claims,
+    report_name,
     run_row,
     run_sections,
+    slug,
 )
 from tests.conftest import ROOT
 from trainer.config.load import load_config
@@ -173,8 +175,6 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
     """A command limited to minutes finishes part of a section; --missing lets the next one run the
     rest without paying again for the rows already measured, which stay as they were, and the
     section names both commands."""
-    from bench.gpu_check import report_name, slug
-
     report = tmp_path / f"{slug(report_name('cpu', 'tiny'))}.json"
     # no real row reads exactly this: kept, not rerun
     measured = {"updates_per_s": 123.0, "device": "cpu"}
@@ -204,8 +204,6 @@ def test_missing_runs_only_the_rows_the_report_lacks_or_that_failed(tmp_path):
 def test_seeds_add_learning_rows_beside_the_kept_ones(tmp_path):
     """The GPU target is one seed's; --seeds with --missing runs another beside it, with its own
     training.seed, and the claim names every seed's result."""
-    from bench.gpu_check import claims, report_name, slug
-
     report = tmp_path / f"{slug(report_name('cpu', 'tiny'))}.json"
     first = {"wall_s": 256.0, "evals": [], "best_return": 772.6, "train_s_to_target": 239.7,
              "frames_to_target": 144000}

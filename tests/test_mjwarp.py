@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from dm_control import suite  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from bench.mjwarp import timed_frames  # noqa: E402
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
 from envs.make import make_batched_env  # noqa: E402  (rendering was configured by tests/conftest.py)
@@ -46,6 +47,7 @@ from envs.mjwarp.vector import WarpVectorEnv, camera_index  # noqa: E402
 from envs.pixels import resolve_camera  # noqa: E402
 from envs.workers import WorkerDied  # noqa: E402
 from errors import UserError  # noqa: E402
+from scripts.backend_frames import LOOKS, backend_frames  # noqa: E402
 from tests.conftest import ROOT, TINY, run_cli, sets  # noqa: E402
 from trainer.checkpoints import checkpoint  # noqa: E402
 from trainer.config.load import Config, load_config  # noqa: E402
@@ -383,8 +385,6 @@ def test_the_backend_picture_shows_each_state_through_both_renderers(config):
     copied, not some other state's). By default the ray-traced sky is black where OpenGL draws its
     skybox; `env.warp_shadows` and `env.warp_skybox` draw one, and bring every frame nearer
     OpenGL's."""
-    from scripts.backend_frames import LOOKS, backend_frames
-
     shown = backend_frames(config, moments=3, seed=0)
     plain_look, lit_look = LOOKS
     rasterised, plain, lit = shown["OpenGL"], shown[plain_look], shown[lit_look]
@@ -927,7 +927,6 @@ def test_the_frame_rate_benchmark_times_every_step_it_counts():
     """A contender slower a step than the timed window counts its one step and that step's seconds.
     The first step was once taken before the clock started, free: 4096 dishwashing worlds in 2
     processes, 3 steps a round, read 5.1x two workers, 1.5x their timed steps' rate."""
-    from bench.mjwarp import timed_frames
 
     class Slow:
         def step(self) -> int:

@@ -24,6 +24,7 @@ from envs.make import make_env
 from errors import UserError
 from sac.replay import ReplayBuffer
 from tests.conftest import ROOT, interrupt_when_started, pause, script, wait_for_lock
+from trainer.checkpoints import files as checkpoint_files
 from trainer.config.load import load_config
 from trainer.run.encoder_setup import (
     ENCODER_WEIGHTS_FORMAT,
@@ -35,6 +36,7 @@ from trainer.run.loop import Trainer
 from trainer.tools.pretrain import (
     Standardiser,
     build_regressor,
+    main,
     predict,
     read_datasets,
     split_of,
@@ -593,8 +595,6 @@ def test_init_goes_on_from_an_earlier_files_encoder_head_and_label_units(
 
 def test_an_init_file_that_cannot_be_gone_on_from_is_a_one_line_error(
     dataset, pretrained, tmp_path, capsys):
-    from trainer.tools.pretrain import main
-
     bare = tmp_path / "bare.pt"
     shutil.copy(pretrained[0], bare)  # without its report: no label units
     other = tmp_path / "other.pt"
@@ -635,8 +635,6 @@ def test_a_policy_reads_another_encoders_estimate_in_the_same_units_only(
     """scripts/scripted_from_frames.py --policy-reads weights: the policy's own weights file changes
     nothing, another file in the same label units changes the path it takes; a projection policy or
     other units are one line."""
-    from trainer.checkpoints import files as checkpoint_files
-
     module = script("scripted_from_frames")
     own = pretrained[0]
     other = tmp_path / "other.pt"  # the same units, another estimate

@@ -10,9 +10,11 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from envs.dishwashing.env import OBS_GRIP, OBS_HELD, OBS_SIZE
 from envs.dishwashing.scripted import scripted_action
-from envs.make import make_env
+from envs.make import make_batched_env, make_env
 from envs.randomize import HELDOUT, RandomScene, other_scenes, random_scene, render_scenes
 from envs.workers import InProcessEnv
 from errors import UserError
@@ -23,6 +25,7 @@ from trainer.policy import evaluate
 from trainer.process.cli import explain
 from trainer.run.episodes import Episode
 from trainer.run.loop import Trainer
+from trainer.tools.record import Acting, main, record
 
 DISHWASHING = ROOT / "configs" / "dishwashing_video.yaml"
 RANGES = ["env.randomize.color=0.3", "env.randomize.light_tilt_deg=25",
@@ -194,7 +197,6 @@ def test_a_resumed_run_shows_the_same_scenes_and_held_out_scenes_never_reach_tra
     with open(logs / "eval.csv") as f, open(logs / "eval_heldout.csv") as g:
         ours, heldout = list(csv.reader(f)), list(csv.reader(g))
     assert ours[0] == heldout[0] and len(ours) == len(heldout) == 3
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     events = EventAccumulator(str(logs)).Reload()
     assert {"eval/return", "eval_heldout/return"} <= set(events.Tags()["scalars"])
 
@@ -226,8 +228,6 @@ def test_evaluate_heldout_writes_its_own_episodes_file_and_a_state_policy_is_one
 
 
 def test_recording_under_randomisation_keeps_the_states_and_changes_the_frames():
-    from trainer.tools.record import Acting, record
-
     plain = load_config(DISHWASHING, ["profile=cpu", "env.image_size=32"])
     randomized = load_config(DISHWASHING,
                              ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true",
@@ -275,8 +275,6 @@ def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
     """The episode's own frames and states are those of a recording without views; each view is the
     frame a reset into the episode's other scene shows at that step's state, and differs from the
     own one."""
-    from trainer.tools.record import Acting, record
-
     cfg = load_config(DISHWASHING,
                       ["profile=cpu", "env.image_size=32", "env.randomize.enabled=true", *RANGES])
     (plain, *_), (viewed, space, *_) = (record(cfg, 2, seed=5, acting=Acting(noise=0.1),
@@ -311,8 +309,6 @@ def test_a_recording_with_views_stores_each_step_as_other_scenes_show_it():
     (["--views", "0", "--set", "env.randomize.enabled=true"], "--views must be >= 1"),
 ])
 def test_views_the_recording_cannot_make_are_one_line_errors(tmp_path, capsys, args, message):
-    from trainer.tools.record import main
-
     assert main(["--episodes", "1", "--out", str(tmp_path / "d"), "--config", str(DISHWASHING),
                  *args]) == 2
     err = capsys.readouterr().err
@@ -475,8 +471,6 @@ def test_scripted_from_frames_plays_a_true_reading_as_the_solver_and_a_constant_
     solver acting on the state still places the plate. A config whose encoder has no frozen
     estimate, a part of the state that does not exist, a missing policy checkpoint or no episodes is
     one line."""
-    from envs.dishwashing.env import OBS_GRIP, OBS_SIZE
-
     module = script("scripted_from_frames")
     env = module.scene_env(load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *RANGES]),
                            "heldout")
@@ -508,8 +502,6 @@ def test_scripted_from_frames_counts_how_episodes_end_and_where_a_failed_one_let
     """The solver places; a hand that never closes never grasps; one that opens as soon as it holds
     lets go over the basin, far across from the slot; one that stops and keeps the plate still holds
     it when time runs out."""
-    from envs.dishwashing.env import OBS_HELD
-
     module = script("scripted_from_frames")
     env = module.scene_env(load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *RANGES]),
                            "train")
@@ -557,8 +549,6 @@ def test_scripted_from_frames_reads_the_estimates_units_from_the_weights_report(
 
 
 def warp_worlds(*settings: str, heldout: bool = False):
-    from envs.make import make_batched_env
-
     cfg = env_config("env.backend=mujoco_warp", "env.num_envs=3", "env.warp_processes=1",
                      "env.randomize.ambient=0",
                      *settings)

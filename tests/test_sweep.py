@@ -29,6 +29,7 @@ SPACE = {"method": "random", "metric": {"name": "eval/return", "goal": "maximize
 
 @pytest.mark.parametrize("name", ["sweep.yaml", "sweep-state.yaml"])
 def test_parameters_are_drawn_from_the_distributions_wandb_maps_them_to(name):
+    # wandb takes seconds to load: only the tests that use it pay for it
     from wandb.sdk.sweeps.scheduler.optuna import sweep_parameter_to_distribution
 
     parameters = yaml.safe_load((ROOT / "scripts" / "cloud" / name).read_text())["parameters"]

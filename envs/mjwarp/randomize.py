@@ -5,6 +5,7 @@ model fields. What differs from OpenGL: docs/warp.md#visual-domain-randomisation
 import math
 
 import torch
+import warp as wp
 
 from envs.config import RandomizeConfig
 from envs.mjwarp import random
@@ -35,8 +36,6 @@ class WarpScenes:
     def __init__(self, cfg: RandomizeConfig, task, model, *, camera: int, heldout: bool):
         """`model`: the Simulation's MuJoCo Warp model, with FIELDS batched per world; `camera`: the
         observed one."""
-        import warp as wp
-
         mjm = task.mjm
         self.cfg, self.camera, self.heldout = cfg, camera, heldout
         self.scale = cfg.heldout_scale if heldout else 1.0

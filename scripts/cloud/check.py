@@ -19,7 +19,7 @@ PLACEHOLDER = "placeholder"
 
 
 def check_task(config: dict) -> dict:
-    import sky
+    import sky  # requirements-tools.txt, as sweeps: each check needs only its own
 
     required = [(key, PLACEHOLDER) for key, value in (config.get("envs") or {}).items()
                 if value is None]

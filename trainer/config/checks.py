@@ -153,7 +153,7 @@ def check_outside(cfg) -> None:
                         "letters, digits and _ . + = - (not first: . or -), at most 100 "
                         "characters, e.g. exp_seed1")
     if "://" in ckpt.dir:
-        import fsspec
+        import fsspec  # only for a remote dir: checking a config stays light
 
         try:
             fsspec.get_filesystem_class(ckpt.dir.split("://", 1)[0])
@@ -164,7 +164,7 @@ def check_outside(cfg) -> None:
     if cfg.logging.wandb and importlib.util.find_spec("wandb") is None:
         raise UserError("logging.wandb is true but wandb is not installed; pip install "
                         "wandb==0.31.0, or set logging.wandb=false")
-    import gymnasium
+    import gymnasium  # here: reading a config loads no gymnasium
 
     spec = gymnasium.envs.registry.get(cfg.env.id)
     entry = spec.entry_point if spec is not None and isinstance(spec.entry_point, str) else ""

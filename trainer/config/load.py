@@ -210,6 +210,7 @@ def _choose_profile(profile: str, profiles: dict) -> str:
                 f"{AUTO_PROFILE_VARIABLE} must be one of {', '.join(PROFILES)}; got '{profile}'")
         return profile
     if profile == "auto":
+        # only here: reading and checking a config loads no torch (python3 -m trainer.config)
         import torch
 
         from trainer.process.device import can_compile, native_bfloat16

@@ -26,12 +26,16 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
+from tqdm import tqdm
 
 from envs.rendering import configure
 from errors import UserError, check_writable_folder, no_room
 from file_ops import atomic_write, new_aside_folder
+from trainer.config.load import EVAL_SEED_OFFSET
+from trainer.policy.trained import load_with_config
 from trainer.process import lock
-from trainer.process.cli import prog
+from trainer.process.cli import prog, run_command
+from trainer.process.device import resolve_device
 from trainer.run.episodes import Episode, run_episodes
 from trainer.run.video import write_videos
 
@@ -208,8 +212,8 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
              progress, heldout: bool = False,
              envs: int = 1) -> tuple[list[Episode], list[np.ndarray]]:
     """One checkpoint's episodes, and video frames when `video_size` is given."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_eval_env
-    from trainer.config.load import EVAL_SEED_OFFSET
 
     env, camera = make_eval_env(cfg.env, cfg.pixels, policy.device,
                                 worlds=min(episodes, cfg.training.eval_episodes),
@@ -229,16 +233,11 @@ def evaluate(name: str, policy, cfg, *, episodes: int, seed: int | None, video_e
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.process.cli import run_command
-
     return run_command(lambda: run(args),
                        cut_short="the evaluation was cut short: no episodes.csv was written")
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainer.policy.trained import load_with_config
-    from trainer.process.device import resolve_device
-
     configure()
     loaded = []
     # every checkpoint is read before the first episode: bad input fails at once
@@ -281,8 +280,6 @@ def evaluate_all(args: argparse.Namespace, loaded: list, out: Path,
     """The checkpoints' rows and held-out rows, the names of the videos written, and "" or what
     says that the videos from one checkpoint on did not fit on the disk (the episodes go on
     without them)."""
-    from tqdm import tqdm
-
     rows, results, heldout_rows, heldout_results, filmed, lost = [], [], [], [], [], ""
     said_no_mp4 = False
     total = args.episodes * len(loaded) * (2 if args.heldout else 1)

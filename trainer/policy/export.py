@@ -23,12 +23,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import torch
+from huggingface_hub import EvalResult, HfApi, ModelCardData
 from safetensors.torch import save as safetensors_bytes
+from tqdm import tqdm
 
 from envs.rendering import configure
 from errors import UserError, check_writable_folder, no_room
-from trainer.process.cli import prog
+from trainer.config.load import EVAL_SEED_OFFSET, Config, to_yaml
+from trainer.policy.trained import (
+    CONFIG_FILE,
+    SPEC_FILE,
+    WEIGHTS_FILE,
+    PolicyNet,
+    load_checkpoint,
+)
+from trainer.process.cli import prog, run_command
+from trainer.run.video import write_videos
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "policy.pt", "onnx": "policy.onnx"}
@@ -105,8 +117,6 @@ def run_torchscript(path: Path, obs: torch.Tensor) -> np.ndarray:
 
 
 def run_onnx(path: Path, obs: torch.Tensor) -> np.ndarray:
-    import onnxruntime
-
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {"obs": obs.numpy()})[0]
 
@@ -175,8 +185,6 @@ def card_data(spec, cfg, evaluation: dict | None):
     """The card's metadata, as rl-baselines3-zoo's package_to_hub writes it: a model-index whose
     `mean_reward` is "mean +/- std" over the episodes, here with the return's 95% interval, the
     success rate and its Wilson interval where the task has one, and the episodes and first seed."""
-    from huggingface_hub import EvalResult, ModelCardData
-
     task, results = cfg.env.id, []
     if evaluation:
         run = {"episodes": evaluation["episodes"], "seed": evaluation["seed"]}
@@ -208,6 +216,7 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
                evaluation: dict | None) -> str:
     """README.md: the metadata (card_data) and what the folder holds, how it was evaluated and how
     to evaluate it again from the folder, and how to run its files."""
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.policy.evaluate import describe
 
     progress, env = payload["progress"], cfg.env
@@ -276,8 +285,6 @@ def model_card(spec, cfg, payload: dict, *, checkpoint: str, formats: list[str],
 
 def shareable_yaml(cfg) -> str:
     """The config as config.yaml, with MACHINE_KEYS at their defaults."""
-    from trainer.config.load import Config, to_yaml
-
     shared, defaults = copy.deepcopy(cfg), Config()
     for key in MACHINE_KEYS:
         section, name = key.split(".")
@@ -337,14 +344,6 @@ def output_folder(out: Path) -> Iterator[Path]:
 
 
 def export(args: argparse.Namespace) -> Path:
-    from trainer.policy.trained import (
-        CONFIG_FILE,
-        SPEC_FILE,
-        WEIGHTS_FILE,
-        PolicyNet,
-        load_checkpoint,
-    )
-
     out = Path(args.out)
     with output_folder(out) as tmp:
         policy, cfg, payload = load_checkpoint(args.checkpoint, unit_actions=True,
@@ -369,11 +368,8 @@ def evaluate(policy, cfg, args: argparse.Namespace, folder: Path) -> dict | None
     """The evaluation's summary (trainer.policy.evaluate.summary) with its first seed and whether an
     MP4 was written, its first episode written to episode.gif and episode.mp4 in `folder`; None for
     --episodes 0."""
-    from tqdm import tqdm
-
-    from trainer.config.load import EVAL_SEED_OFFSET
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.policy import evaluate as evaluation
-    from trainer.run.video import write_videos
 
     if args.episodes < 1:
         return None
@@ -392,8 +388,6 @@ def push(folder: Path, repo_id: str) -> None:
     """Upload the folder with huggingface_hub; any failure (offline, no token, no access) is one
     line."""
     try:
-        from huggingface_hub import HfApi
-
         api = HfApi()
         api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(repo_id=repo_id, folder_path=str(folder))
@@ -407,7 +401,6 @@ def push(folder: Path, repo_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from trainer.process.cli import run_command
 
     written = []
 

@@ -32,6 +32,7 @@ def prepare(report: Callable[[str], None]) -> None:
 def shield_compilers() -> None:
     """Block the stop signals while a thread compiles, so the compiler processes it starts never see
     a signal sent to the process group; the trainer takes it after the compile, as usual."""
+    # private, and torch._dynamo loads for seconds: only a run that compiles pays for it
     from torch._dynamo.callback import callback_handler
 
     if _block not in callback_handler.start_callbacks:
@@ -48,7 +49,7 @@ def _unblock(_) -> None:
 
 
 def cache_folder() -> Path:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from torch._inductor.runtime.cache_dir_utils import cache_dir  # as above: compiling runs only
 
     return Path(cache_dir())
 

@@ -5,6 +5,7 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
+from PIL import Image
 
 from sac.replay import to_host
 
@@ -57,8 +58,6 @@ def run_episodes(act: Callable, env, *, seed: int, episodes: int,
 def frame(env, camera, i: int, size: int) -> np.ndarray:
     """uint8 (size, size, 3): the camera's picture of the env, or world i's newest observed frame
     scaled to it."""
-    from PIL import Image
-
     if camera is not None:
         return camera.render().copy()
     latest = np.ascontiguousarray(to_host(env.obs[i, -1]).transpose(1, 2, 0))

@@ -4,6 +4,7 @@ never stops a run."""
 import time
 from collections.abc import Callable
 
+import pynvml
 import torch
 
 
@@ -13,8 +14,6 @@ class GpuMonitor:
         if device.type != "cuda":  # nothing to say: the run's first line names its device
             return
         try:
-            import pynvml
-
             pynvml.nvmlInit()
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
             self._nvml = pynvml

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from errors import UserError
@@ -39,8 +41,6 @@ LOG_FILES = ("config.yaml", "eval.csv", "eval_heldout.csv", "episodes.csv", "cur
 def quiet_writer_thread(args: threading.ExceptHookArgs) -> None:
     """threading.excepthook without the traceback of TensorBoard's writer thread for a failed write:
     the main thread reports it at its next write."""
-    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
-
     if not (isinstance(args.thread, _AsyncWriterThread) and issubclass(args.exc_type, OSError)):
         threading.__excepthook__(args)
 
@@ -82,8 +82,6 @@ class Logger:
             self.message(moved)
         self.writer = None
         if cfg.logging.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
             threading.excepthook = quiet_writer_thread
             # TensorBoard hides events at or past purge_step: on resume, those of the interrupted
             # run's tail

@@ -34,7 +34,9 @@ from torch import nn
 from tqdm import tqdm
 
 from encoders import build_encoder
+from envs import demos as demo_files
 from envs.config import frames_of
+from envs.demos import PIXELS, STATE, VIEWS
 from envs.rendering import configure
 from errors import UserError, check_writable_folder
 from file_ops import atomic_write
@@ -45,6 +47,7 @@ from trainer.config.load import Config, load_config
 from trainer.process import lock
 from trainer.process.cli import prog, run_command
 from trainer.process.device import resolve_device
+from trainer.run.demo_store import check_fits
 from trainer.run.encoder_setup import (
     HEAD_LAYERS,
     checkpoint_encoder,
@@ -80,8 +83,6 @@ class Split:
 
 
 def split_of(episodes: list, cfg: Config, *, views: int) -> Split:
-    from envs.demos import PIXELS, STATE, VIEWS
-
     def store_of(frames_of) -> ReplayBuffer:
         return fill_store([(frames_of(e), e.actions, e.rewards, e.terminations) for e in episodes],
                           frame_stack=cfg.env.frame_stack, seed=cfg.training.seed,
@@ -99,9 +100,8 @@ def read_datasets(paths: list[str], cfg: Config,
                   holdout: float) -> tuple[list, list, tuple[int, ...], int]:
     """(training episodes, held-out episodes, frame-stack shape (T, C, H, W), other scenes per
     step)."""
-    from envs import demos as demo_files
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_env
-    from trainer.run.demo_store import check_fits
 
     env = make_env(cfg.env, pixels=True)
     obs_space, action_dim = env.observation_space, env.action_space.shape[0]
@@ -134,6 +134,7 @@ def state_groups(cfg: Config, state_dim: int) -> dict[str, slice]:
     """Named parts of the state vector for the report: the dishwashing layout, else the vector as
     one part."""
     if cfg.env.id.startswith("Dishwashing"):
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.dishwashing.env import OBS_GROUPS
 
         if max(part.stop for part in OBS_GROUPS.values()) == state_dim:

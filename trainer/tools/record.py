@@ -26,10 +26,12 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
+from envs import demos
 from envs.config import frames_of
 from envs.rendering import configure
 from errors import UserError
 from trainer.config.load import SEED_LIMIT, Config, load_config
+from trainer.policy.trained import Policy
 from trainer.process import lock
 from trainer.process.cli import prog, run_command
 from trainer.process.device import resolve_device
@@ -55,6 +57,7 @@ class OneEnv:
     time."""
 
     def __init__(self, cfg: Config, views: int = 1):
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.make import make_env
 
         self.batch = 1
@@ -69,6 +72,7 @@ class OneEnv:
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """The observations of an episode started from `seed`, each with a leading 1
         (observed())."""
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.randomize import other_scenes
 
         stack, info = self.env.reset(seed=seed)
@@ -85,7 +89,7 @@ class OneEnv:
     def _observed(self, stack: np.ndarray) -> dict[str, np.ndarray]:
         """{state: (1, S), pixels: (1, C, H, W)[, views: (1, views - 1, C, H, W), the step in the
         other scenes]}."""
-        from envs import demos
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.randomize import render_scenes
 
         self.stacks = stack[None]
@@ -103,6 +107,7 @@ class Worlds:
     worlds render."""
 
     def __init__(self, cfg: Config, episodes: int):
+        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.make import make_batched_env
 
         self.batch = episodes
@@ -117,8 +122,6 @@ class Worlds:
         self.stacks = None  # the latest (N, frame_stack, C, H, W), for a policy that acts
 
     def _observed(self, stacks) -> dict[str, np.ndarray]:
-        from envs import demos
-
         self.stacks = stacks
         return {demos.STATE: self.env.states().cpu().numpy(),
                 demos.PIXELS: stacks[:, -1].cpu().numpy()}
@@ -138,8 +141,6 @@ class Worlds:
 def record(cfg: Config, episodes: int, *, seed: int, acting: Acting = Acting(), views: int = 1,
            progress: bool = True):
     """(episodes, observation space, action space, successes); rendering: envs/rendering.py."""
-    from envs import demos
-
     source = Worlds(cfg, episodes) if cfg.env.backend == "mujoco_warp" else OneEnv(cfg, views)
     if acting.policy and tuple(acting.policy.spec.obs_shape) != source.stack_shape:
         source.close()
@@ -169,7 +170,7 @@ def play(source: OneEnv | Worlds, *, seed: int, acting: Acting, rng: np.random.G
          ended) -> list:
     """One batch of scripted episodes, as envs/demos.Episode; `ended(n)` is told each step that n
     episodes ended."""
-    from envs import demos
+    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.dishwashing.scripted import scripted_action
 
     # every world's, per step: observations; (actions, rewards, flags)
@@ -267,8 +268,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def record_dataset() -> None:
         configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
-        from envs import demos
-        from trainer.policy.trained import Policy
 
         if (args.episodes < 1 or not 0 <= args.noise < math.inf or not 0 <= args.detours <= 1
                 or not 0 <= args.handover <= 1 or not 0 <= args.seed < SEED_LIMIT):
