@@ -276,3 +276,14 @@ def test_every_csv_the_claims_read_is_committed():
              "dishwashing_video_frozen_opengl_cpu.csv", "dishwashing_randomized.csv",
              *(H100_SHARED.format(seed=seed) for seed in (1, 2))}
     assert all(Path(ROOT / "docs" / name).is_file() for name in names)
+
+
+def test_the_readmes_default_run_says_what_its_committed_csv_says():
+    """The sentence under the two commands: the minutes of training and the return at 100k frames,
+    from the run's own eval.csv."""
+    with open(ROOT / "docs" / "default_run_eval.csv") as file:
+        last = list(csv.DictReader(file))[-1]
+    assert int(last["frames"]) == 100_000
+    said = " ".join(README.read_text().split())
+    assert (f"trained for **{float(last[WALL]) / 60:.0f} minutes** and reached an eval return of "
+            f"**{float(last['return']):.0f}** at 100k frames") in said
