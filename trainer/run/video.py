@@ -7,7 +7,6 @@ alone, and a line that says why.
 import io
 from pathlib import Path
 
-import av
 import numpy as np
 from PIL import Image
 
@@ -46,6 +45,8 @@ def mp4_bytes(frames: list[np.ndarray]) -> bytes:
     """The MP4, encoded in memory so that an encoder's failure writes nothing: H.264 in yuv420p, the
     pixel format every player decodes, which needs an even width and height; an odd one gets its
     last row or column repeated."""
+    import av  # here: a missing PyAV is an ImportError the caller turns into a GIF alone
+
     height, width = frames[0].shape[:2]
     pad = ((0, height % 2), (0, width % 2), (0, 0))
     out = io.BytesIO()
