@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
                             "pass one of them (--start-over --resume PATH continues PATH after "
                             "moving this run's files aside)")
         configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
-        # here, not above: a bad config or --help answers without the seconds torch takes to load
         from trainer.run.loop import Trainer
 
         trainer = Trainer(cfg, resume=args.resume, start_over=args.start_over, verbose=args.verbose)

@@ -49,7 +49,6 @@ def main() -> int:
 def measure(args) -> dict:
 
     configure()  # before trainer.run.loop loads mujoco: its import raises on a bad MUJOCO_GL
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.run.loop import Trainer
 
     directory = Path(args.dir)

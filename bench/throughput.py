@@ -75,6 +75,8 @@ from trainer.process.cli import explain
 from trainer.process.device import native_bfloat16, resolve_device
 from trainer.run.encoder_setup import build_video_encoder
 
+# what loads mujoco is imported inside the functions that use it, after the command's
+# configure() has checked MUJOCO_GL: a bad one is then one line, not mujoco's traceback
 ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
 OURS = {
     "train": {},
@@ -118,7 +120,6 @@ def raw_vs_wrapper(args) -> dict:
     so that load from other jobs hits both alike: bare mj_step x frame_skip + Renderer.update_scene
     + render into a preallocated buffer, and `make_env(...).step` (Gymnasium wrappers, action
     scaling, frame stack)."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     import mujoco
 
     from envs.make import make_env
@@ -204,7 +205,6 @@ class OurTrainer:
     schedules no evaluation or checkpoint."""
 
     def __init__(self, args, overrides: dict):
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from trainer.run.loop import Trainer
 
         self.trainer = Trainer(config(args, **overrides))
@@ -244,7 +244,6 @@ def train(args) -> dict:
 def frozen(args) -> dict:
     """Episodes per hour with a frozen trunk: inside every update on stored frames, against stored
     features."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_env
 
     overrides = {"encoder.video.freeze": True}
@@ -301,7 +300,6 @@ def frozen(args) -> dict:
 
 def phases(args) -> dict:
     """Milliseconds per call of each piece of an update on a replay filled by the real env."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.run.loop import Trainer
 
     # random actions, no updates: just fill the replay

@@ -36,6 +36,8 @@ from trainer.config.load import EVAL_SEED_OFFSET, load_config
 from trainer.policy.trained import load_checkpoint
 from trainer.process.cli import run_command
 
+# what loads mujoco is imported inside the functions that use it, after the command's
+# configure() has checked MUJOCO_GL: a bad one is then one line, not mujoco's traceback
 REPORTED = ("plate - gripper", "slot - plate", "gripper position")
 SCENES = ("fixed", "train", "heldout")
 # how an episode ends; "let go": outside the slot
@@ -45,7 +47,6 @@ OUTCOMES = ("placed", "never grasped", "let go", "still held")
 def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
     """The pretraining's Standardiser: from its report, or fitted again on `data`'s training
     episodes (a report written before reports stored it names its recordings)."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from trainer.tools.pretrain import Standardiser, read_datasets, read_report, report_path
 
     saved = read_report(weights)
@@ -60,7 +61,6 @@ def state_scaler(cfg, weights: str, data: list[str] | None, holdout: float):
 
 
 def scene_env(cfg, scenes: str):
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.make import make_env
 
     randomize = dataclasses.replace(cfg.env.randomize, enabled=scenes == "train")
@@ -73,7 +73,6 @@ def play(env, estimate, *, seeds: list[int], act) -> dict:
     actions; per reported group, the error of `estimate(frame stack)`: RMS over steps, and RMS of
     each episode's mean; how the episodes ended (OUTCOMES), and for those let go outside the slot,
     slot - plate (m) at the last release."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.dishwashing.env import OBS_GROUPS, OBS_SLOT_FROM_PLATE
 
     successes, errors, outcomes, releases = [], [], dict.fromkeys(OUTCOMES, 0), []
@@ -157,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     def measure() -> None:
 
         configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.dishwashing.env import OBS_GROUPS
         from envs.dishwashing.scripted import scripted_action
         from scripts.scene_sensitivity import trunk_of

@@ -36,6 +36,8 @@ from trainer.process import lock
 from trainer.process.cli import prog, run_command
 from trainer.process.device import resolve_device
 
+# what loads mujoco is imported inside the functions that use it, after the command's
+# configure() has checked MUJOCO_GL: a bad one is then one line, not mujoco's traceback
 DEFAULT_CONFIG = "configs/dishwashing_video.yaml"
 DETOUR_STEPS = 8
 
@@ -57,7 +59,6 @@ class OneEnv:
     time."""
 
     def __init__(self, cfg: Config, views: int = 1):
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.make import make_env
 
         self.batch = 1
@@ -72,7 +73,6 @@ class OneEnv:
     def reset(self, seed: int) -> dict[str, np.ndarray]:
         """The observations of an episode started from `seed`, each with a leading 1
         (observed())."""
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.randomize import other_scenes
 
         stack, info = self.env.reset(seed=seed)
@@ -89,7 +89,6 @@ class OneEnv:
     def _observed(self, stack: np.ndarray) -> dict[str, np.ndarray]:
         """{state: (1, S), pixels: (1, C, H, W)[, views: (1, views - 1, C, H, W), the step in the
         other scenes]}."""
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.randomize import render_scenes
 
         self.stacks = stack[None]
@@ -107,7 +106,6 @@ class Worlds:
     worlds render."""
 
     def __init__(self, cfg: Config, episodes: int):
-        # here: mujoco loads after configure() has checked MUJOCO_GL
         from envs.make import make_batched_env
 
         self.batch = episodes
@@ -170,7 +168,6 @@ def play(source: OneEnv | Worlds, *, seed: int, acting: Acting, rng: np.random.G
          ended) -> list:
     """One batch of scripted episodes, as envs/demos.Episode; `ended(n)` is told each step that n
     episodes ended."""
-    # here: mujoco loads after configure() has checked MUJOCO_GL
     from envs.dishwashing.scripted import scripted_action
 
     # every world's, per step: observations; (actions, rewards, flags)
