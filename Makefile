@@ -7,8 +7,9 @@ CONFIG ?= configs/default.yaml
 ARGS ?= --resume auto
 PY := $(VENV)/bin/python
 TOOLS_VENV ?= .tools-venv
+LEROBOT_VENV ?= .lerobot-venv
 
-.PHONY: setup train test lint tools gpu-check clean
+.PHONY: setup train test lint tools lerobot gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -23,7 +24,7 @@ train: setup
 
 # Two workers, one file each at a time (module fixtures such as the smoke run and the S3 server are built once),
 # one torch thread per process: the suite's processes fill both cores.
-test: setup tools
+test: setup tools lerobot
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadfile tests
 
 # On a CUDA machine: every CUDA path measured in one command (<= 20 min), report in docs/gpu/<gpu>.md. Without
@@ -46,5 +47,13 @@ $(TOOLS_VENV)/.installed: requirements-tools.txt
 	$(TOOLS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-tools.txt
 	touch $@
 
+# The real LeRobot package in a venv of its own, for tests/test_lerobot.py (see requirements-lerobot.txt).
+lerobot: $(LEROBOT_VENV)/.installed
+
+$(LEROBOT_VENV)/.installed: requirements-lerobot.txt
+	$(PYTHON) -m venv $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-lerobot.txt
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(TOOLS_VENV) .pytest_cache
+	rm -rf $(VENV) $(TOOLS_VENV) $(LEROBOT_VENV) .pytest_cache

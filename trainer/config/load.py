@@ -41,9 +41,21 @@ class ReplayConfig:
 
 
 @dataclass
+class LeRobotKeys:
+    # a LeRobot dataset's features read as the task's (envs/lerobot_format.py)
+    camera: str | None = setting(None, note="null = the dataset's only camera")
+    state: str = "observation.state"
+    action: str = "action"
+    reward: str = "next.reward"
+    done: str = "next.done"
+
+
+@dataclass
 class DemosConfig:
-    path: str | None = setting(None, note="null = no demonstrations")
+    path: str | None = setting(
+        None, note="null = no demonstrations; a Minari or LeRobot folder, or hf://datasets/<id>")
     share: float = setting(0.5, ge=0, lt=1)
+    lerobot: LeRobotKeys = field(default_factory=LeRobotKeys)
 
 
 @dataclass

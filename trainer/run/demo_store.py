@@ -10,6 +10,7 @@ import torch
 
 from encoders.frozen import FrozenTrunk
 from envs import demos as demo_files
+from envs import lerobot_format
 from envs.config import frame_settings
 from errors import UserError
 from sac.demos import fill_store
@@ -30,7 +31,7 @@ class Demos:
         """`states` > 0: each step's features end in the recorded simulator state, that long
         (trainer's `stored`)."""
         self.path = cfg.demos.path
-        data = demo_files.read(self.path)
+        data = read(cfg, self.path)
         key = check_fits(cfg, data, obs_space, action_dim, states=states)
         self.fingerprint, self.episodes, self.steps = (data.fingerprint, len(data.episodes),
                                                        data.steps)
@@ -97,6 +98,14 @@ class Demos:
         return message
 
 
+def read(cfg: Config, path: str) -> demo_files.Demonstrations:
+    """A Minari recording, or a LeRobot dataset (a folder or hf://datasets/<id>) read through
+    `demos.lerobot`'s keys, its frames resized to `env.image_size`."""
+    if lerobot_format.is_dataset(path) or lerobot_format.is_hub_id(path):
+        return lerobot_format.read(path, cfg.demos.lerobot, image_size=cfg.env.image_size)
+    return demo_files.read(path)
+
+
 def encode(trunk: FrozenTrunk, frames: ReplayBuffer, *, batch_size: int) -> np.ndarray:
     """The trunk's features (count, repr_dim) of the stack ending at every frame of `frames`."""
     numbers = np.arange(frames.count)
@@ -147,6 +156,14 @@ def check_fits(cfg: Config, data: demo_files.Demonstrations, obs_space: gym.spac
         raise fail("the critic's simulator state:", theirs, f"{states} numbers", "sac.critic_input")
     if data.action_space.shape != (action_dim,):
         raise fail("action dimension", data.action_space.shape[0], action_dim, "env.id")
+    for number, episode in enumerate(data.episodes):
+        # the task's actions are rescaled to [-1, 1] (envs/make.py); a little slack for float32
+        if len(episode) and np.abs(episode.actions).max() > 1 + 1e-5:
+            step = int(np.abs(episode.actions).max(axis=1).argmax())
+            raise UserError(
+                f"demonstrations {data.path} hold actions outside the task's [-1, 1] (episode "
+                f"{number}, step {step}: {np.round(episode.actions[step], 3).tolist()}); rescale "
+                "them to [-1, 1] per dimension, as the task's own actions are")
     # frames another renderer made look different (docs/warp.md): a dataset that does not say is an
     # OpenGL one
     recorded_defaults = {"backend": "mujoco"}

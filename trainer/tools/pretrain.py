@@ -48,6 +48,7 @@ from trainer.process import lock
 from trainer.process.cli import prog, run_command
 from trainer.process.device import resolve_device
 from trainer.run.demo_store import check_fits
+from trainer.run.demo_store import read as read_demos
 from trainer.run.encoder_setup import (
     HEAD_LAYERS,
     checkpoint_encoder,
@@ -108,7 +109,7 @@ def read_datasets(paths: list[str], cfg: Config,
     env.close()
     train, held, views = [], [], {}
     for path in paths:
-        data = demo_files.read(path)
+        data = read_demos(cfg, path)
         check_fits(cfg, data, obs_space, action_dim)
         if demo_files.STATE not in data.observation_space.spaces:
             raise UserError(f"dataset {path} holds no state observations to learn from; pretrain "
