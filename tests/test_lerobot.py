@@ -37,9 +37,10 @@ MAKE = """
     import numpy as np
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    root, out, size, state_dim, action_dim = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+    root, out, dtype = sys.argv[1:4]
+    size, state_dim, action_dim = map(int, sys.argv[4:])
     features = {
-        "observation.images.top": {"dtype": "image", "shape": (size, size, 3),
+        "observation.images.top": {"dtype": dtype, "shape": (size, size, 3),
                                    "names": ["height", "width", "channels"]},
         "observation.state": {"dtype": "float32", "shape": (state_dim,), "names": None},
         "action": {"dtype": "float32", "shape": (action_dim,), "names": None},
@@ -47,12 +48,16 @@ MAKE = """
         "next.done": {"dtype": "bool", "shape": (1,), "names": None},
     }
     ds = LeRobotDataset.create("local/made_by_lerobot", fps=10, features=features, root=root,
-                               use_videos=False)
+                               use_videos=dtype == "video")
     rng = np.random.default_rng(0)
+    # smooth frames that change every step: what a video codec is made for
+    y, x = np.mgrid[:size, :size]
     saved = {"frames": [], "states": [], "actions": [], "rewards": [], "dones": []}
     for episode, length in enumerate((6, 4)):
         for t in range(length):
-            step = {"observation.images.top": rng.integers(0, 256, (size, size, 3), np.uint8),
+            frame = 2 * x + 2 * y + 10 * t + 30 * episode
+            step = {"observation.images.top": np.stack([frame, frame[::-1], frame.T], -1)
+                                              .astype(np.uint8),
                     "observation.state": rng.standard_normal(state_dim).astype(np.float32),
                     "action": rng.uniform(-1, 1, action_dim).astype(np.float32),
                     "next.reward": np.array([t / 10], np.float32),
@@ -68,11 +73,14 @@ MAKE = """
 """
 
 
+def made(folder, dtype: str):
+    lerobot(MAKE, folder / "made", folder / "made.npz", dtype, SIZE, STATE_DIM, ACTION_DIM)
+    return folder / "made", dict(np.load(folder / "made.npz"))
+
+
 @pytest.fixture(scope="module")
 def made_by_lerobot(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("lerobot")
-    lerobot(MAKE, folder / "made", folder / "made.npz", SIZE, STATE_DIM, ACTION_DIM)
-    return folder / "made", dict(np.load(folder / "made.npz"))
+    return made(tmp_path_factory.mktemp("lerobot"), "image")
 
 
 def test_a_dataset_lerobot_made_reads_as_its_episodes_with_its_exact_frames(made_by_lerobot):
@@ -94,6 +102,18 @@ def test_a_dataset_lerobot_made_reads_as_its_episodes_with_its_exact_frames(made
     assert second.truncations.tolist() == [False] * 3 + [True] and not second.terminations.any()
     np.testing.assert_array_equal(first.observations[demos.PIXELS][-1],
                                   first.observations[demos.PIXELS][-2])
+
+
+def test_a_camera_lerobot_stored_as_video_reads_as_its_frames_within_the_codecs_loss(tmp_path):
+    path, saved = made(tmp_path, "video")
+    info = json.loads((path / "meta" / "info.json").read_text())
+    codec = info["features"]["observation.images.top"]["info"]["video.codec"]
+    data = read(load_config(VIDEO, [f"env.image_size={SIZE}"]), str(path))
+    frames = np.concatenate([e.observations[demos.PIXELS][:-1] for e in data.episodes])
+    error = np.abs(frames.astype(int) - saved["frames"].transpose(0, 3, 1, 2)).mean()
+    # lossy (AV1 at lerobot's default quality): near, not equal; a frame off by one step of 10
+    # levels, or another episode's, would be far
+    assert codec == "av1" and 0 < error < 3, (codec, error)
 
 
 def test_a_larger_camera_is_resized_to_the_tasks_frames(made_by_lerobot):
