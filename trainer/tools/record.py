@@ -154,14 +154,20 @@ def record(cfg: Config, episodes: int, *, seed: int, acting: Acting = Acting(), 
                                  ended=bar.update)
     finally:
         source.close()
+    # the dishwashing tasks terminate on success only
+    return (recorded, observation_space(source, views), source.action_space,
+            sum(bool(e.terminations[-1]) for e in recorded))
+
+
+def observation_space(source: "OneEnv | Worlds", views: int = 1) -> gym.spaces.Dict:
+    """What a recording of `source` stores per step."""
     unbounded = np.full(source.state_dim, np.inf, np.float32)
     space = gym.spaces.Dict({demos.STATE: gym.spaces.Box(-unbounded, unbounded),
                              demos.PIXELS: source.frame_space})
     if views > 1:
         space[demos.VIEWS] = gym.spaces.Box(0, 255, (views - 1, *source.frame_space.shape),
                                             np.uint8)
-    # the dishwashing tasks terminate on success only
-    return recorded, space, source.action_space, sum(bool(e.terminations[-1]) for e in recorded)
+    return space
 
 
 def play(source: OneEnv | Worlds, *, seed: int, acting: Acting, rng: np.random.Generator,
@@ -235,6 +241,34 @@ def recording_settings(cfg: Config) -> dict:
             "randomized": cfg.env.randomize.enabled, **frames_of(cfg.env)}
 
 
+def record_by_hand(cfg: Config, args) -> None:
+    """--teleop: the episodes a person drives and keeps, written as the solver's are."""
+    from trainer.tools import teleop
+    from trainer.tools.to_lerobot import control_fps
+
+    if args.policy or args.detours or args.views > 1 or cfg.env.backend != "mujoco":
+        raise UserError("--teleop drives one OpenGL env (env.backend=mujoco) by hand: drop "
+                        "--policy, --detours and --views")
+    pygame = teleop.start_pygame(args.teleop)
+    source = OneEnv(cfg)
+    try:
+        with lock.hold_output(args.out, what="dataset"):
+            demos.check_new(args.out)
+            kept, discarded = teleop.drive(
+                source, teleop.Person(pygame, args.teleop), episodes=args.episodes,
+                seed=args.seed, fps=control_fps(cfg.env.id, cfg.env.action_repeat))
+            if not kept:
+                raise UserError(f"no episode was kept, so nothing was written to {args.out}")
+            demos.write(args.out, kept, observation_space(source), source.action_space, cfg.env.id,
+                        {**recording_settings(cfg), "driver": f"person ({args.teleop})"})
+    finally:
+        source.close()
+        pygame.quit()
+    successes = sum(bool(e.terminations[-1]) for e in kept)
+    print(f"wrote {args.out}: {len(kept)} episodes a person kept ({successes} successful), "
+          f"{discarded} discarded")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=prog("trainer.tools.record"),
@@ -261,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                              "own and views - 1 others (default 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key")
+    parser.add_argument("--teleop", choices=("keyboard", "gamepad"),
+                        help="a person drives each episode in a window instead of the solver, "
+                             "and keeps or discards it (trainer/tools/teleop.py has the keys)")
     args = parser.parse_args(argv)
 
     def record_dataset() -> None:
@@ -280,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                 "pass a dishwashing config"
             )
         check_views(cfg, args.views)
+        if args.teleop:
+            return record_by_hand(cfg, args)
         policy = Policy.load(args.policy, unit_actions=True) if args.policy else None
         acting = Acting(noise=args.noise, detours=args.detours, policy=policy,
                         handover=args.handover)
