@@ -6,6 +6,8 @@ display the command says what it needs in one line."""
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from tests.conftest import ROOT, run_cli
 from tests.test_demos import SIZE, VIDEO, demos_run
 from trainer.config.load import load_config
 from trainer.tools import teleop
-from trainer.tools.record import OneEnv, observation_space, recording_settings
+from trainer.tools.record import OneEnv, main, observation_space, recording_settings
 
 
 @pytest.fixture
@@ -82,3 +84,27 @@ def test_teleoperation_without_a_display_is_one_line(tmp_path):
         "error: --teleop shows the camera in a window and no display is set (DISPLAY); run it on "
         "a desktop, or over ssh -X, or record without --teleop")
     assert not (tmp_path / "x").exists()
+
+
+def test_the_command_writes_the_kept_episodes_marked_as_a_persons(pygame, tmp_path):
+    pg, out = pygame, tmp_path / "by_hand"
+    pg.quit()  # the command starts its own
+
+    def press_enter_once_running():  # SDL's event queue takes events from any thread
+        while not pg.display.get_init() or pg.display.get_surface() is None:
+            time.sleep(0.01)
+        for key in (pg.K_UP, pg.K_RETURN):
+            time.sleep(0.3)
+            pg.event.post(pg.event.Event(pg.KEYDOWN, key=key))
+
+    presser = threading.Thread(target=press_enter_once_running, daemon=True)
+    presser.start()
+    status = main(["--teleop", "keyboard", "--episodes", "1", "--out", str(out), "--set",
+                   f"env.image_size={SIZE}"])
+    presser.join(timeout=10)
+    assert status == 0
+    data = demos.read(out)
+    assert len(data.episodes) == 1 and data.recording["driver"] == "person (keyboard)"
+    # still until UP was pressed, then moving in +y until Enter kept it
+    actions = data.episodes[0].actions
+    assert (actions[:, 1] == 1).any() and (actions[-1] == [0, 1, 0, -1]).all(), actions
