@@ -62,11 +62,16 @@ def data_path(path: str | Path) -> Path:
 
 
 def fingerprint(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    for file in sorted(data_path(path).iterdir()):
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
+    return digest(data_path(path), data_path(path).iterdir())
+
+
+def digest(root: Path, files) -> str:
+    """sha256 of `files` (under `root`): their paths from it and their bytes."""
+    sha = hashlib.sha256()
+    for file in sorted(files):
+        sha.update(str(file.relative_to(root)).encode())
+        sha.update(file.read_bytes())
+    return sha.hexdigest()
 
 
 def check_new(path: str | Path) -> None:

@@ -19,7 +19,6 @@ action has no row, so an episode of N rows is N steps whose last one ends in its
 again (harmless for a termination, whose target does not bootstrap). Cameras written here are
 `image` features, PNG inside the parquet: frames come back bit-exact."""
 
-import hashlib
 import io
 import json
 import os
@@ -30,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 from PIL import Image
 
-from envs.demos import PIXELS, STATE, Demonstrations, Episode
+from envs.demos import PIXELS, STATE, Demonstrations, Episode, digest
 from errors import UserError, check_writable_folder
 
 CODEBASE_VERSION = "v3.0"
@@ -40,10 +39,8 @@ STATS = "meta/stats.json"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 DATA = "data/chunk-000/file-000.parquet"
 DATA_PATTERN = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATTERN = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
-INDEX_FEATURES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64",
-                  "index": "int64", "task_index": "int64"}
+INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
 def is_dataset(path: str | Path) -> bool:
@@ -124,7 +121,9 @@ def read(path: str | Path, keys, *, image_size: int | None) -> Demonstrations:
     if camera:
         space[PIXELS] = gym.spaces.Box(0, 255, observed[PIXELS].shape[1:], np.uint8)
     actions_space = gym.spaces.Box(-np.inf, np.inf, actions.shape[1:], np.float32)
-    return Demonstrations(episodes, space, actions_space, {}, _fingerprint(root), Path(str(path)))
+    files = (p for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts)
+    return Demonstrations(episodes, space, actions_space, {}, digest(root, files),
+                          Path(str(path)))
 
 
 def _table(folder: Path):
@@ -171,14 +170,6 @@ def _video_frames(root: Path, info: dict, camera: str, episode_of: np.ndarray) -
     return frames
 
 
-def _fingerprint(root: Path) -> str:
-    digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts):
-        digest.update(str(file.relative_to(root)).encode())
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
-
-
 def write(path: str | Path, data: Demonstrations, *, fps: int, task: str, robot_type: str,
           camera: str) -> None:
     """`data` as a new LeRobot dataset at `path` (an existing one is an error): its state as
@@ -194,12 +185,11 @@ def write(path: str | Path, data: Demonstrations, *, fps: int, task: str, robot_
     check_writable_folder(target, what=f"create {path}", fix="pass --out under one")
     image_key = f"observation.images.{camera}"
     columns: dict[str, list] = {}
-    frame_shape = None
+    frames = None  # (N, H, W, C)
     if PIXELS in data.observation_space.spaces:
-        c, h, w = data.observation_space[PIXELS].shape
-        frame_shape = (h, w, c)
-        columns[image_key] = [{"bytes": _png_bytes(frame.transpose(1, 2, 0)), "path": None}
-                              for e in data.episodes for frame in e.observations[PIXELS][:-1]]
+        frames = np.concatenate([e.observations[PIXELS][:-1]
+                                 for e in data.episodes]).transpose(0, 2, 3, 1)
+        columns[image_key] = [{"bytes": _png_bytes(frame), "path": None} for frame in frames]
     if STATE in data.observation_space.spaces:
         columns["observation.state"] = np.concatenate(
             [e.observations[STATE][:-1] for e in data.episodes]).astype(np.float32)
@@ -216,7 +206,7 @@ def write(path: str | Path, data: Demonstrations, *, fps: int, task: str, robot_
     features = {}
     for name, values in columns.items():
         if name == image_key:
-            features[name] = {"dtype": "image", "shape": list(frame_shape),
+            features[name] = {"dtype": "image", "shape": list(frames.shape[1:]),
                               "names": ["height", "width", "channels"]}
         else:
             values = np.asarray(values)
@@ -255,8 +245,8 @@ def write(path: str | Path, data: Demonstrations, *, fps: int, task: str, robot_
         "fps": fps, "splits": {"train": f"0:{len(lengths)}"}, "data_path": DATA_PATTERN,
         "video_path": None, "features": features,
     }
-    stats = {name: _stats(np.stack([_png(c["bytes"]) for c in values]) if name == image_key
-                          else np.asarray(values), image=name == image_key)
+    stats = {name: _stats(frames if name == image_key else np.asarray(values),
+                          image=name == image_key)
              for name, values in columns.items()}
 
     # written whole beside it, then renamed into place: an interrupted write leaves no dataset

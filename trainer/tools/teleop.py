@@ -59,7 +59,7 @@ class Person:
     STOP or None)."""
 
     def __init__(self, pygame, device: str):
-        self.pg, self.device, self.held, self.fingers = pygame, device, set(), -1.0
+        self.pg, self.held, self.fingers = pygame, set(), -1.0
         self.decision = None
         self.pad = pygame.joystick.Joystick(0) if device == "gamepad" else None
 
@@ -117,14 +117,13 @@ def drive(source, person: Person, *, episodes: int, seed: int, fps: float, betwe
             if between is not None:
                 between(len(taken))
             person.read_events()
-            if ended or person.decision is not None:
-                clock.tick(fps)
-                continue  # the episode is over: it waits for keep or discard
-            action = person.action()
-            observed, reward, terminated, truncated = source.step(action[None])
-            seen.append(observed)
-            taken.append((action, reward[0], terminated[0], truncated[0]))
-            ended = bool(terminated[0] or truncated[0])
+            # an episode that is over waits for keep or discard
+            if not ended and person.decision is None:
+                action = person.action()
+                observed, reward, terminated, truncated = source.step(action[None])
+                seen.append(observed)
+                taken.append((action, reward[0], terminated[0], truncated[0]))
+                ended = bool(terminated[0] or truncated[0])
             clock.tick(fps)
         if person.decision == STOP:
             break
