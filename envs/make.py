@@ -122,6 +122,18 @@ def state_size(env_id: str) -> int:
     return size
 
 
+def control_fps(env_id: str, action_repeat: int) -> int:
+    """Agent steps per simulated second: the pace a person drives the task at, LeRobot's `fps`."""
+    task = make_task(env_id)
+    try:
+        dt = getattr(task.unwrapped, "dt", None)
+    finally:
+        task.close()
+    if not dt:
+        raise UserError(f"{env_id} does not say its time step; pass --fps")
+    return max(1, round(1 / (dt * action_repeat)))
+
+
 def make_task(env_id: str) -> gym.Env:
     """A Gymnasium id (`HalfCheetah-v5`) or a dm_control task as Shimmy names it
     (`dm_control/cartpole-swingup-v0`)."""

@@ -137,6 +137,10 @@ class EnvWorkers:
         # (N, S) float32: each env's newest info["state"] (pixel envs give one), else None
         self.states = None
         self.actions = np.zeros((num_envs, *self.single_action_space.shape), np.float32)
+        # `driver()`: env 0's action in place of the policy's, or None; `driven`: per env, whether
+        # the action of the last step's result came from it
+        self.driver, self.driving, self.driven = None, np.zeros(num_envs, bool), np.zeros(
+            num_envs, bool)
 
     def reset(self, seed: int) -> np.ndarray:
         """Worker i starts an episode from `seed + i`; a step still in flight is finished and
@@ -162,9 +166,9 @@ class EnvWorkers:
         if not any(self.in_flight):
             # a batch of all would round otherwise than one env in this process
             for i in range(self.num_envs):
-                self.actions[i] = act(observe(self.obs[i:i + 1]))[0]
+                self._choose(i, act, observe(self.obs[i:i + 1]))
                 self._send(i)
-        taken = self.actions.copy()
+        taken, self.driven = self.actions.copy(), self.driving.copy()
         reward, terminated, truncated = (
             np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
         )
@@ -177,9 +181,18 @@ class EnvWorkers:
                                                                    terminations[0], truncations[0])
             self._keep_state(i, info)
             observed.append(observe(self.obs[i:i + 1]))
-            self.actions[i] = act(observed[-1])[0]
+            self._choose(i, act, observed[-1])
             self._send(i)
         return taken, np.concatenate(observed), reward, terminated, truncated
+
+    def _choose(self, i: int, act: Callable[[np.ndarray], np.ndarray],
+                observed: np.ndarray) -> None:
+        """Env i's next action: the policy's, or env 0's driver's."""
+        self.actions[i] = act(observed)[0]
+        given = self.driver() if i == 0 and self.driver is not None else None
+        self.driving[i] = given is not None
+        if given is not None:
+            self.actions[i] = given
 
     def _keep_state(self, i: int, info: dict) -> None:
         if "state" in info:
@@ -238,6 +251,7 @@ class InProcessEnv:
         self.single_observation_space, self.single_action_space = (env.observation_space,
                                                                    env.action_space)
         self.obs = self.states = None  # states: as EnvWorkers'
+        self.driver, self.driven = None, np.zeros(1, bool)  # as EnvWorkers'
         # what `observe` made of it; None after `reset(seed)`, until the next step observes it
         self.observed = None
         self.seed, self.resetting = 0, False
@@ -253,13 +267,17 @@ class InProcessEnv:
         """As `EnvWorkers.step`, for one env."""
         if self.resetting:
             self.reset(self.seed + 1)
-            self.observed = observe(self.obs)
+            self.observed, self.driven = observe(self.obs), np.zeros(1, bool)
             return (np.zeros((1, *self.single_action_space.shape), np.float32), self.observed,
                     np.zeros(1),
                     np.zeros(1, bool), np.zeros(1, bool))
         if self.observed is None:
             self.observed = observe(self.obs)
         action = np.array(act(self.observed), dtype=np.float32)
+        given = self.driver() if self.driver is not None else None
+        self.driven = np.array([given is not None])
+        if given is not None:
+            action[0] = given
         obs, reward, terminated, truncated, info = self.env.step(action[0])
         self.obs, self.states, self.resetting = (obs[None], self._states(info), terminated
                                                  or truncated)

@@ -1,5 +1,6 @@
 """Demonstrations as RLPD uses them: a store the replay never evicts, a share of every batch drawn
-from it. The store is a second ReplayBuffer, so demonstrations go through the same sampling code
+from it, with the steps a person took over during the run (HIL-SERL's interventions) beside them.
+The store is a second ReplayBuffer, so demonstrations go through the same sampling code
 (docs/algorithm.md)."""
 
 from collections.abc import Sequence
@@ -51,13 +52,21 @@ def demo_count(batch_size: int, share: float) -> int:
 
 
 def mixed_sample(
-    replay: ReplayBuffer, *, demos: ReplayBuffer, batch_size: int, share: float,
+    replay: ReplayBuffer, *, demos: ReplayBuffer | None, batch_size: int, share: float,
     device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
-    """`batch_size` transitions, the demonstrations' share last."""
-    from_demos = demo_count(batch_size, share)
-    own = replay.sample(batch_size - from_demos, device)
-    if from_demos == 0:
-        return own
-    shown = demos.sample(from_demos, device)
-    return {key: torch.cat([own[key], shown[key]]) for key in own}
+    """`batch_size` transitions, the demonstrations' share last: drawn uniformly from the
+    recorded ones (`demos`) and the replay's transitions a person took over (HIL-SERL's
+    interventions) together; the whole batch from the replay while there are neither."""
+    recorded, intervened = len(demos) if demos else 0, replay.intervened_count()
+    shown = demo_count(batch_size, share) if recorded + intervened else 0
+    # in proportion: a split by count, not by coin flips, keeps the batch's shape fixed
+    from_person = int(round(shown * intervened / max(recorded + intervened, 1)))
+    parts = [replay.sample(batch_size - shown, device)]
+    if shown - from_person:
+        parts.append(demos.sample(shown - from_person, device))
+    if from_person:
+        parts.append(replay.sample_intervened(from_person, device))
+    if len(parts) == 1:
+        return parts[0]
+    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}

@@ -8,8 +8,10 @@ from errors import UserError
 from sac.ring import min_ring_slots
 
 ARRAYS = ("frames", "actions", "rewards", "terminated", "pos")
+# saved, and absent from replays saved before there were interventions: all False then
+FLAGS = ("intervened",)
 SLOT_DTYPES = {"actions": np.float32, "rewards": np.float32, "terminated": np.bool_,
-               "pos": np.int32}
+               "pos": np.int32, "intervened": np.bool_}
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -41,7 +43,7 @@ def state_problem(state: dict) -> str | None:
     if not all(type(value) is int and value >= 0
                for value in (count, capacity, state["num_transitions"])):
         return "holds a count, num_transitions or capacity that is not a count"
-    rows = {tuple(state[name].shape[:2]) for name in ARRAYS}
+    rows = {tuple(state[name].shape[:2]) for name in (*ARRAYS, *FLAGS) if name in state}
     if len(rows) > 1 or len(state["frames"]) != min(count, capacity) or pos.dim() != 2:
         return (f"holds arrays of (slots, envs) {sorted(rows)} that do not fit its count {count} "
                 f"and capacity {capacity}")
@@ -97,6 +99,10 @@ class ReplayBuffer:
         self.rewards = np.zeros(shape, dtype=SLOT_DTYPES["rewards"])
         self.terminated = np.zeros(shape, dtype=SLOT_DTYPES["terminated"])
         self.pos = np.zeros(shape, dtype=SLOT_DTYPES["pos"])
+        # the transitions whose action a person gave (trainer/run/takeover.py), and their frame
+        # numbers * num_envs + env, oldest first from `_flagged_from`
+        self.intervened = np.zeros(shape, dtype=SLOT_DTYPES["intervened"])
+        self._flagged, self._flagged_from = [], 0
         self.count = 0  # frames ever written per env; slot of frame n is n % capacity
         self.num_transitions = 0
         self.rng = np.random.default_rng(seed)
@@ -107,7 +113,8 @@ class ReplayBuffer:
 
     @property
     def bytes_per_slot(self) -> int:
-        return sum(getattr(self, name).nbytes for name in ARRAYS) // (self.capacity * self.num_envs)
+        return (sum(getattr(self, name).nbytes for name in (*ARRAYS, *FLAGS))
+                // (self.capacity * self.num_envs))
 
     def add_first(self, obs: np.ndarray) -> None:
         self.add_resets(obs[None])
@@ -127,9 +134,10 @@ class ReplayBuffer:
 
     def add_batch(self, obs: np.ndarray | torch.Tensor, action: np.ndarray, reward: np.ndarray,
                   terminated: np.ndarray,
-                  first: np.ndarray) -> None:
+                  first: np.ndarray, intervened: np.ndarray | None = None) -> None:
         """One frame per env, (N, ...) each: the observation, the action and outcome that led to it,
-        and whether it is a reset frame (`first`; its action, reward and terminated are ignored)."""
+        and whether it is a reset frame (`first`; its action, reward and terminated are ignored);
+        `intervened`: whether a person gave that action."""
         assert len(obs) == self.num_envs, f"expected {self.num_envs} envs, got {len(obs)}"
         if self.count == 0:
             assert first.all(), "every env's first frame must be a reset frame"
@@ -145,6 +153,9 @@ class ReplayBuffer:
         self.rewards[slot] = np.where(first, 0.0, reward)
         self.terminated[slot] = ~first & terminated
         self.pos[slot] = pos
+        flags = np.zeros(self.num_envs, bool) if intervened is None else intervened & ~first
+        self.intervened[slot] = flags
+        self._flagged += (self.count * self.num_envs + np.flatnonzero(flags)).tolist()
         self.num_transitions += int((pos > 0).sum())
         self.count += 1
 
@@ -153,7 +164,32 @@ class ReplayBuffer:
         """obs/next_obs uint8 (B, T, C, H, W) (no T without `frame_stack`), action, reward, and
         discount (B, 1): the whole factor on next_obs's value, 0 after a termination."""
         assert self.num_transitions > 0, "no transitions to sample from"
-        ends, envs = self._sample_ends(batch_size)
+        return self._batch(*self._sample_ends(batch_size), device)
+
+    def intervened_count(self) -> int:
+        """Transitions a person gave the action of that `sample_intervened` can draw."""
+        oldest = max(0, self.count - self.capacity) + self._window - 1
+        flagged = self._flagged
+        while self._flagged_from < len(flagged) and flagged[self._flagged_from] < (
+                oldest * self.num_envs):
+            self._flagged_from += 1
+        if self._flagged_from > len(flagged) // 2:  # compact now and then: O(1) per transition
+            del flagged[:self._flagged_from]
+            self._flagged_from = 0
+        return len(flagged) - self._flagged_from
+
+    def sample_intervened(self, batch_size: int,
+                          device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """As `sample`, uniform over the transitions a person gave the action of."""
+        count = self.intervened_count()
+        assert count > 0, "no intervened transitions to sample from"
+        picks = self.rng.integers(self._flagged_from, self._flagged_from + count, size=batch_size)
+        ends, envs = np.divmod(np.array(self._flagged)[picks], self.num_envs)
+        return self._batch(ends, envs, device)
+
+    def _batch(self, ends: np.ndarray, envs: np.ndarray,
+               device: torch.device | str) -> dict[str, torch.Tensor]:
+        """The batch of the transitions ending at frame numbers `ends` of `envs`."""
         slots = ends % self.capacity
         lasts, reward, discount = self._returns(ends, slots, envs)
         stack = self.frame_stack or 1
@@ -234,7 +270,8 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         filled = min(self.count, self.capacity)
-        arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu() for name in ARRAYS}
+        arrays = {name: torch.as_tensor(getattr(self, name)[:filled]).cpu()
+                  for name in (*ARRAYS, *FLAGS)}
         return {
             **arrays, "count": self.count, "num_transitions": self.num_transitions,
             "capacity": self.capacity,
@@ -255,5 +292,12 @@ class ReplayBuffer:
             target = getattr(self, name)
             target[:filled] = (state[name].to(target.device) if isinstance(target, torch.Tensor)
                                else state[name].numpy())
+        self.intervened[:] = False
+        if "intervened" in state:
+            self.intervened[:filled] = state["intervened"].numpy()
         self.count, self.num_transitions = state["count"], state["num_transitions"]
         self.rng.bit_generator.state = state["rng"]
+        slots, envs = np.nonzero(self.intervened)
+        # a slot's frame number: the newest written there
+        frames = slots + self.capacity * ((self.count - 1 - slots) // self.capacity)
+        self._flagged, self._flagged_from = sorted((frames * self.num_envs + envs).tolist()), 0

@@ -508,7 +508,8 @@ def old_format(tmp_path: Path, *, damage_payload=None, damage_replay=None) -> Pa
 
 @pytest.mark.parametrize("damage, message", [
     (lambda p: p.update(progress="x"),
-     r"its progress is not \{episode, env_step, evaluation_due, next_seed, best_return\}"),
+     r"its progress is not \{episode, env_step, evaluation_due, next_seed, best_return, "
+     r"intervened, intervened_at_eval, step_at_eval\}"),
     (lambda p: p["progress"].update(bogus=1), r"its progress is not"),
     (lambda p: p["progress"].update(episode=-5), r"progress.episode is -5, not a count"),
     (lambda p: p["progress"].update(env_step="7"), r"progress.env_step is '7', not a count"),

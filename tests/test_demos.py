@@ -76,7 +76,8 @@ def test_recording_loads_back_exactly_as_the_env_returned_it(dataset):
     path, recorded = dataset
     loaded = demos.read(path)
     assert len(loaded.episodes) == len(recorded) == 2
-    assert loaded.recording == recording_settings(load_config(VIDEO, [f"env.image_size={SIZE}"]))
+    settings = recording_settings(load_config(VIDEO, [f"env.image_size={SIZE}"]))
+    assert loaded.recording == {**settings, "driver": "solver"}
     for mine, theirs in zip(recorded, loaded.episodes):
         assert theirs.observations.keys() == {demos.STATE, demos.PIXELS}
         for key in mine.observations:
@@ -248,7 +249,7 @@ def test_a_warp_recording_holds_what_each_world_returns_alone(warp_recording):
     it, and names the look it was rendered with."""
     cfg = load_config(VIDEO, WARP)
     loaded = demos.read(warp_recording)
-    assert loaded.recording == recording_settings(cfg)
+    assert loaded.recording == {**recording_settings(cfg), "driver": "solver"}
     look = [loaded.recording[key] for key in ("backend", "warp_shadows", "warp_skybox")]
     assert look == ["mujoco_warp", False, False]
     assert len(loaded.episodes) == 2
@@ -677,3 +678,15 @@ def test_a_recording_into_a_folder_another_recording_is_writing_refuses_in_one_l
     finally:
         first.kill()
         first.communicate()
+
+
+def test_a_person_like_solver_reacts_late_and_moves_slower():
+    """--lag 2 --gain 0.5: each action is the solver's for the state two steps back (the first
+    state until there is one), its moves halved, its fingers as the solver set them."""
+    cfg = load_config(VIDEO, [f"env.image_size={SIZE}", "env.max_episode_steps=12"])
+    (episode,), *_ = record(cfg, 1, seed=4, acting=Acting(lag=2, gain=0.5), progress=False)
+    states = episode.observations[demos.STATE]
+    for t, action in enumerate(episode.actions):
+        solver = scripted_action(states[max(t - 2, 0)])
+        np.testing.assert_allclose(action, [*(0.5 * solver[:3]), solver[3]], atol=1e-6)
+    assert np.abs(episode.actions[:, :3]).max() <= 0.5

@@ -16,6 +16,7 @@ from envs import demos
 from tests.conftest import ROOT, run_cli
 from tests.test_demos import SIZE, VIDEO, demos_run
 from trainer.config.load import load_config
+from trainer.run.person import Person, start_pygame
 from trainer.tools import teleop
 from trainer.tools.record import OneEnv, main, observation_space, recording_settings
 
@@ -23,7 +24,7 @@ from trainer.tools.record import OneEnv, main, observation_space, recording_sett
 @pytest.fixture
 def pygame(monkeypatch):
     monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
-    pg = teleop.start_pygame("keyboard")
+    pg = start_pygame("keyboard")
     yield pg
     pg.quit()
 
@@ -51,7 +52,7 @@ def test_the_episodes_a_person_keeps_are_the_steps_they_drove(pygame, tmp_path):
     cfg = load_config(VIDEO, [f"env.image_size={SIZE}"])
     source = OneEnv(cfg)
     try:
-        kept, discarded = teleop.drive(source, teleop.Person(pg, "keyboard"), episodes=2, seed=3,
+        kept, discarded = teleop.drive(source, Person(pg, "keyboard"), episodes=2, seed=3,
                                        fps=1000, between=between)
         space, action_space = observation_space(source), source.action_space
     finally:

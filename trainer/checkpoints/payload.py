@@ -33,6 +33,16 @@ class Progress:
     next_seed: int = 0
     # the highest mean eval return so far, which `<run>_best.pt` holds
     best_return: float | None = None
+    # agent steps a person drove (demos.takeover), in all and at the last evaluation, and the step
+    # of that evaluation: eval.csv's intervened share
+    intervened: int = 0
+    intervened_at_eval: int = 0
+    step_at_eval: int = 0
+
+
+# absent while no person has driven the run, as in checkpoints written before take-over: their
+# defaults give the same shares
+TAKEOVER_COUNTS = ("intervened", "intervened_at_eval", "step_at_eval")
 
 
 def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk: str | None,
@@ -48,7 +58,8 @@ def build_payload(*, config: dict, agent_state: dict, progress: Progress, trunk:
         # no best before the first evaluation: absent, as in checkpoints written before there was
         # one
         "progress": {key: value for key, value in dataclasses.asdict(progress).items()
-                     if value is not None},
+                     if value is not None
+                     and (progress.intervened or key not in TAKEOVER_COUNTS)},
         "trunk": trunk,
         "demos": demos,
         "learning_steps": learning_steps,

@@ -100,6 +100,11 @@ def _check_cross_keys(cfg) -> None:
         raise UserError("training.eval_envs > 1 evaluates in worker processes, whose state-mode "
                         "envs render no eval video; set logging.eval_video=false or "
                         "training.eval_envs=1")
+    if cfg.demos.takeover and not (pixels and env.backend == "mujoco"
+                                   and env.id.startswith("Dishwashing")):
+        raise UserError("demos.takeover drives the dishwashing arm watching the frames of one "
+                        "OpenGL env: it needs a Dishwashing env.id, encoder.type video and "
+                        "env.backend=mujoco; set demos.takeover=null")
     physics_steps = (env.max_episode_steps or 1) * env.action_repeat
     if physics_steps > PHYSICS_STEPS_LIMIT:
         raise UserError(f"env.max_episode_steps * env.action_repeat is {physics_steps} simulator "

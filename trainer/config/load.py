@@ -56,6 +56,9 @@ class DemosConfig:
         None, note="null = no demonstrations; a Minari or LeRobot folder, or hf://datasets/<id>")
     share: float = setting(0.5, ge=0, lt=1)
     lerobot: LeRobotKeys = field(default_factory=LeRobotKeys)
+    # a person takes env 0 over with this device while the run learns (trainer/run/takeover.py)
+    takeover: str | None = setting(None, choices=("keyboard", "gamepad"),
+                                   note="null = no take-over")
 
 
 @dataclass

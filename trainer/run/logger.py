@@ -27,7 +27,9 @@ from trainer.run.video import write_videos
 
 # success: empty for tasks without it; wall_s: training seconds since the run began, resumes
 # included, stops not
-EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s")
+# intervened: the share of the training steps since the row before that a person drove (demos.
+# takeover), empty without take-over
+EVAL_COLUMNS = ("env_step", "frames", "episode", "return", "success", "wall_s", "intervened")
 # one row per training episode, as Stable-Baselines3's monitor.csv: `episode` counts it, env_step
 # ends it
 EPISODE_COLUMNS = ("env_step", "frames", "episode", "return", "length", "success", "wall_s")
@@ -161,16 +163,19 @@ class Logger:
 
     def evaluation(self, mean_return: float, success_rate: float | None, *, step: int, frames: int,
                    episode: int,
-                   wall_s: float, clip: list[np.ndarray], split: str = "eval") -> None:
+                   wall_s: float, clip: list[np.ndarray], split: str = "eval",
+                   intervened: float | None = None) -> None:
         """`clip`: uint8 (H, W, 3) frames of the first eval episode, or none; `split`: eval, or
-        eval_heldout."""
-        self.scalars({"return": mean_return} | ({} if success_rate is None
-                                                else {"success_rate": success_rate}), step,
+        eval_heldout; `intervened`: EVAL_COLUMNS' share, None without take-over."""
+        self.scalars({"return": mean_return}
+                     | ({} if success_rate is None else {"success_rate": success_rate})
+                     | ({} if intervened is None else {"intervened_share": intervened}), step,
                      split)
         heldout = split == "eval_heldout"
         success = "" if success_rate is None else f"{success_rate:.3f}"
         rows = (self.heldout_rows if heldout else self.eval_rows) + [
-            [str(step), str(frames), str(episode), f"{mean_return:.3f}", success, f"{wall_s:.1f}"]]
+            [str(step), str(frames), str(episode), f"{mean_return:.3f}", success, f"{wall_s:.1f}",
+             "" if intervened is None else f"{intervened:.3f}"]]
         if self.cfg.logging.curve:
             curve = self.dir / "curve.png"
             ours, held = (self.eval_rows, rows) if heldout else (rows, self.heldout_rows)

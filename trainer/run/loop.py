@@ -43,6 +43,7 @@ from trainer.run.encoder_setup import build_encoders
 from trainer.run.episodes import run_episodes
 from trainer.run.gpu_monitor import GpuMonitor
 from trainer.run.logger import Logger, LogWriteError
+from trainer.run.takeover import TakeOver
 
 
 def every(n: int, i: int) -> bool:
@@ -168,6 +169,12 @@ class Trainer:
         self.heldout_env = (self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout
                             else None)
         self.action_dim = self.env.single_action_space.shape[0]
+        self.takeover = None
+        if cfg.demos.takeover:
+            self.takeover = TakeOver(cfg.demos.takeover, self.env, env_id=cfg.env.id,
+                                     action_repeat=cfg.env.action_repeat)
+            self.opened.callback(self.takeover.close)
+            self.env.driver = self.takeover.action
 
     def build_agent(self, found) -> None:
         cfg = self.cfg
@@ -400,13 +407,10 @@ class Trainer:
                                     self.progress.env_step, "train")
 
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """A batch from the replay, `demos.share` of it from the demonstrations when the run has
-        them."""
-        if self.demos is None:
-            return self.replay.sample(batch_size, self.device)
-        return mixed_sample(self.replay, demos=self.demos.store, batch_size=batch_size,
-                            share=self.cfg.demos.share,
-                            device=self.device)
+        """A batch from the replay, `demos.share` of it from the demonstrations and the steps a
+        person took over, when the run has them."""
+        return mixed_sample(self.replay, demos=self.demos.store if self.demos else None,
+                            batch_size=batch_size, share=self.cfg.demos.share, device=self.device)
 
     def evaluate(self, env=None) -> tuple[float, float | None, list[np.ndarray]] | None:
         """(mean return, success rate or None, first episode's frames) of the deterministic policy
@@ -496,12 +500,16 @@ class Trainer:
             action, reward, terminated, truncated = (to_host(x)
                                                      for x in (action, reward, terminated,
                                                                truncated))
-            self.replay.add_batch(self.stored(obs), action, reward, terminated, self.first)
             # an env returning its reset frame ignored its action: no agent step
             stepped = ~self.first
+            driven = self.env.driven & stepped if self.takeover else np.zeros_like(stepped)
+            self.replay.add_batch(self.stored(obs), action, reward, terminated, self.first,
+                                  intervened=driven)
             progress.env_step += int(stepped.sum())
+            progress.intervened += int(driven.sum())
             self.returns += np.where(stepped, reward, 0.0)
             self.lengths += stepped
+            self.driven_steps += driven
             self.learn(int(stepped.sum()))
             self.first = stepped & (terminated | truncated)
             complete = (self.end_episodes(np.flatnonzero(self.first), terminated)
@@ -534,6 +542,7 @@ class Trainer:
         # envs whose next frame is a reset frame (NEXT_STEP autoreset)
         self.first = np.zeros(n, dtype=bool)
         self.returns, self.lengths = np.zeros(n), np.zeros(n, dtype=int)
+        self.driven_steps = np.zeros(n, dtype=int)  # of each env's episode, by a person
         self.clock = (time.perf_counter(), self.progress.env_step, self.agent.updates)
 
     def end_episodes(self, ended: np.ndarray, terminated: np.ndarray) -> bool:
@@ -549,6 +558,8 @@ class Trainer:
         for i in ended:
             episode = {"episode_return": float(self.returns[i]),
                        "episode_length": int(self.lengths[i])}
+            if self.takeover:
+                episode["intervened_share"] = self.driven_steps[i] / max(self.lengths[i], 1)
             progress.episode += 1
             self.logger.episode(episode | rates, step=progress.env_step, episode=progress.episode,
                                 eta_s=self.eta(),
@@ -556,7 +567,7 @@ class Trainer:
                                 wall_s=self.wall_seconds(),
                                 success=bool(terminated[i]) if self.env.terminates_on_success
                                 else None)
-            self.returns[i], self.lengths[i] = 0.0, 0
+            self.returns[i], self.lengths[i], self.driven_steps[i] = 0.0, 0, 0
             if self.complete():
                 break
         self.logger.scalars(self.gpu_monitor.poll(), progress.env_step, "gpu")
@@ -598,15 +609,20 @@ class Trainer:
         if evaluation is None or held_out and heldout is None:  # both, or neither: it stays due
             return False
         frames = progress.env_step * self.cfg.env.action_repeat
+        steps = progress.env_step - progress.step_at_eval
+        intervened = ((progress.intervened - progress.intervened_at_eval) / max(steps, 1)
+                      if self.takeover else None)
         if heldout:  # first: eval.csv's row, written last, says the evaluation was logged whole
             self.logger.evaluation(*heldout[:2], step=progress.env_step, frames=frames,
                                    episode=progress.episode,
                                    wall_s=self.wall_seconds(), clip=[], split="eval_heldout")
         self.logger.evaluation(*evaluation[:2], step=progress.env_step, frames=frames,
                                episode=progress.episode,
-                               wall_s=self.wall_seconds(), clip=evaluation[2])
+                               wall_s=self.wall_seconds(), clip=evaluation[2],
+                               intervened=intervened)
         # after logging it: a save after a failed log write runs it again on resume
         progress.evaluation_due = False
+        progress.intervened_at_eval, progress.step_at_eval = progress.intervened, progress.env_step
         self.save_if_best(evaluation[0])
         return True
 

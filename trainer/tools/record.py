@@ -9,9 +9,11 @@ Every step stores the state vector and the frame the pixel config (--config) ren
 recording serves state and pixel runs. --noise adds Gaussian noise of that std to every action;
 --detours P hands each step, with probability P, to 1-8 uniform random actions, after which the
 solver finds its way back: states a learning policy visits and the solver never does, for
-pretraining. --policy CHECKPOINT lets a trained policy act from each episode's start until, with
-probability --handover per step, the solver takes over: the states that policy reaches, labelled
-with the simulator's state (DAgger's data, for an encoder). Episode i starts from seed --seed + i.
+pretraining. --lag N --gain G stand in for a person's hand: the solver reacts N steps late and
+moves at G of its speed (docs/demonstrations.md measures what they train). --policy CHECKPOINT
+lets a trained policy act from each episode's start until, with probability --handover per step,
+the solver takes over: the states that policy reaches, labelled with the simulator's state
+(DAgger's data, for an encoder). Episode i starts from seed --seed + i.
 Under randomised scenes, --views K also stores every step as K - 1 other scenes show it, for
 pretraining an encoder that reads the same state from any scene (docs/encoders.md). See
 docs/dishwashing.md.
@@ -44,14 +46,18 @@ DETOUR_STEPS = 8
 
 @dataclasses.dataclass(frozen=True)
 class Acting:
-    """Who acts: the solver, with Gaussian `noise` and random `detours` (a probability per step),
-    after `policy` (anything with `act(stacks) -> actions`, e.g. trainer.policy.trained.Policy)
-    until a `handover` (a probability per step)."""
+    """Who acts: the solver, with Gaussian `noise`, random `detours` (a probability per step) and
+    a person-like `lag` and `gain`, after `policy` (anything with `act(stacks) -> actions`, e.g.
+    trainer.policy.trained.Policy) until a `handover` (a probability per step)."""
 
     noise: float = 0.0
     detours: float = 0.0
     policy: object = None
     handover: float = 0.0
+    # a person's hand, roughly: the solver sees the state `lag` steps late and moves at `gain` of
+    # its speed (a lag at full speed overshoots and circles the target: a person slows down)
+    lag: int = 0
+    gain: float = 1.0
 
 
 class OneEnv:
@@ -182,8 +188,9 @@ def play(source: OneEnv | Worlds, *, seed: int, acting: Acting, rng: np.random.G
     detour = np.zeros(batch, int)  # random steps left per world
     policy_acts = np.full(batch, acting.policy is not None)
     while live.any():
-        actions = np.stack([scripted_action(state)
-                            for state in seen[-1][demos.STATE]]).astype(np.float32)
+        late = seen[max(len(seen) - 1 - acting.lag, 0)][demos.STATE]
+        actions = np.stack([scripted_action(state) for state in late]).astype(np.float32)
+        actions[:, :3] *= acting.gain  # the moves; the fingers open or shut
         if policy_acts.any():
             actions = np.where(policy_acts[:, None], acting.policy.act(source.stacks),
                                actions).astype(np.float32)
@@ -243,19 +250,21 @@ def recording_settings(cfg: Config) -> dict:
 
 def record_by_hand(cfg: Config, args) -> None:
     """--teleop: the episodes a person drives and keeps, written as the solver's are."""
+    from envs.make import control_fps
+    from trainer.run.person import Person, start_pygame
     from trainer.tools import teleop
-    from trainer.tools.to_lerobot import control_fps
 
     if args.policy or args.detours or args.views > 1 or cfg.env.backend != "mujoco":
         raise UserError("--teleop drives one OpenGL env (env.backend=mujoco) by hand: drop "
                         "--policy, --detours and --views")
-    pygame = teleop.start_pygame(args.teleop)
+    pygame = start_pygame(args.teleop)
+    pygame.display.set_caption("dishwashing: Enter keeps, Backspace discards, Esc stops")
     source = OneEnv(cfg)
     try:
         with lock.hold_output(args.out, what="dataset"):
             demos.check_new(args.out)
             kept, discarded = teleop.drive(
-                source, teleop.Person(pygame, args.teleop), episodes=args.episodes,
+                source, Person(pygame, args.teleop), episodes=args.episodes,
                 seed=args.seed, fps=control_fps(cfg.env.id, cfg.env.action_repeat))
             if not kept:
                 raise UserError(f"no episode was kept, so nothing was written to {args.out}")
@@ -287,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handover", type=float, default=0.05,
                         help="with --policy: probability per step that the solver takes over "
                              "(default 0.05)")
+    parser.add_argument("--lag", type=int, default=0,
+                        help="the solver sees the state this many steps late, as a person "
+                             "reacts late (default 0)")
+    parser.add_argument("--gain", type=float, default=1.0,
+                        help="the solver moves at this share of its speed, as a person "
+                             "slows down near a target (default 1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--config", default=DEFAULT_CONFIG,
                         help="pixel config whose camera view is recorded")
@@ -309,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"--handover probabilities in [0, 1] and --seed in [0, {SEED_LIMIT}), "
                             f"got {args.episodes}, {args.noise}, {args.detours}, {args.handover} "
                             f"and {args.seed}")
+        if not 0 <= args.lag <= 100 or not 0 < args.gain <= 1:
+            raise UserError(f"--lag must be 0-100 steps and --gain in (0, 1], got {args.lag} "
+                            f"and {args.gain}")
         cfg = load_config(args.config, [*args.set, "encoder.type=video"])
         demos.check_new(args.out)
         if not cfg.env.id.startswith("Dishwashing"):
@@ -321,15 +339,18 @@ def main(argv: list[str] | None = None) -> int:
             return record_by_hand(cfg, args)
         policy = Policy.load(args.policy, unit_actions=True) if args.policy else None
         acting = Acting(noise=args.noise, detours=args.detours, policy=policy,
-                        handover=args.handover)
+                        handover=args.handover, lag=args.lag, gain=args.gain)
         with lock.hold_output(args.out, what="dataset"):  # one recording into a folder at a time
             # again, held: another recording may have written it meanwhile
             demos.check_new(args.out)
             episodes, space, action_space, successes = record(cfg, args.episodes, seed=args.seed,
                                                               acting=acting,
                                                                views=args.views)
+            person_like = args.lag or args.gain != 1
+            driver = (f"solver, person-like (lag {args.lag}, gain {args.gain:g}, noise "
+                      f"{args.noise:g})" if person_like else "solver")
             demos.write(args.out, episodes, space, action_space, cfg.env.id,
-                        recording_settings(cfg))
+                        {**recording_settings(cfg), "driver": driver})
         steps = sum(len(e) for e in episodes)
         print(f"wrote {args.out}: {len(episodes)} episodes, {steps} steps, {successes} successful")
 

@@ -13,26 +13,11 @@ import argparse
 import sys
 
 from envs import demos, lerobot_format
+from envs.make import control_fps
 from envs.rendering import configure
 from errors import UserError
 from trainer.process import lock
 from trainer.process.cli import prog, run_command
-
-
-def control_fps(env_id: str, action_repeat: int) -> int:
-    """Agent steps per simulated second: LeRobot's `fps`."""
-    import gymnasium as gym
-
-    from envs import dishwashing  # noqa: F401  (registers the tasks; loads mujoco: after configure())
-
-    env = gym.make(env_id)
-    try:
-        dt = getattr(env.unwrapped, "dt", None)
-    finally:
-        env.close()
-    if not dt:
-        raise UserError(f"{env_id} does not say its time step; pass --fps")
-    return max(1, round(1 / (dt * action_repeat)))
 
 
 def main(argv: list[str] | None = None) -> int:
