@@ -91,16 +91,22 @@ def read(path: str | Path, keys, *, image_size: int | None) -> Demonstrations:
                         f"({', '.join(cameras)}); set demos.lerobot.camera to the one to train on")
     # no camera at all: a dataset for state-only runs
     camera = key("camera", keys.camera or cameras[0]) if cameras or keys.camera else None
-    state, action = key("state", keys.state), key("action", keys.action)
-    reward, done = key("reward", keys.reward), key("done", keys.done)
+    state = key("state", keys.state) if keys.state else None
+    if camera is None and state is None:
+        raise UserError(f"demos.lerobot.state is null and the LeRobot dataset {path} has no "
+                        "camera: nothing to observe; set demos.lerobot.state to its state feature")
+    action, reward, done = key("action", keys.action), key("reward", keys.reward), key(
+        "done", keys.done)
     table = _table(root / "data")
-    column = {name: table.column(name) for name in (state, action, reward, done, "episode_index")}
-    states = np.asarray(column[state].to_pylist(), np.float32)
+    column = {name: table.column(name) for name in (action, reward, done, "episode_index")}
     actions = np.asarray(column[action].to_pylist(), np.float32)
     rewards = np.asarray(column[reward].to_pylist(), np.float32).reshape(-1)
     dones = np.asarray(column[done].to_pylist(), bool).reshape(-1)
     episode_of = np.asarray(column["episode_index"].to_pylist())
-    observed = {STATE: states}
+    observed, space = {}, gym.spaces.Dict()
+    if state:
+        observed[STATE] = np.asarray(table.column(state).to_pylist(), np.float32)
+        space[STATE] = gym.spaces.Box(-np.inf, np.inf, observed[STATE].shape[1:], np.float32)
     if camera and features[camera]["dtype"] == "image":
         frames = [_png(cell["bytes"]) for cell in table.column(camera).to_pylist()]
     elif camera:
@@ -117,7 +123,6 @@ def read(path: str | Path, keys, *, image_size: int | None) -> Demonstrations:
         truncated[-1] = not terminated[-1]
         episodes.append(Episode({k: v[after] for k, v in observed.items()},
                                 actions[rows], rewards[rows], terminated, truncated))
-    space = gym.spaces.Dict({STATE: gym.spaces.Box(-np.inf, np.inf, states.shape[1:], np.float32)})
     if camera:
         space[PIXELS] = gym.spaces.Box(0, 255, observed[PIXELS].shape[1:], np.uint8)
     actions_space = gym.spaces.Box(-np.inf, np.inf, actions.shape[1:], np.float32)

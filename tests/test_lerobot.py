@@ -18,7 +18,7 @@ from errors import UserError
 from tests.conftest import ROOT, run_cli
 from tests.test_demos import SIZE, STATE, VIDEO, demos_run, record_dataset
 from trainer.config.load import load_config
-from trainer.run.demo_store import read
+from trainer.run.demo_store import check_fits, read
 
 LEROBOT = ROOT / ".lerobot-venv" / "bin" / "python"
 STATE_DIM, ACTION_DIM = 26, 4  # configs/dishwashing_state.yaml's observation and action sizes
@@ -145,6 +145,21 @@ def test_a_missing_key_is_one_line_naming_the_setting(made_by_lerobot, setting, 
     with pytest.raises(UserError, match="^the LeRobot dataset .*" + message.replace("(", r"\(")
                        .replace(")", r"\)")):
         read(load_config(VIDEO, [f"env.image_size={SIZE}", setting]), str(path))
+
+
+def test_a_camera_only_dataset_reads_as_frames_for_a_pixel_run_and_no_state_run(made_by_lerobot):
+    """demos.lerobot.state: null, as for a robot that records its camera and actions alone."""
+    path, saved = made_by_lerobot
+    pixels = load_config(VIDEO, [f"env.image_size={SIZE}", "demos.lerobot.state=null"])
+    data = read(pixels, str(path))
+    assert list(data.observation_space.spaces) == [demos.PIXELS]
+    assert all(list(e.observations) == [demos.PIXELS] for e in data.episodes)
+    frames = np.concatenate([e.observations[demos.PIXELS][:-1] for e in data.episodes])
+    np.testing.assert_array_equal(frames, saved["frames"].transpose(0, 3, 1, 2))
+    states = load_config(STATE, ["demos.lerobot.state=null"])
+    with pytest.raises(UserError, match=r"observations pixels there, state here \(encoder.type\)"):
+        check_fits(states, read(states, str(path)), gym.spaces.Box(-1, 1, (STATE_DIM,)),
+                   ACTION_DIM)
 
 
 def changed(data: demos.Demonstrations, *, actions) -> demos.Demonstrations:

@@ -44,7 +44,8 @@ class ReplayConfig:
 class LeRobotKeys:
     # a LeRobot dataset's features read as the task's (envs/lerobot_format.py)
     camera: str | None = setting(None, note="null = the dataset's only camera")
-    state: str = "observation.state"
+    state: str | None = setting("observation.state",
+                                note="null = none: a camera-only dataset, for pixel runs")
     action: str = "action"
     reward: str = "next.reward"
     done: str = "next.done"
