@@ -95,8 +95,8 @@ def read(path: str | Path, keys, *, image_size: int | None) -> Demonstrations:
     if camera is None and state is None:
         raise UserError(f"demos.lerobot.state is null and the LeRobot dataset {path} has no "
                         "camera: nothing to observe; set demos.lerobot.state to its state feature")
-    action, reward, done = key("action", keys.action), key("reward", keys.reward), key(
-        "done", keys.done)
+    action = key("action", keys.action)
+    reward, done = key("reward", keys.reward), key("done", keys.done)
     table = _table(root / "data")
     column = {name: table.column(name) for name in (action, reward, done, "episode_index")}
     actions = np.asarray(column[action].to_pylist(), np.float32)

@@ -106,6 +106,14 @@ def kill_workers(workers: list[gym.vector.AsyncVectorEnv]) -> None:
     kill_processes([worker.processes[0] for worker in workers])
 
 
+def override(driver: Callable[[], np.ndarray | None] | None, action: np.ndarray) -> bool:
+    """Whether `driver` (env 0's, or None) gave an action: then written over `action`, in place."""
+    given = driver() if driver is not None else None
+    if given is not None:
+        action[...] = given
+    return given is not None
+
+
 class EnvWorkers:
     def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
         shielded = functools.partial(_shielded, make_env)
@@ -189,10 +197,7 @@ class EnvWorkers:
                 observed: np.ndarray) -> None:
         """Env i's next action: the policy's, or env 0's driver's."""
         self.actions[i] = act(observed)[0]
-        given = self.driver() if i == 0 and self.driver is not None else None
-        self.driving[i] = given is not None
-        if given is not None:
-            self.actions[i] = given
+        self.driving[i] = i == 0 and override(self.driver, self.actions[i])
 
     def _keep_state(self, i: int, info: dict) -> None:
         if "state" in info:
@@ -274,10 +279,7 @@ class InProcessEnv:
         if self.observed is None:
             self.observed = observe(self.obs)
         action = np.array(act(self.observed), dtype=np.float32)
-        given = self.driver() if self.driver is not None else None
-        self.driven = np.array([given is not None])
-        if given is not None:
-            action[0] = given
+        self.driven = np.array([override(self.driver, action[0])])
         obs, reward, terminated, truncated, info = self.env.step(action[0])
         self.obs, self.states, self.resetting = (obs[None], self._states(info), terminated
                                                  or truncated)

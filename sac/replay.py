@@ -184,7 +184,8 @@ class ReplayBuffer:
         count = self.intervened_count()
         assert count > 0, "no intervened transitions to sample from"
         picks = self.rng.integers(self._flagged_from, self._flagged_from + count, size=batch_size)
-        ends, envs = np.divmod(np.array(self._flagged)[picks], self.num_envs)
+        # the picks alone: the whole list into numpy would cost every update its length
+        ends, envs = np.divmod(np.array([self._flagged[k] for k in picks]), self.num_envs)
         return self._batch(ends, envs, device)
 
     def _batch(self, ends: np.ndarray, envs: np.ndarray,

@@ -40,8 +40,9 @@ class Progress:
     step_at_eval: int = 0
 
 
-# absent while no person has driven the run, as in checkpoints written before take-over: their
-# defaults give the same shares
+# absent while no person has driven the run, as in checkpoints written before take-over (their
+# defaults give the same shares): a trainer from before, which refuses progress keys it does not
+# know, still resumes such a run
 TAKEOVER_COUNTS = ("intervened", "intervened_at_eval", "step_at_eval")
 
 

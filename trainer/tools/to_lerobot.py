@@ -13,7 +13,6 @@ import argparse
 import sys
 
 from envs import demos, lerobot_format
-from envs.make import control_fps
 from envs.rendering import configure
 from errors import UserError
 from trainer.process import lock
@@ -31,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def convert() -> None:
-        configure()
+        configure()  # before mujoco loads: its import raises on a bad MUJOCO_GL
+        from envs.make import control_fps
+
         data = demos.read(args.dataset)
         env_id = data.recording.get("env_id")
         if args.fps is None and env_id is None:
