@@ -28,6 +28,10 @@ other jobs on a shared machine hits all alike. Rows:
                       sb3_equal_encoder SB3 SAC with this project's simple2dcnn conv stack as
                                         features_extractor_class
                       sb3_cnnpolicy     SB3 SAC with its default CnnPolicy
+  overlap           the trainer's loop with updates on 2 env workers, `training.overlap` off
+                    against on (the envs act with the policy of before the step's updates, one
+                    batch a step), chunks of one episode; and the milliseconds of one publish of
+                    the acting copy beside one update
   frozen            a frozen trunk (the config's encoder with encoder.video.freeze=true), episodes
                     per hour of training (--episode-steps agent steps each, one update per step) two
                     ways, in one run:
@@ -77,7 +81,7 @@ from trainer.run.encoder_setup import build_video_encoder
 
 # what loads mujoco is imported inside the functions that use it, after the command's
 # configure() has checked MUJOCO_GL: a bad one is then one line, not mujoco's traceback
-ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "frozen", "phases")
+ROWS = ("raw_vs_wrapper", "collect", "collect_1thread", "train", "overlap", "frozen", "phases")
 OURS = {
     "train": {},
     "train_drqv2": {"sac.target_encoder": False},
@@ -239,6 +243,25 @@ def train(args) -> dict:
         name: rate(*totals[name]) | {"replay_bytes_per_transition": replay_bytes[name]}
         for name in contenders
     } | {"train_fast_autocast": autocast}
+
+
+def overlap(args, repeats: int = 50) -> dict:
+    """2 env workers, one update per agent step: `training.overlap` off against on."""
+    contenders = {name: OurTrainer(args, {"env.num_envs": 2, "training.overlap": on})
+                  for name, on in (("off", False), ("on", True))}
+    agent = contenders["on"].trainer.agent
+    data = contenders["on"].trainer.sample(args.batch_size)
+    seconds = {}
+    for name, call in (("publish", lambda: agent.published.refresh(agent.updates, force=True)),
+                       ("update", lambda: agent.update(data))):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        seconds[name] = (time.perf_counter() - start) / repeats
+    totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
+    rates = {name: rate(*totals[name]) for name in contenders}
+    return rates | {"speedup": round(rates["on"]["steps_per_s"] / rates["off"]["steps_per_s"], 2),
+                    **{f"{name}_ms": round(1e3 * s, 3) for name, s in seconds.items()}}
 
 
 def frozen(args) -> dict:
@@ -429,7 +452,7 @@ class SB3Trainer:
 def run_row(name: str, args) -> dict:
     functions = {
         "raw_vs_wrapper": raw_vs_wrapper, "collect": collect, "collect_1thread": collect,
-        "train": train,
+        "train": train, "overlap": overlap,
         "frozen": frozen, "phases": phases,
     }
     row = functions[name](args)
@@ -457,6 +480,7 @@ def summary(rows: dict) -> dict:
         "collect_2env_vs_1env": rows.get("collect", {}).get("scaling"),
         "collect_2env_vs_1env_1thread": rows.get("collect_1thread", {}).get("scaling"),
         "frozen_stored_vs_in_update": rows.get("frozen", {}).get("speedup"),
+        "overlap_on_vs_off": rows.get("overlap", {}).get("speedup"),
     }
 
 

@@ -58,15 +58,16 @@ def make_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False) -> gym.Env:
     return TransformObservation(env, lambda obs: np.asarray(obs, dtype=np.float32), space)
 
 
-def make_vector_env(cfg: EnvConfig, pixels: bool, *,
-                    heldout: bool = False) -> EnvWorkers | InProcessEnv:
-    """`cfg.num_envs` worker processes, or one env in this process; `heldout` as in `make_env`."""
+def make_vector_env(cfg: EnvConfig, pixels: bool, *, heldout: bool = False,
+                    together: bool = False) -> EnvWorkers | InProcessEnv:
+    """`cfg.num_envs` worker processes, or one env in this process; `heldout` as in `make_env`,
+    `together` as in EnvWorkers."""
     rendering.configure()  # here too: a worker's error would be a traceback
     if cfg.num_envs == 1:
         return InProcessEnv(make_env(cfg, pixels, heldout=heldout))
     render_threads = max(1, (os.cpu_count() or 1) // cfg.num_envs)
     return EnvWorkers(functools.partial(make_worker_env, cfg, pixels, render_threads,
-                                        heldout=heldout), cfg.num_envs)
+                                        heldout=heldout), cfg.num_envs, together=together)
 
 
 def make_batched_env(cfg: EnvConfig, pixels: bool, device, *, heldout: bool = False):

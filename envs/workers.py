@@ -1,10 +1,11 @@
-"""Env worker processes stepped in turn, each sent its next action the moment its step returns, and
-one env in this process behind the same interface (`InProcessEnv`), so the trainer has a single
-acting loop.
+"""Env worker processes stepped in turn, each sent its next action the moment its step returns, or
+(`together`) all sent theirs from one batched action once every step has returned; and one env in
+this process behind the same interface (`InProcessEnv`), so the trainer has a single acting loop.
 
 Not Gymnasium's lockstep AsyncVectorEnv, where every step waits for the slowest worker (measured in
 docs/guide.md): each worker is its own one-env AsyncVectorEnv, served in a fixed order, at the price
-of one step of policy lag."""
+of one step of policy lag. `together` trades the wait for one policy forward pass a step instead of
+one a worker."""
 
 import atexit
 import contextlib
@@ -115,7 +116,8 @@ def override(driver: Callable[[], np.ndarray | None] | None, action: np.ndarray)
 
 
 class EnvWorkers:
-    def __init__(self, make_env: Callable[[], gym.Env], num_envs: int):
+    def __init__(self, make_env: Callable[[], gym.Env], num_envs: int, *, together: bool = False):
+        self.together = together
         shielded = functools.partial(_shielded, make_env)
         self.workers: list[gym.vector.AsyncVectorEnv] = []
         # workers ignore SIGTERM, so the libraries' exit clean-up (terminate, join) would wait
@@ -170,12 +172,14 @@ class EnvWorkers:
         each. `observe` maps observations to what `act` reads and the step returns (by default a
         copy out of shared memory); `act` maps those to actions. Autoreset is NEXT_STEP: after an
         episode ends the next result is the reset frame."""
-        # after a reset, each env's first frame acted on alone, as every later one is:
+        # after a reset, each env's first frame acted on as every later one is: alone (a batch of
+        # all would round otherwise than one env in this process), or all together
         if not any(self.in_flight):
-            # a batch of all would round otherwise than one env in this process
-            for i in range(self.num_envs):
-                self._choose(i, act, observe(self.obs[i:i + 1]))
-                self._send(i)
+            if self.together:
+                self._choose(slice(None), act, observe(self.obs))
+            else:
+                for i in range(self.num_envs):
+                    self._choose(slice(i, i + 1), act, observe(self.obs[i:i + 1]))
         taken, self.driven = self.actions.copy(), self.driving.copy()
         reward, terminated, truncated = (
             np.zeros(self.num_envs), np.zeros(self.num_envs, bool), np.zeros(self.num_envs, bool)
@@ -188,16 +192,24 @@ class EnvWorkers:
             self.obs[i], reward[i], terminated[i], truncated[i] = (obs[0], rewards[0],
                                                                    terminations[0], truncations[0])
             self._keep_state(i, info)
-            observed.append(observe(self.obs[i:i + 1]))
-            self._choose(i, act, observed[-1])
-            self._send(i)
+            if not self.together:
+                observed.append(observe(self.obs[i:i + 1]))
+                self._choose(slice(i, i + 1), act, observed[-1])
+        if self.together:
+            observed.append(observe(self.obs))
+            self._choose(slice(None), act, observed[-1])
         return taken, np.concatenate(observed), reward, terminated, truncated
 
-    def _choose(self, i: int, act: Callable[[np.ndarray], np.ndarray],
+    def _choose(self, envs: slice, act: Callable[[np.ndarray], np.ndarray],
                 observed: np.ndarray) -> None:
-        """Env i's next action: the policy's, or env 0's driver's."""
-        self.actions[i] = act(observed)[0]
-        self.driving[i] = i == 0 and override(self.driver, self.actions[i])
+        """The next actions of `envs`, the policy's (env 0's driver's instead, when it gives one),
+        sent."""
+        self.actions[envs] = act(observed)
+        self.driving[envs] = False
+        if envs.start in (None, 0):
+            self.driving[0] = override(self.driver, self.actions[0])
+        for i in range(self.num_envs)[envs]:
+            self._send(i)
 
     def _keep_state(self, i: int, info: dict) -> None:
         if "state" in info:

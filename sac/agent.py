@@ -14,6 +14,7 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 from sac.augment import random_shift
 from sac.config import SACConfig
 from sac.graphs import UpdateGraphs
+from sac.published import PublishedPolicy
 
 
 def mlp(in_dim: int, *, hidden_dim: int, out_dim: int, depth: int,
@@ -136,10 +137,11 @@ class SAC:
                  pixels: bool,
                  encoder_lr: float | None = None, compile: bool = False, autocast: bool = False,
                  augment: bool = True,
-                 cuda_graph: bool = False, privileged: int = 0):
+                 cuda_graph: bool = False, privileged: int = 0, overlap: bool = False):
         """`pixels`: the heads project and normalise the encoder's features; `augment`: random-shift
         the batches; `privileged`: the replay's features end in that many numbers for the critic
-        alone (`act` gets none)."""
+        alone (`act` gets none); `overlap`: `act(published=True)` reads the policy `publish` last
+        copied (sac/published.py), else the trained one."""
         self.cfg, self.device, self.autocast = cfg, device, autocast
         self.augment = pixels and augment
         self.critic = Critic(encoder, action_dim, cfg, pixels=pixels,
@@ -156,6 +158,9 @@ class SAC:
                              for name, target in self.critic_target.named_parameters()]
         self.actor = Actor(encoder.repr_dim - privileged, action_dim=action_dim, cfg=cfg,
                            pixels=pixels).to(device)
+        # before compiling: the copy acts uncompiled, as evaluation does
+        self.published = (PublishedPolicy(self.critic.encoder, self.actor, device) if overlap
+                          else None)
         if compile:
             for module in (self.critic.encoder, self.critic, self.critic_target.encoder,
                            self.critic_target):
@@ -191,17 +196,29 @@ class SAC:
             return encoder(obs)
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray | torch.Tensor, sample: bool) -> np.ndarray:
+    def act(self, obs: np.ndarray | torch.Tensor, sample: bool,
+            published: bool = False) -> np.ndarray:
         """Observations (N, ...) in, actions (N, A) in [-1, 1] out: sampled, or the mean for
-        evaluation."""
-        obs = torch.as_tensor(obs, device=self.device)
-        with eval_mode(self.critic.encoder, self.actor):
+        evaluation; `published`: by the published policy, where the agent keeps one."""
+        policy = self.published if published and self.published else None
+        encoder, actor = (policy.encoder, policy.actor) if policy else (self.critic.encoder,
+                                                                        self.actor)
+        on_device = isinstance(obs, torch.Tensor) and obs.is_cuda
+        with (policy.reading(made_on_device=on_device) if policy else contextlib.nullcontext(),
+              eval_mode(encoder, actor)):
+            obs = torch.as_tensor(obs, device=self.device)
             # privileged: the encoder is the stored features' cast, and these features lack the
             # critic's part
-            features = obs.float() if self.privileged else self.encode(self.critic.encoder, obs)
-            dist = self.actor(features)
-        action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
-        return action.cpu().numpy()
+            features = obs.float() if self.privileged else self.encode(encoder, obs)
+            dist = actor(features)
+            action = dist.sample() if sample else torch.tanh(dist.base_dist.loc)
+            return action.cpu().numpy()
+
+    def publish(self) -> None:
+        """Let `act(published=True)` read the parameters as they are now (without a published
+        policy, nothing)."""
+        if self.published:
+            self.published.refresh(self.updates)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One update; read its metrics before the next: a graphed update overwrites their device
@@ -331,6 +348,8 @@ class SAC:
             for group, setting in zip(optimiser.param_groups, settings):
                 group.update(setting)
         self.updates = state["updates"]
+        if self.published:
+            self.published.refresh(self.updates, force=True)
         # the optimisers' loaded states are new tensors that no graph has seen
         if self.graphs is not None:
             self.graphs = UpdateGraphs()

@@ -183,8 +183,9 @@ def test_signals_at_random_moments_always_leave_a_loadable_latest(tmp_path):
     assert not finished.exists()
 
 
+@pytest.mark.parametrize("overlap", ["false", "true"])  # a worker acted for alone, or all at once
 def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses_or_repeats_none(
-    tmp_path):
+    tmp_path, overlap):
     """Two workers against two plain envs stepped one after the other with the same seeds and the
     replay's own actions: every stored frame, reward and flag agrees. The first run stops at its
     first episode, while the other worker is mid-episode; the resumed run reseeds the workers from
@@ -193,7 +194,7 @@ def test_parallel_envs_store_the_transitions_of_sequential_envs_and_resume_loses
     step, none lost or doubled."""
     args = run_args(tmp_path, 1) + sets(env__num_envs=2, env__max_episode_steps=7,
                                         env__image_size=32,
-                                        training__seed_steps=10**6,
+                                        training__seed_steps=10**6, training__overlap=overlap,
                                         training__eval_every_episodes=100,
                                         logging__tensorboard="false")
     first = run_cli("--config", CONFIG, *args)

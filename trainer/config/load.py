@@ -78,6 +78,8 @@ class TrainingConfig:
     autocast: bool = False
     cudnn_benchmark: bool = False
     cuda_graph: bool = True
+    # the envs act with the policy of before the update in flight, one batch a step (sac/published)
+    overlap: bool = False
 
 
 @dataclass

@@ -163,7 +163,7 @@ class Trainer:
         if self.batched:
             self.env = make_batched_env(cfg.env, cfg.pixels, self.device)
         else:
-            self.env = make_vector_env(cfg.env, cfg.pixels)
+            self.env = make_vector_env(cfg.env, cfg.pixels, together=cfg.training.overlap)
         self.opened.callback(self.env.close)
         self.eval_env, self.eval_camera = self.make_eval_env()
         self.heldout_env = (self.make_eval_env(heldout=True)[0] if cfg.env.randomize.heldout
@@ -194,7 +194,7 @@ class Trainer:
                          encoder_lr=cfg.encoder.lr, compile=self.compiled,
                          autocast=cfg.training.autocast,
                          augment=self.trunk is None, cuda_graph=cfg.training.cuda_graph,
-                         privileged=self.privileged)
+                         privileged=self.privileged, overlap=cfg.training.overlap)
 
     def build_replay(self) -> None:
         """The replay buffer, and the demonstrations mixed into its batches."""
@@ -383,12 +383,14 @@ class Trainer:
         then sampled."""
         if self.seeding():
             return self.rng.uniform(-1.0, 1.0, (len(obs), self.action_dim)).astype(np.float32)
-        return self.agent.act(obs, sample=True)
+        return self.agent.act(obs, sample=True, published=True)
 
     def learn(self, env_steps: int) -> None:
         """After k agent steps past the seed phase, floor(k * sac.updates_per_step) updates in
         all."""
         sac = self.cfg.sac
+        # with training.overlap, the next actions read the policy before these updates
+        self.agent.publish()
         if self.seeding() or len(self.replay) < sac.batch_size:
             return
         if self.learning_since is None:
