@@ -6,8 +6,10 @@ at its first evaluation at `--target` success or after `--minutes`.
 
 Records the demonstrations first (their seconds are reported, not counted in a run's). Prints one
 JSON line per seed: eval.csv's `wall_s` at the first evaluation at the target (the run's own clock:
-start-up, acting, updates and evaluations), the agent steps then, and the GPU's mean busy share over
-the run (NVML). `--csv` writes every evaluation of every seed: eval.csv's columns plus `seed`.
+start-up, acting, updates and evaluations), the agent steps then, the GPU's mean busy share over
+the run (NVML), and beside it the agent steps and updates per second while it learned (the mean of
+the run's TensorBoard `train/env_steps_per_s` and `train/updates_per_s` over the episodes with
+updates). `--csv` writes every evaluation of every seed: eval.csv's columns plus `seed`.
 """
 
 import argparse
@@ -49,6 +51,26 @@ def record(out: Path, episodes: int, sets: list[str] = ()) -> float:
     return time.perf_counter() - start
 
 
+def learning_rates(runs: Path) -> dict:
+    """The mean agent steps and updates per second over the episodes with updates, from the run's
+    TensorBoard events (None each before the first update)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rates = {"agent_steps_per_s": [], "updates_per_s": []}
+    for events in runs.glob("events.out.tfevents.*"):
+        logged = EventAccumulator(str(events))
+        logged.Reload()
+        if "train/updates_per_s" not in logged.Tags()["scalars"]:
+            continue
+        for steps, updates in zip(logged.Scalars("train/env_steps_per_s"),
+                                  logged.Scalars("train/updates_per_s")):
+            if updates.value > 0:
+                rates["agent_steps_per_s"].append(steps.value)
+                rates["updates_per_s"].append(updates.value)
+    return {key: round(sum(values) / len(values), 1) if values else None
+            for key, values in rates.items()}
+
+
 def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float, minutes: float,
           sets: list[str] = ()) -> tuple[list[dict], dict]:
     """One run to the target or the time limit (then SIGTERM, as a spot reclaim would): its
@@ -77,7 +99,8 @@ def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float,
     reached = [row for row in rows if float(row["success"] or 0) >= target]
     summary = {"seed": seed, "exit": process.returncode,
                "process_s": round(time.perf_counter() - start, 1),
-               "gpu_util_pct": monitor.stop(), "evals": len(rows),
+               "gpu_util_pct": monitor.stop(), **learning_rates(workdir / "runs" / "e2e"),
+               "evals": len(rows),
                "wall_s_to_target": float(reached[0]["wall_s"]) if reached else None,
                "env_step_at_target": int(reached[0]["env_step"]) if reached else None,
                "best_success": max((float(row["success"] or 0) for row in rows), default=None)}
