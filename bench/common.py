@@ -64,3 +64,14 @@ class Utilisation:
         self.thread.join()
         kept = self.samples[int(skip * len(self.samples)):]
         return round(sum(kept) / len(kept), 1) if kept else None
+
+
+def scalars(run: Path) -> dict:
+    """{tag: [values in step order]} from a run's TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    if not run.is_dir():
+        return {}
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [event.value for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

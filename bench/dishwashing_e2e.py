@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import Utilisation, positive
+from bench.common import Utilisation, positive, scalars
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "dishwashing_video.yaml"
@@ -51,24 +51,18 @@ def record(out: Path, episodes: int, sets: list[str] = ()) -> float:
     return time.perf_counter() - start
 
 
-def learning_rates(runs: Path) -> dict:
+def learning_rates(run: Path) -> dict:
     """The mean agent steps and updates per second over the episodes with updates, from the run's
     TensorBoard events (None each before the first update)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    rates = {"agent_steps_per_s": [], "updates_per_s": []}
-    for events in runs.glob("events.out.tfevents.*"):
-        logged = EventAccumulator(str(events))
-        logged.Reload()
-        if "train/updates_per_s" not in logged.Tags()["scalars"]:
-            continue
-        for steps, updates in zip(logged.Scalars("train/env_steps_per_s"),
-                                  logged.Scalars("train/updates_per_s")):
-            if updates.value > 0:
-                rates["agent_steps_per_s"].append(steps.value)
-                rates["updates_per_s"].append(updates.value)
-    return {key: round(sum(values) / len(values), 1) if values else None
-            for key, values in rates.items()}
+    logged = scalars(run)
+    learning = [(steps, updates) for steps, updates in zip(logged.get("train/env_steps_per_s", []),
+                                                           logged.get("train/updates_per_s", []))
+                if updates > 0]
+    if not learning:
+        return {"agent_steps_per_s": None, "updates_per_s": None}
+    steps, updates = zip(*learning)
+    return {"agent_steps_per_s": round(sum(steps) / len(steps), 1),
+            "updates_per_s": round(sum(updates) / len(updates), 1)}
 
 
 def train(seed: int, demos: Path, workdir: Path, *, profile: str, target: float, minutes: float,

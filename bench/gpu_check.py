@@ -53,9 +53,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-from bench.common import Utilisation, cpu_name, positive
+from bench.common import Utilisation, cpu_name, positive, scalars
 from envs.rendering import configure
 from trainer.config.load import SEED_LIMIT, TrainingConfig, load_config
 
@@ -289,15 +287,6 @@ def training_run(config: str, device: str, settings: dict, wall_s: float, workdi
         result["error"] = (log.read_text().strip().splitlines()
                            or [f"exit {process.returncode}"])[-1][:300]
     return result
-
-
-def scalars(run: Path) -> dict:
-    """{tag: [values in step order]} from a run's TensorBoard events."""
-    if not run.is_dir():
-        return {}
-    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: [event.value for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 def evals(path: Path) -> list[dict]:

@@ -245,23 +245,31 @@ def train(args) -> dict:
     } | {"train_fast_autocast": autocast}
 
 
-def overlap(args, repeats: int = 50) -> dict:
+def ms_per_call(fn, device: torch.device, repeats: int = 20) -> float:
+    """Milliseconds per call of `fn`, after one untimed call; on CUDA until its work is done."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync()
+    return round(1e3 * (time.perf_counter() - start) / repeats, 3)
+
+
+def overlap(args) -> dict:
     """2 env workers, one update per agent step: `training.overlap` off against on."""
     contenders = {name: OurTrainer(args, {"env.num_envs": 2, "training.overlap": on})
                   for name, on in (("off", False), ("on", True))}
-    agent = contenders["on"].trainer.agent
-    data = contenders["on"].trainer.sample(args.batch_size)
-    seconds = {}
-    for name, call in (("publish", lambda: agent.published.refresh(agent.updates, force=True)),
-                       ("update", lambda: agent.update(data))):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            call()
-        seconds[name] = (time.perf_counter() - start) / repeats
+    trainer = contenders["on"].trainer
+    agent, data = trainer.agent, trainer.sample(args.batch_size)
+    timed = {"publish_ms": ms_per_call(lambda: agent.published.refresh(agent.updates, force=True),
+                                       trainer.device),
+             "update_ms": ms_per_call(lambda: agent.update(data), trainer.device)}
     totals = interleave(contenders, max(1, args.steps // args.episode_steps), args.episode_steps)
     rates = {name: rate(*totals[name]) for name in contenders}
-    return rates | {"speedup": round(rates["on"]["steps_per_s"] / rates["off"]["steps_per_s"], 2),
-                    **{f"{name}_ms": round(1e3 * s, 3) for name, s in seconds.items()}}
+    return rates | {"speedup": round(rates["on"]["steps_per_s"] / rates["off"]["steps_per_s"],
+                                     2)} | timed
 
 
 def frozen(args) -> dict:
@@ -330,16 +338,9 @@ def phases(args) -> dict:
     trainer = Trainer(cfg)
     trainer.run(4 * args.batch_size)
     agent, device = trainer.agent, trainer.device
-    sync = torch.cuda.synchronize if trainer.device.type == "cuda" else (lambda: None)
 
-    def ms(fn, repeats: int = 20) -> float:
-        fn()
-        sync()
-        start = time.perf_counter()
-        for _ in range(repeats):
-            fn()
-        sync()
-        return round(1e3 * (time.perf_counter() - start) / repeats, 3)
+    def ms(fn) -> float:
+        return ms_per_call(fn, device)
 
     batch = trainer.replay.sample(args.batch_size, device)
     shifted = random_shift(batch["obs"], cfg.sac.augment_pad)
