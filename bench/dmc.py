@@ -64,7 +64,7 @@ INPUTS = {"state": "the simulator state", "pixels": "pixels"}
 EPISODE_FRAMES = 1000
 COLUMNS = ("task", "seed", "frames", "return", "wall_s", "env_step", "episode")
 # the table's columns and every panel's colours
-METHODS = ("SAC State", "DrQ", "Simoun", "CURL", "SAC-AE")
+METHODS = ("SAC State", "pytorch_sac", "DrQ", "DrQ-v2", "Simoun", "CURL", "SAC-AE")
 # --frames decides these; a --set of them would train other frames than the CSV's name says
 BENCHMARK_KEYS = ("training.episodes", "training.max_env_steps", "env.max_episode_steps")
 
@@ -314,16 +314,21 @@ def markdown(rows: list[dict], *, input: str, frames: int, csv_name: str, comman
              "Eval return of the deterministic policy after episode frames / 1000 (a run resumed "
              "mid-episode evaluates up to an episode's frames later: the CSV has its frames); "
              "mean +/- std over the seeds evaluated there (std of the seeds' returns). '-': no "
-             "evaluation there yet, or no published figure.",
+             "evaluation there yet, or no published figure. The last rows: the mean over the six "
+             "tasks of each task's mean (its seeds: the fewest-most a task has), once every task "
+             "has one.",
              "",
              f"| task | frames | this repo | seeds | per seed | {' | '.join(METHODS)} |",
              "|" + " --- |" * (5 + len(METHODS))]
+    task_means = {point: [] for point in points}
     for task in TASKS:
         published = references(task, max(FRAMES))
         for point in points:
             at = {r["seed"]: r["return"] for r in rows
                   if r["task"] == task and r["episode"] == point // EPISODE_FRAMES}
             values = list(at.values())
+            if values:
+                task_means[point].append((statistics.fmean(values), len(values)))
             mean = "-" if not values else f"{statistics.fmean(values):.0f}" + (
                 f" +/- {statistics.pstdev(values):.0f}" if len(values) > 1 else "")
             cells = [task.replace("_", " "), f"{point:,}", f"**{mean}**" if values else mean,
@@ -331,9 +336,27 @@ def markdown(rows: list[dict], *, input: str, frames: int, csv_name: str, comman
                      ", ".join(f"{seed}: {value:.0f}" for seed, value in sorted(at.items())) or "-",
                      *(published_cell(published[m], point) for m in METHODS)]
             lines.append("| " + " | ".join(cells) + " |")
+    # the benchmark's headline: the mean over the six tasks, only where every task has a figure
+    for point in points:
+        ours = task_means[point]
+        every = len(ours) == len(TASKS)
+        mean = f"**{statistics.fmean(m for m, _ in ours):.0f}**" if every else "-"
+        fewest, most = min((n for _, n in ours), default=0), max((n for _, n in ours), default=0)
+        seeds = "-" if not every else str(most) if fewest == most else f"{fewest}-{most}"
+        cells = [f"mean of the {len(TASKS)} tasks", f"{point:,}", mean, seeds, "-",
+                 *(six_task_mean(method, point) for method in METHODS)]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Published figures (bench/references.py):", ""]
     lines += [f"- {method}: {SOURCES[method]}" for method in METHODS]
     return "\n".join(lines) + "\n"
+
+
+def six_task_mean(method: str, point: int) -> str:
+    """`method`'s published mean over the six tasks at `point` ('-' where a task lacks one)."""
+    if point not in FRAMES:
+        return "-"
+    returns = [references(task, max(FRAMES))[method][FRAMES.index(point)] for task in TASKS]
+    return "-" if None in returns else f"{statistics.fmean(returns):.0f}"
 
 
 def published_cell(returns: tuple, point: int) -> str:

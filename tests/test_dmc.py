@@ -77,13 +77,31 @@ def test_the_table_sets_each_task_s_returns_at_100k_beside_the_published_figures
     result = subprocess.run(dmc(tmp_path, "--report"), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     table = (tmp_path / "state.md").read_text()
-    state, drq, simoun = (PUBLISHED["dm_control/walker-walk-v0"][m][0]
-                          for m in ("SAC State", "DrQ", "Simoun"))
-    assert (f"| walker walk | 100,000 | **850 +/- 50** | 2 | 1: 900, 2: 800 | {state} | {drq} | "
-            f"{simoun} | 403 | - |"
+    state, pytorch_sac, drq, drqv2, simoun = (
+        PUBLISHED["dm_control/walker-walk-v0"][m][0]
+        for m in ("SAC State", "pytorch_sac", "DrQ", "DrQ-v2", "Simoun"))
+    assert (f"| walker walk | 100,000 | **850 +/- 50** | 2 | 1: 900, 2: 800 | {state} | "
+            f"{pytorch_sac} | {drq} | {drqv2} | {simoun} | 403 | - |"
             in table.splitlines()), "the evaluation after episode 100; no SAC-AE at 100k"
-    assert ("| cartpole swingup | 100,000 | - | 0 | - | 835 | 759 | 851 | 582 | 311 "
+    assert ("| cartpole swingup | 100,000 | - | 0 | - | 835 | 829 | 759 | 626 | 851 | 582 | 311 "
             "|" in table.splitlines())
+    assert ("| mean of the 6 tasks | 100,000 | - | - | - | 774 | 742 | 688 | 334 | 832 | 560 | - |"
+            in table.splitlines()), "no mean of ours before all six tasks have one; DrQ's: 688"
+
+
+def test_the_six_task_mean_is_the_mean_of_each_task_s_seed_mean(tmp_path):
+    returns = {"cartpole_swingup": (800.0, 700.0), "reacher_easy": (900.0,),
+               "cheetah_run": (300.0,), "finger_spin": (600.0,), "walker_walk": (500.0,),
+               "ball_in_cup_catch": (950.0, 850.0, 1000.0)}
+    (tmp_path / "state.csv").write_text(
+        "task,seed,frames,return,wall_s,env_step,episode\n" + "".join(
+            f"{task},{seed},100000,{ret},10.0,25000,100\n"
+            for task, rets in returns.items() for seed, ret in enumerate(rets, start=1)))
+    result = subprocess.run(dmc(tmp_path, "--report"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    mean = (750 + 900 + 300 + 600 + 500 + 933.33) / 6  # cartpole's two seeds, cup's three
+    assert f"| mean of the 6 tasks | 100,000 | **{mean:.0f}** | 1-3 | - | 774 |" in (
+        (tmp_path / "state.md").read_text()), "each task counts once, whatever its seeds"
 
 
 def runs_free(checkpoints: Path, timeout: float = 120) -> None:
