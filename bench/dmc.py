@@ -16,10 +16,12 @@ the runs still get SIGTERM) saves every run and writes no files: --report.
 Writes docs/dmc/<input>_<frames>.csv (--out) with a row per evaluation up to the last episode (task,
 seed, frames, return, wall_s: the run's training seconds, env_step, episode: the episodes before
 it), and beside it <same>.png (a panel per task: mean +/- std over seeds, the published figures as
-crosses) and <same>.md (each task's return at the benchmark frames beside the published figures of
-bench/references.py). The figure at N frames is the evaluation after episode N / 1000: a run resumed
-from a stop mid-episode starts a new episode, so its later evaluations land up to an episode's
-frames past the round number.
+crosses) and <same>.md (each task's return at the benchmark frames, and the mean over the six tasks,
+beside the published figures of bench/references.py). `--minutes` stops the runs at a time limit as
+a stop signal does, but writes the files of what they logged, then exits 75 (run it again to go
+on). The figure at N frames is the evaluation after episode N / 1000: a run resumed from a stop
+mid-episode starts a new episode, so its later evaluations land up to an episode's frames past the
+round number.
 
 The CSV keeps the rows it holds from other machines (a task's seeds may be trained in different
 places), merged by (task, seed, episode). A row this machine's runs log again must have the same
@@ -46,6 +48,7 @@ from bench.learn import (
     add_runner_arguments,
     check_runner_arguments,
     logged,
+    runner_deadline,
     share_machine,
     train_runs,
     warp_share,
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--report", action="store_true",
                         help="train nothing: the CSV, figure and table of what is logged so far")
     args = parser.parse_args()
+    deadline = runner_deadline(args)
     check_runner_arguments(parser, args)
     if args.frames % EPISODE_FRAMES:
         parser.error(f"--frames must be whole episodes of {EPISODE_FRAMES} frames, got "
@@ -102,12 +106,13 @@ def main() -> None:
         parser.error(f"--out {out} must name a .csv file (its .png and .md go beside it)")
     tasks = TASKS if "all" in args.tasks else tuple(t for t in TASKS if t in args.tasks)
     try:
-        sys.exit(benchmark(args, tasks=tasks, out=out))
+        sys.exit(benchmark(args, tasks=tasks, out=out, deadline=deadline))
     except UserError as err:
         sys.exit(error_exit(err))
 
 
-def benchmark(args: argparse.Namespace, *, tasks: tuple[str, ...], out: Path) -> int:
+def benchmark(args: argparse.Namespace, *, tasks: tuple[str, ...], out: Path,
+              deadline: float | None) -> int:
     episodes = args.frames // EPISODE_FRAMES
     configs = {task: load_config(config_path(task, args.input),
                                  [f"training.episodes={episodes}", *args.set])
@@ -134,11 +139,13 @@ def benchmark(args: argparse.Namespace, *, tasks: tuple[str, ...], out: Path) ->
             print(json.dumps({"run": run.name, "wall_s": round(seconds)}), flush=True)
 
         ended = train_runs(runs, args.runs, sets=args.set, parallel=parallel, threads=threads,
-                           finished=finished)
+                           finished=finished, deadline=deadline)
         if ended.stopped:
             ended.exit_if_short(args.runs)
         rows = gather(args, seeds)
     merged = merge(kept, rows, out=out)
+    if not merged and ended is not None:
+        ended.exit_if_short(args.runs)  # failed or out of time before any evaluation
     if not merged:
         raise UserError(f"no run has logged an evaluation in {args.runs / 'runs'}, nor does {out} "
                         "hold one: nothing to report; train the runs (without --report)")

@@ -9,12 +9,14 @@ Each seed is a separate `train_sac.py --resume auto` process (`--parallel` at a 
 seed at once, on a CPU one per core; `--threads` torch threads each, and as many MuJoCo Warp
 processes on the CPU: `warp_share`), so the same command run again continues every seed from its
 newest checkpoint (a run that outlives a pod or a day). Ctrl-C or SIGTERM stops every seed, each
-saving where it is; killed outright, the seeds get SIGTERM and save. The runner (train_runs) is
-bench/dmc.py's too. Writes <out>/learn.csv with columns frames,seed,return,success (plus env_step
-and wall_s, the run's training seconds; success empty for tasks without it), <out>/learn.png (mean
-+/- std over seeds, with the published pixel-SAC results as crosses for the DeepMind Control tasks)
-and prints one JSON line per seed and a summary. `--report` writes the CSV and PNG of a run in
-progress.
+saving where it is; killed outright, the seeds get SIGTERM and save. `--minutes` stops them the same
+way at a time limit, then writes the files of what they logged and exits 75. A seed that fails
+leaves the others going, and the files are written before the failure's line. The runner
+(train_runs) is bench/dmc.py's too. Writes <out>/learn.csv with columns frames,seed,return,success
+(plus env_step and wall_s, the run's training seconds; success empty for tasks without it),
+<out>/learn.png (mean +/- std over seeds, with the published pixel-SAC results as crosses for the
+DeepMind Control tasks) and prints one JSON line per seed and a summary. `--report` writes the CSV
+and PNG of a run in progress.
 """
 
 import argparse
@@ -32,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere: the project's modules sit at the repo root
 
+from bench.common import positive
 from bench.references import FRAMES, PUBLISHED
 from errors import UserError
 from trainer.config.load import Config, load_config
@@ -55,6 +58,7 @@ def main() -> None:
                         help="train nothing: write the CSV and PNG from what the seeds have "
                              "logged so far")
     args = parser.parse_args()
+    deadline = runner_deadline(args)
     check_runner_arguments(parser, args)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a file; pass a folder for the seeds' runs")
@@ -66,7 +70,7 @@ def main() -> None:
         sys.exit(error_exit(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, ended = [], None
     if not args.report:
         parallel, threads = share_machine(args.parallel, args.threads, runs=len(args.seeds),
                                           cfg=cfg)
@@ -78,13 +82,18 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
 
         ended = train_runs(runs, out, sets=args.set, parallel=parallel, threads=threads,
-                           finished=finished)
-        ended.exit_if_short(out)
+                           finished=finished, deadline=deadline)
+        if ended.stopped:
+            ended.exit_if_short(out)
+        results += [summarise(out, run.seed, None, args.target, args.target_success)
+                    for run in runs if run.name in ended.unfinished]
     else:
         results = [summarise(out, seed, None, args.target, args.target_success)
                    for seed in args.seeds]
         print("\n".join(json.dumps(r) for r in results), flush=True)
     rows = [row for seed in args.seeds for row in read_eval(out, seed)]
+    if not rows and ended is not None:
+        ended.exit_if_short(out)  # failed or out of time before any evaluation: nothing to write
     if not rows:
         print(f"error: no seed has logged an evaluation in {out / 'runs'}: nothing to plot; train "
               "the seeds (without --report), with evaluations on (training.eval_every_episodes > "
@@ -105,6 +114,8 @@ def main() -> None:
                       "target_success": args.target_success,
                       "seeds_reaching_success_target": len(reached_success),
                       "csv": str(out / "learn.csv"), "png": str(out / "learn.png")}))
+    if ended is not None:
+        ended.exit_if_short(out)  # failed or out of time: the files of what was logged first
 
 
 def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +129,17 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
                              "--parallel)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="for every run")
+    parser.add_argument("--minutes", type=positive(float),
+                        help="stop every run this long after the command starts, each saving "
+                             "where it is; start none after; write the files of what they logged "
+                             f"and exit {OUT_OF_TIME}: the same command again continues them (a "
+                             "machine that stops a command at a time limit: leave a minute for "
+                             "the saves)")
+
+
+def runner_deadline(args: argparse.Namespace) -> float | None:
+    """--minutes from now on time.monotonic()'s clock, train_runs' deadline."""
+    return None if args.minutes is None else time.monotonic() + 60 * args.minutes
 
 
 def check_runner_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -156,14 +178,21 @@ class Run:
 
 @dataclass
 class Ended:
-    """How train_runs ended: the runs that failed ("name (exit N): its last error line"), and the
-    stop signal that ended them early (None: every run ran to its end)."""
+    """How train_runs ended: the runs that failed ("name (exit N): its last error line"), the stop
+    signal that ended them early (None: none), and the runs its deadline stopped (each saved) and
+    never started."""
     failed: list[str]
     stopped: int | None = None
+    saved: list[str] = field(default_factory=list)
+    not_started: list[str] = field(default_factory=list)
+
+    @property
+    def unfinished(self) -> list[str]:
+        return self.saved + self.not_started
 
     def exit_if_short(self, out: Path) -> None:
         """Exit with one line if the runs did not all end well: 128+signal after a stop, 1 after a
-        failure."""
+        failure, OUT_OF_TIME after the deadline."""
         if self.stopped:
             print(f"stopped by signal {self.stopped}: every run saved where it was; run the same "
                   "command again to continue them", file=sys.stderr)
@@ -172,20 +201,45 @@ class Ended:
             sys.exit(f"error: {len(self.failed)} of the runs failed (their output: "
                      f"{out}/<run>.log): "
                      + "; ".join(self.failed))
+        if self.unfinished:
+            parts = [f"{', '.join(self.saved)} stopped and saved" if self.saved else "",
+                     f"{', '.join(self.not_started)} not started" if self.not_started else ""]
+            print(f"out of time: {'; '.join(p for p in parts if p)}; run the same command again "
+                  "to continue them", file=sys.stderr)
+            sys.exit(OUT_OF_TIME)
 
 
 POLL_S = 1.0
+OUT_OF_TIME = 75  # EX_TEMPFAIL: not an error; the same command again goes on
 
 
 def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, threads: int,
-               finished: Callable[[Run, float], None] = lambda run, seconds: None) -> Ended:
+               finished: Callable[[Run, float], None] = lambda run, seconds: None,
+               deadline: float | None = None) -> Ended:
     """Train every run, `parallel` at a time with `threads` torch threads each, `sets` (the command
     line's) last in each; `finished(run, seconds)` as each ends well. A failed run leaves the others
-    going. A stop signal stops them all, each saving `_latest`, and returns once they have."""
+    going. A stop signal, or `deadline` (time.monotonic()) passing, stops them all, each saving
+    `_latest`, and returns once they have; after the deadline no run starts."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     pending, running, failed = list(runs), {}, []
+
+    saved = []
+
+    def out_of_time() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
+    def settle(run: Run, process: subprocess.Popen, start: float, *, stopped: bool = False):
+        """An ended run: finished, failed, or (`stopped` by the deadline) saved."""
+        if process.returncode == 0:  # after a deadline: it ended by itself before the SIGTERM
+            finished(run, time.time() - start)
+        elif stopped and process.returncode in (128 + signal.SIGTERM, -signal.SIGTERM):
+            saved.append(run.name)  # saved, or stopped before it began
+        else:
+            failed.append(f"{run.name} (exit {process.returncode}): "
+                          f"{last_error(out / f'{run.name}.log')}")
+
     with signals.GracefulStop() as stop:
-        while (pending or running) and not stop.requested:
+        while (pending or running) and not stop.requested and not out_of_time():
             while pending and len(running) < parallel:
                 run = pending.pop(0)
                 log = open(out / f"{run.name}.log", "a")
@@ -201,15 +255,14 @@ def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, th
                     continue
                 log.close()
                 del running[name]
-                if process.returncode == 0:
-                    finished(run, time.time() - start)
-                else:
-                    failed.append(
-                        f"{name} (exit {process.returncode}): {last_error(out / f'{name}.log')}")
+                settle(run, process, start)
             if running or pending:
                 time.sleep(POLL_S)
         for _, process, _, _ in running.values():
             process.send_signal(signal.SIGTERM)
+        # after the deadline a first signal only joins the stop under way: the runs save
+        while not stop.requested and any(p.poll() is None for _, p, _, _ in running.values()):
+            time.sleep(POLL_S / 10)
         try:
             # a second signal stops the wait; the runs, their parent gone, get a second SIGTERM
             with signals.interrupts():
@@ -218,7 +271,11 @@ def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, th
                     log.close()
         except signals.Interrupted as again:
             sys.exit(signals.interrupted(again, "the runs were saving, and stop at once now"))
-    return Ended(failed, stop.signum)
+    if stop.requested:
+        return Ended(failed, stop.signum)
+    for run, process, start, _ in running.values():
+        settle(run, process, start, stopped=True)
+    return Ended(failed, saved=saved, not_started=[run.name for run in pending])
 
 
 def command(run: Run, out: Path, sets: list[str]) -> list[str]:

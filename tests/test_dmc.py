@@ -156,6 +156,26 @@ def test_a_stopped_benchmark_resumes_every_run_and_logs_each_evaluation_once(tmp
         assert "resumed from" in (tmp_path / "runs" / f"{task}_state_seed1.log").read_text()
 
 
+def test_out_of_time_the_runs_stop_saved_and_the_files_hold_what_they_logged(tmp_path):
+    """--minutes: at the limit the runs stop as on SIGTERM, each saving where it is, and the CSV,
+    figure and table are written from the evaluations so far; exit 75 says to run it again."""
+    command = dmc(tmp_path, "--tasks", "cartpole_swingup", "--seeds", "1", "--frames", "1000000",
+                  "--minutes", "1", *TINY, *sets(training__eval_every_episodes=1))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 75, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "out of time: cartpole_swingup_state_seed1 stopped and saved; run the same command again "
+        "to continue them")
+    runs_free(tmp_path / "runs" / "checkpoints")
+    logged = read(tmp_path / "runs" / "runs" / "cartpole_swingup_state_seed1" / "eval.csv")
+    assert logged and [(r["episode"], r["frames"]) for r in read(tmp_path / "state.csv")] == [
+        (r["episode"], r["frames"]) for r in logged], "every evaluation the run logged"
+    assert (tmp_path / "state.md").exists() and (tmp_path / "state.png").exists()
+    log = (tmp_path / "runs" / "cartpole_swingup_state_seed1.log").read_text()
+    assert "stopped by signal 15; saved" in log, "the run saved on the way out"
+    assert (tmp_path / "runs" / "checkpoints" / "cartpole_swingup_state_seed1_latest.pt").exists()
+
+
 def run_logged(tmp_path: Path, task: str, seed: int, returns: dict[int, float]) -> None:
     """A run of this machine as its eval.csv shows it, without training it."""
     folder = tmp_path / "runs" / "runs" / f"{task}_state_seed{seed}"

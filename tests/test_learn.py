@@ -4,11 +4,13 @@ with the published reference points. Checked on a tiny budget: files and shapes,
 import csv
 import subprocess
 import sys
+import time
 
 import pytest
 from PIL import Image
 
-from bench.learn import warp_share
+import bench.learn
+from bench.learn import Run, train_runs, warp_share
 from tests.conftest import ROOT, sets
 from trainer.config.load import load_config
 from trainer.run.curves import plot_curves, seed_statistics
@@ -63,6 +65,7 @@ def test_each_seed_gets_its_share_of_the_cores_as_warp_processes_where_the_key_a
     (["--seeds", "1", "1"],
      "error: --seeds must be distinct and >= 0 (each is a run of its own), got [1, 1]"),
     (["--report"], "error: no seed has logged an evaluation in {out}/runs: nothing to plot"),
+    (["--minutes", "0"], "error: argument --minutes: must be a finite number above 0, got 0"),
 ])
 def test_settings_it_cannot_run_are_refused_before_any_seed_starts(tmp_path, args, message):
     """--parallel 0 with --threads used to wait forever for a free slot; a seed twice would share
@@ -119,3 +122,58 @@ def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(t
         "seed 1's frames, up to the last frame both seeds reached")
     assert mean[-1] == pytest.approx((25 + 50) / 2) and std[-1] == pytest.approx(12.5), (
         "seed 1 interpolated at 250")
+
+
+def test_out_of_time_the_seeds_stop_saved_and_the_csv_holds_what_they_logged(tmp_path):
+    """--minutes: a GPU rented by the hour, or a machine that kills a command at a limit, gets the
+    curves so far and checkpoints to continue from, not a killed command's nothing."""
+    tiny = sets(training__episodes=100_000, env__max_episode_steps=15,
+                training__eval_every_episodes=1, training__eval_episodes=1,
+                training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32,
+                logging__eval_video="false")
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learn.py"),
+                             "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
+                             "--seeds", "1", "--minutes", "1", "--out", str(tmp_path), *tiny],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 75, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "out of time: seed1 stopped and saved; run the same command again to continue them")
+    with open(tmp_path / "learn.csv", newline="") as f:
+        assert [r["seed"] for r in csv.DictReader(f)][:1] == ["1"], "the evaluations so far"
+    assert (tmp_path / "learn.png").exists()
+    assert "stopped by signal 15; saved" in (tmp_path / "seed1.log").read_text()
+
+
+# stand-ins for train_sac.py: each waits for the runner's SIGTERM, then ends as a trainer might
+ON_SIGTERM = """
+import signal, sys, time
+def stop(*_):
+    {}
+signal.signal(signal.SIGTERM, stop)
+while True:
+    time.sleep(0.02)
+"""
+STAND_INS = {
+    "ends": "pass",  # finishes at once, before the deadline
+    "saves": ON_SIGTERM.format("sys.exit(128 + signal.SIGTERM)"),  # what a trainer does
+    "breaks": ON_SIGTERM.format("print('error: no space left to save', flush=True); sys.exit(1)"),
+    "just_ended": ON_SIGTERM.format("sys.exit(0)"),  # ended by itself as the SIGTERM came
+    "waits": "pass",  # never starts: no slot frees before the deadline
+}
+
+
+def test_at_the_deadline_each_run_is_saved_finished_failed_or_never_started(tmp_path,
+                                                                           monkeypatch):
+    """The runner at a deadline, with stand-ins that end as trainers can: a save (exit 143) is
+    unfinished, an exit 0 finished, any other exit a failure with its error line, and a run no slot
+    took is not started."""
+    monkeypatch.setattr(bench.learn, "command",
+                        lambda run, out, sets: [sys.executable, "-c", STAND_INS[run.name]])
+    finished = []
+    ended = train_runs([Run(name, "unused.yaml", seed) for seed, name in enumerate(STAND_INS)],
+                       tmp_path, sets=[], parallel=3, threads=1,
+                       finished=lambda run, seconds: finished.append(run.name),
+                       deadline=time.monotonic() + 5)
+    assert finished == ["ends", "just_ended"]
+    assert ended.failed == ["breaks (exit 1): no space left to save"]
+    assert (ended.saved, ended.not_started, ended.stopped) == (["saves"], ["waits"], None)
