@@ -221,9 +221,7 @@ def train_runs(runs: list[Run], out: Path, *, sets: list[str], parallel: int, th
     going. A stop signal, or `deadline` (time.monotonic()) passing, stops them all, each saving
     `_latest`, and returns once they have; after the deadline no run starts."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    pending, running, failed = list(runs), {}, []
-
-    saved = []
+    pending, running, failed, saved = list(runs), {}, [], []
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() >= deadline
