@@ -71,6 +71,15 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
         time.sleep(0.05)
 
 
+def wait_for_rows(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until the CSV `path` holds a row below its header; fails if `proc` ends first."""
+    deadline = time.time() + timeout
+    while not (path.exists() and len(path.read_text().splitlines()) > 1):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"{path} never had a row"
+        time.sleep(0.05)
+
+
 def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
     """Until `proc` holds the lock file `lock` (trainer/process/lock.py: the holder writes its pid
     into it)."""
