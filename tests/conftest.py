@@ -71,13 +71,23 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
         time.sleep(0.05)
 
 
-def wait_for_rows(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    """Until the CSV `path` holds a row below its header; fails if `proc` ends first."""
-    deadline = time.time() + timeout
-    while not (path.exists() and len(path.read_text().splitlines()) > 1):
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, f"{path} never had a row"
+def out_of_time(command: list[str], evals: Path) -> subprocess.CompletedProcess:
+    """A runner's `command` (bench/learn.py, bench/dmc.py) stopped by SIGTERM once `evals` (a run's
+    eval.csv) has a row, then run again with a limit shorter than any start: at the limit on an
+    idle machine and a loaded one, with evaluations logged."""
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (evals.exists() and len(evals.read_text().splitlines()) > 1):
+        assert first.poll() is None, first.communicate()
+        assert time.time() < deadline, f"{evals} never had a row"
         time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM
+    result = subprocess.run([*command, "--minutes", "0.05"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 75, result.stdout + result.stderr
+    return result
 
 
 def wait_for_lock(lock: Path, proc: subprocess.Popen, timeout: float = 240) -> None:

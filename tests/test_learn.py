@@ -2,7 +2,6 @@
 with the published reference points. Checked on a tiny budget: files and shapes, not returns."""
 
 import csv
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from PIL import Image
 
 import bench.learn
 from bench.learn import Run, train_runs, warp_share
-from tests.conftest import ROOT, sets, wait_for_rows
+from tests.conftest import ROOT, out_of_time, sets
 from trainer.config.load import load_config
 from trainer.run.curves import plot_curves, seed_statistics
 
@@ -127,8 +126,7 @@ def test_seed_curves_on_different_frames_are_interpolated_and_references_drawn(t
 
 def test_out_of_time_the_seeds_stop_saved_and_the_csv_holds_what_they_logged(tmp_path):
     """--minutes: a GPU rented by the hour, or a machine that kills a command at a limit, gets the
-    curves so far and checkpoints to continue from, not a killed command's nothing. A first stop
-    once the seed has evaluated, then a limit shorter than a seed takes to start."""
+    curves so far and checkpoints to continue from, not a killed command's nothing."""
     tiny = sets(training__episodes=100_000, env__max_episode_steps=15,
                 training__eval_every_episodes=1, training__eval_episodes=1,
                 training__seed_steps=10, sac__batch_size=8, sac__hidden_dim=32,
@@ -136,15 +134,7 @@ def test_out_of_time_the_seeds_stop_saved_and_the_csv_holds_what_they_logged(tmp
     command = [sys.executable, str(ROOT / "bench" / "learn.py"),
                "--config", str(ROOT / "configs/dmc/cartpole_swingup_state.yaml"),
                "--seeds", "1", "--out", str(tmp_path), *tiny]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(tmp_path / "runs" / "seed1" / "eval.csv", first)
-    first.send_signal(signal.SIGTERM)
-    first.communicate(timeout=120)
-    assert first.returncode == 128 + signal.SIGTERM
-
-    result = subprocess.run([*command, "--minutes", "0.05"], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 75, result.stdout + result.stderr
+    result = out_of_time(command, tmp_path / "runs" / "seed1" / "eval.csv")
     assert result.stderr.strip().splitlines()[-1] in (
         f"out of time: seed1 {how}; run the same command again to continue them"
         for how in ("stopped and saved", "not started"))
