@@ -112,7 +112,8 @@ SET_CASES = [
 # (case id, file name, file bytes, what the one-line error says): --config points at the file
 FILE_CASES = [
     ("binary", "random.yaml", bytes(range(256)) * 4, "is not UTF-8 text"),
-    ("not UTF-8", "latin1.yaml", "sac: {lr: 1}  # réglé\n".encode("latin-1"), "is not UTF-8 text"),
+    ("not UTF-8", "latin1.yaml", "sac: {lr: 1}  # réglé\n".encode("latin-1"),
+     "is not UTF-8 text"),
     ("NUL byte", "nul.yaml", b"sac:\x00 {}\n", "cannot parse"),
     ("duplicate section", "dup.yaml", b"sac: {lr: 0.1}\nenv: {}\nsac: {nstep: 3}\n",
      "duplicate key 'sac'"),

@@ -332,7 +332,8 @@ def test_demonstration_stacks_are_rebuilt_as_the_env_stacks_frames():
     step = next_obs[:, -1] - 10  # the frame each transition leads to, 1..7
     assert set(step) == set(range(1, 8)), (
         "every transition of the episode is sampled, none of the padding")
-    expect = lambda last: 10 + np.maximum(last[:, None] + np.array([-2, -1, 0]), 0)  # noqa: E731  reset frame repeated
+    def expect(last):  # the reset frame repeated before the first step
+        return 10 + np.maximum(last[:, None] + np.array([-2, -1, 0]), 0)
     assert np.array_equal(obs, expect(step - 1)) and np.array_equal(next_obs, expect(step))
     assert (batch["discount"][step == 7] == 0).all() and (batch["discount"][step < 7] > 0).all()
 

@@ -167,15 +167,12 @@ def test_a_state_checkpoint_with_success_prints_a_wilson_interval_and_several_ge
             f"{iqm:.1f}" in printed)
 
 
-def test_without_an_mp4_encoder_each_checkpoint_gets_its_gif_and_the_command_says_why_once(state,
-                                                                                           tmp_path,
-                                                                                           capsys,
-                                                                                          monkeypatch):
+def test_without_an_mp4_encoder_each_checkpoint_gets_its_gif_and_the_command_says_why_once(
+        state, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
     first = str(state.checkpoints.directory / "sac_feasible_ep2.pt")
     assert evaluate.main([first, latest(state), "--episodes", "1", "--out", str(tmp_path),
-                          "--video", "--video-size",
-                          "32", "--no-progress"]) == 0
+                          "--video", "--video-size", "32", "--no-progress"]) == 0
     printed = capsys.readouterr()
     written = ["episodes.csv", "sac_feasible_ep2.gif", "sac_feasible_latest.gif"]
     assert sorted(os.listdir(tmp_path)) == [".episodes.csv.lock", *written]
@@ -185,7 +182,8 @@ def test_without_an_mp4_encoder_each_checkpoint_gets_its_gif_and_the_command_say
                                                                 for name in written)
 
 
-def test_an_s3_checkpoint_is_fetched_and_evaluated(state, s3, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_an_s3_checkpoint_is_fetched_and_evaluated(state, s3,  # noqa: F811
+                                                   tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     boto3.client("s3").upload_file(latest(state), "ckpt", "eval/sac_feasible_latest.pt")
     url = f"{s3}/eval/sac_feasible_latest.pt"

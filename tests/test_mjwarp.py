@@ -38,7 +38,7 @@ from PIL import Image  # noqa: E402
 from bench.mjwarp import timed_frames  # noqa: E402
 from envs.dishwashing.env import DishwashingEnv  # noqa: E402
 from envs.dishwashing.scripted import scripted_action  # noqa: E402
-from envs.make import make_batched_env  # noqa: E402  (rendering was configured by tests/conftest.py)
+from envs.make import make_batched_env  # noqa: E402
 from envs.mjwarp import make_task, processes, usable_cores  # noqa: E402
 from envs.mjwarp.dishwashing import Dishwashing  # noqa: E402
 from envs.mjwarp.shards import WarpShards  # noqa: E402
@@ -406,7 +406,8 @@ def test_an_episode_restarts_from_its_world_seed_and_episode_count():
     0]."""
     env = warp_env(FEASIBLE, 2)
     obs = env.reset(seed=7)
-    act = lambda o: torch.as_tensor(np.array([scripted_action(row) for row in o.numpy()]))  # noqa: E731
+    def act(obs):
+        return torch.as_tensor(np.array([scripted_action(row) for row in obs.numpy()]))
     ended = torch.zeros(2, dtype=torch.bool)
     for _ in range(env.task.time_limit):
         _, obs, reward, terminated, truncated = env.step(act)

@@ -432,7 +432,8 @@ def test_the_result_table_keeps_the_rows_of_an_arm_it_does_not_measure(tmp_path)
         result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
     assert not out.exists()
     before = ("trained_with,seed,scene,success,evaluations,env_step\n"
-              "none,1,train,0.780,5,29664\nnone,1,heldout,0.000,5,29664\nrandomized,1,train,0.020,5,29768\n")
+              "none,1,train,0.780,5,29664\nnone,1,heldout,0.000,5,29664\n"
+              "randomized,1,train,0.020,5,29768\n")
     out.write_text(before)
     result.main(["--randomized", str(tmp_path / "random"), "--out", str(out)])
     with open(out) as f:
@@ -451,7 +452,8 @@ def test_scene_sensitivity_sees_no_scene_without_ranges_and_the_colours_with_the
     line."""
     sensitivity = script("scene_sensitivity")
     zero = [f"{r.split('=')[0]}=0" for r in RANGES]
-    pixels = lambda stacks: stacks.reshape(len(stacks), -1)[:, ::50].astype(np.float32)  # noqa: E731
+    def pixels(stacks):
+        return stacks.reshape(len(stacks), -1)[:, ::50].astype(np.float32)
     cfg = load_config(DISHWASHING, ["profile=cpu", "env.image_size=48", *zero])
     alike = sensitivity.scene_stacks(cfg, episodes=1, scenes=2)
     assert alike[0].shape[1:] == (2, cfg.env.frame_stack, 3, 48, 48)

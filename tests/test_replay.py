@@ -167,8 +167,8 @@ def test_frames_in_a_device_tensor_sample_the_same_batches_as_host_frames():
 
 def test_observations_as_torch_tensors_are_stored_as_numpy_ones_in_host_and_device_frames():
     kwargs = dict(capacity=60, seed=4, num_envs=2)
-    reference, host, on_device = buffer(**kwargs), buffer(**kwargs), buffer(**kwargs,
-                                                                            frames_on=torch.device("cpu"))
+    reference, host = buffer(**kwargs), buffer(**kwargs)
+    on_device = buffer(**kwargs, frames_on=torch.device("cpu"))
     fill_envs(reference, steps=80)
     fill_envs(host, steps=80, tensors=True)
     fill_envs(on_device, steps=80, tensors=True)

@@ -56,9 +56,8 @@ def test_an_episode_is_a_gif_and_an_h264_mp4_of_the_same_frames_at_the_gif_s_rat
 
 
 @pytest.mark.parametrize("missing", ["pyav", "encoder"])
-def test_without_pyav_or_its_h264_encoder_the_gif_is_written_and_the_reason_names_the_pin(tmp_path,
-                                                                                          monkeypatch,
-                                                                                         missing):
+def test_without_pyav_or_its_h264_encoder_the_gif_is_written_and_the_reason_names_the_pin(
+        tmp_path, monkeypatch, missing):
     if missing == "pyav":
         monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
     else:
