@@ -53,6 +53,16 @@ def mean_and_seeds(name: str, frames: int) -> str:
     return f"{mean(values):.0f} ({', '.join(f'{value:.0f}' for value in values)})"
 
 
+def dmc_state_means() -> dict[str, float]:
+    """Each DeepMind Control task's mean return over its seeds at 100k frames from the simulator
+    state (docs/dmc/state_100000.csv), in the table's order."""
+    with open(ROOT / "docs" / "dmc" / "state_100000.csv") as file:
+        rows = list(csv.DictReader(file))
+    tasks = dict.fromkeys(row["task"] for row in rows)
+    return {task: mean(float(row["return"]) for row in rows
+                       if row["task"] == task and row["episode"] == "100") for task in tasks}
+
+
 def first_success(name: str, level: float = 0.8) -> list[dict]:
     return [next(row for row in rows if float(row["success"]) >= level)
             for rows in runs(name).values()]
@@ -122,7 +132,12 @@ def never_without_demos() -> bool:
 def claims():
     frozen, warp = (first_success("dishwashing_video_frozen.csv"),
                     first_success("dishwashing_video_frozen_warp_lit.csv"))
+    dmc = dmc_state_means()
     return [
+        ("the six PlaNet DeepMind Control tasks, 100k frames | state",
+         f"**{mean(dmc.values()):.0f}**, the mean of the six tasks' means: "
+         + ", ".join(f"{task.split('_')[-2 if task.startswith('ball') else 0]} {value:.0f}"
+                     for task, value in dmc.items())),
         ("cartpole swing-up, 100k frames | pixels | `cpu_bf16`",
          f"**{mean_and_seeds('cartpole_swingup_b128_bf16.csv', 100_000).replace(' (', '** (', 1)}"),
         ("cartpole swing-up, 100k frames | pixels | `cpu`: batch 64",
@@ -186,10 +201,12 @@ def headlines():
         ("16 MuJoCo Warp worlds | NVIDIA H200",
          f"**{warp_learn['last_return']:.0f}** return in "
          f"{warp_learn['train_s_to_target'] / 60:.0f} minutes"),
-        ("| simulator state | 2-core CPU",
+        ("20 scripted demonstrations | simulator state | 2-core CPU",
          f"**{last_five('dishwashing_state_demos.csv').replace('%', '')}%** success, 3 seeds"),
-        ("| simulator state | 2-core CPU",
+        ("20 scripted demonstrations | simulator state | 2-core CPU",
          "(0% without demonstrations)" if never_without_demos() else "some success without"),
+        ("DeepMind Control tasks, 100k frames | simulator state",
+         f"**{mean(dmc_state_means().values()):.0f}** mean return, 3 seeds a task"),
         ("20 scripted demonstrations | 84x84 frames, frozen",
          f"**{last_five('dishwashing_video_frozen.csv')}** success"),
         ("under visual randomisation",
