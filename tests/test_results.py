@@ -53,14 +53,18 @@ def mean_and_seeds(name: str, frames: int) -> str:
     return f"{mean(values):.0f} ({', '.join(f'{value:.0f}' for value in values)})"
 
 
+# the DeepMind Control tasks as the results table names them, in its order
+DMC_SHORT = {"cartpole_swingup": "cartpole", "reacher_easy": "reacher", "cheetah_run": "cheetah",
+             "finger_spin": "finger", "walker_walk": "walker", "ball_in_cup_catch": "cup"}
+
+
 def dmc_state_means() -> dict[str, float]:
     """Each DeepMind Control task's mean return over its seeds at 100k frames from the simulator
-    state (docs/dmc/state_100000.csv), in the table's order."""
+    state (docs/dmc/state_100000.csv)."""
     with open(ROOT / "docs" / "dmc" / "state_100000.csv") as file:
         rows = list(csv.DictReader(file))
-    tasks = dict.fromkeys(row["task"] for row in rows)
     return {task: mean(float(row["return"]) for row in rows
-                       if row["task"] == task and row["episode"] == "100") for task in tasks}
+                       if row["task"] == task and row["episode"] == "100") for task in DMC_SHORT}
 
 
 def first_success(name: str, level: float = 0.8) -> list[dict]:
@@ -136,8 +140,7 @@ def claims():
     return [
         ("the six PlaNet DeepMind Control tasks, 100k frames | state",
          f"**{mean(dmc.values()):.0f}**, the mean of the six tasks' means: "
-         + ", ".join(f"{task.split('_')[-2 if task.startswith('ball') else 0]} {value:.0f}"
-                     for task, value in dmc.items())),
+         + ", ".join(f"{DMC_SHORT[task]} {value:.0f}" for task, value in dmc.items())),
         ("cartpole swing-up, 100k frames | pixels | `cpu_bf16`",
          f"**{mean_and_seeds('cartpole_swingup_b128_bf16.csv', 100_000).replace(' (', '** (', 1)}"),
         ("cartpole swing-up, 100k frames | pixels | `cpu`: batch 64",
